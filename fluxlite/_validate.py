@@ -1,0 +1,75 @@
+"""Input checks shared by the public ops. Everything here runs before any communication or launch."""
+
+from __future__ import annotations
+
+import torch
+
+from .group import TPGroup
+
+IMPLS = ("sequential", "fused", "auto")
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def check_impl(impl: str) -> str:
+    if not isinstance(impl, str) or impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    return impl
+
+
+def check_matrix(name: str, t, layout: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D {layout}, got {t.dim()}-D with shape {tuple(t.shape)}")
+
+
+def check_operands(op: str, tp: TPGroup, a, weight, bias, a_layout: str, w_layout: str):
+    """Check ``a``, ``weight``, ``bias`` of ``op`` against each other and the group.
+
+    Returns the operands, made contiguous where they were not (a copy, never a silent wrong answer).
+    """
+    check_matrix("a", a, a_layout)
+    check_matrix("weight", weight, w_layout)
+    if a.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"{op}: a and weight must share K (the last dim): a is {tuple(a.shape)} {a_layout}, "
+            f"weight is {tuple(weight.shape)} {w_layout}; expected weight.shape[1] == {a.shape[1]}, got {weight.shape[1]}"
+        )
+    if a.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{op}: a.dtype must be one of {_FLOAT_DTYPES}, got {a.dtype}")
+    if weight.dtype != a.dtype:
+        raise TypeError(f"{op}: weight.dtype must match a.dtype ({a.dtype}), got {weight.dtype}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"{op}: bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.dim() != 1 or bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"{op}: bias must be 1-D [{weight.shape[0]}] (weight.shape[0]), got shape {tuple(bias.shape)}")
+        if bias.dtype != a.dtype:
+            raise TypeError(f"{op}: bias.dtype must match a.dtype ({a.dtype}), got {bias.dtype}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{op}: {name} must be on a's device ({a.device}), got {t.device}")
+    if a.device.type not in tp.device_types:
+        raise ValueError(
+            f"{op}: tensors are on {a.device}, but the process group's backend serves only "
+            f"{sorted(tp.device_types)} tensors; use a group whose backend handles {a.device.type}"
+        )
+    if a.device.type == "cuda" and a.device.index != torch.cuda.current_device():
+        raise ValueError(
+            f"{op}: a is on {a.device} but the current CUDA device is cuda:{torch.cuda.current_device()}; "
+            f"call torch.cuda.set_device({a.device.index}) first"
+        )
+    return a.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous()
+
+
+def check_rows_divisible(op: str, rows: int, world_size: int) -> None:
+    if rows % world_size:
+        raise ValueError(
+            f"{op}: a.shape[0] (M = {rows}) must be divisible by the group size ({world_size}) "
+            f"to reduce-scatter rows; got remainder {rows % world_size}"
+        )
+
+
+def check_timeout(timeout) -> None:
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0):
+        raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")

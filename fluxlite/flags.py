@@ -1,0 +1,88 @@
+"""Flags with epochs, and the bounded host-side wait used by the CPU protocol.
+
+Call number ``e`` marks a slot ready by storing ``e``; a waiter waits for ``flag >= e``. No reset
+pass and no barrier between calls. Every wait is bounded by a timeout (argument, else the
+``FLUXLITE_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`).
+
+Host flags are read and written as aligned 4-byte words at their address. On x86 a store of the
+data followed by a store of the flag is seen in that order by every other process (TSO), which the
+CPU protocol relies on; other CPUs would need a fence.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import torch
+
+from .errors import FluxliteTimeoutError
+
+DEFAULT_TIMEOUT_S = 120.0
+_timeout_override: float | None = None
+
+
+def set_default_timeout(seconds: float | None) -> None:
+    """Set the process-wide default flag timeout (``None`` goes back to env/default)."""
+    global _timeout_override
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {seconds}")
+    _timeout_override = seconds
+
+
+def resolve_timeout(timeout: float | None) -> float:
+    """The timeout in seconds: the argument, else the override, else ``FLUXLITE_TIMEOUT_S``, else default."""
+    if timeout is None:
+        timeout = _timeout_override
+    if timeout is None:
+        env = os.environ.get("FLUXLITE_TIMEOUT_S")
+        timeout = float(env) if env else DEFAULT_TIMEOUT_S
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _word(flags: torch.Tensor, slot: int) -> ctypes.c_int32:
+    return ctypes.c_int32.from_address(flags.data_ptr() + 4 * slot)
+
+
+def host_set_flag(flags: torch.Tensor, slot: int, epoch: int) -> None:
+    """Store ``epoch`` into int32 ``flags[slot]`` (a host tensor, possibly a peer's mapping)."""
+    _word(flags, slot).value = epoch
+
+
+def host_read_flag(flags: torch.Tensor, slot: int) -> int:
+    return _word(flags, slot).value
+
+
+def host_wait_flag(
+    flags: torch.Tensor,
+    slot: int,
+    epoch: int,
+    *,
+    deadline: float,
+    timeout_s: float,
+    op: str,
+    what: str,
+    rank: int,
+    peer: int,
+    chunk: int,
+    split: int = 0,
+) -> None:
+    """Spin until ``flags[slot] >= epoch``; raise :class:`FluxliteTimeoutError` past ``deadline``.
+
+    Yields the CPU between reads: with more ranks than cores, pure spinning starves the peer that
+    would set the flag.
+    """
+    word = _word(flags, slot)
+    while True:
+        seen = word.value
+        if seen >= epoch:
+            return
+        if time.monotonic() > deadline:
+            raise FluxliteTimeoutError(
+                op=op, what=what, rank=rank, peer=peer, chunk=chunk, split=split,
+                epoch=epoch, seen=seen, timeout_s=timeout_s,
+            )
+        os.sched_yield()

@@ -1,0 +1,78 @@
+"""Resolve the tensor-parallel process group and the devices its backends can serve."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# Which device types each c10d backend moves tensors of.
+_BACKEND_DEVICES = {"gloo": "cpu", "nccl": "cuda"}
+
+
+@dataclass(frozen=True)
+class TPGroup:
+    """A tensor-parallel group: ``rank`` of ``world_size``, and the device types it can serve."""
+
+    group: dist.ProcessGroup
+    rank: int
+    world_size: int
+    device_types: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return self.group.group_name
+
+
+def _device_types(group: dist.ProcessGroup) -> frozenset[str]:
+    # get_backend gives "gloo", "nccl", or a device map such as "cpu:gloo,cuda:nccl".
+    backend = str(dist.get_backend(group))
+    types = set()
+    for part in backend.split(","):
+        if ":" in part:
+            dev, name = part.split(":", 1)
+            types.add(dev.strip())
+        else:
+            name = part.strip()
+            if name in _BACKEND_DEVICES:
+                types.add(_BACKEND_DEVICES[name])
+    return frozenset(types)
+
+
+def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
+    """The TP group: ``group`` if given, else the default process group.
+
+    Raises ``RuntimeError`` if torch.distributed is not initialised.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(
+            "fluxlite needs an initialised process group: call fluxlite.init() (or "
+            "torch.distributed.init_process_group) first, e.g. under torchrun"
+        )
+    if group is None:
+        group = dist.group.WORLD
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
+    return TPGroup(
+        group=group,
+        rank=dist.get_rank(group),
+        world_size=dist.get_world_size(group),
+        device_types=_device_types(group),
+    )
+
+
+def init(backend: str | None = None) -> TPGroup:
+    """Bring up the default process group from torchrun's environment and return it as a TPGroup.
+
+    Picks NCCL when CUDA is present (and binds this process to ``cuda:LOCAL_RANK``), else gloo.
+    Does nothing but resolve the group if one is already initialised.
+    """
+    if not dist.is_initialized():
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    return resolve_group()

@@ -1,0 +1,138 @@
+"""Public ops: AllGather-GEMM and GEMM-ReduceScatter over a tensor-parallel group.
+
+Both are collectives: every rank of the group calls them in the same order with the same shapes.
+They compute under ``torch.no_grad()``; the autograd functions in :mod:`fluxlite.parallel` call
+them in both directions.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _cpu_fused, _sequential
+from ._validate import check_impl, check_operands, check_rows_divisible, check_timeout
+from .flags import resolve_timeout
+from .group import TPGroup, resolve_group
+from .workspace import get_workspace
+
+# Below this many GEMM FLOPs a fused launch cannot win back its fixed costs (until the measured
+# dispatch table replaces this rule).
+_AUTO_MIN_FLOPS = 1e10
+_GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _choose(impl: str, tp: TPGroup, a: torch.Tensor, flops: float) -> str:
+    if impl != "auto":
+        return impl
+    if tp.world_size == 1 or a.device.type != "cuda":
+        # On CPU ranks the fused protocol exists to exercise the protocol; gloo + one matmul is faster.
+        return "sequential"
+    if a.dtype in _GPU_FUSED_DTYPES and flops >= _AUTO_MIN_FLOPS and _cuda_fused_available():
+        return "fused"
+    return "sequential"
+
+
+def _cuda_fused_available() -> bool:
+    return False
+
+
+def _cuda_fused_unavailable(op: str):
+    return NotImplementedError(
+        f"fluxlite.{op}(impl='fused') on CUDA needs the fused Triton kernels, which are not built yet; "
+        f"use impl='sequential' or impl='auto'"
+    )
+
+
+def _blocking() -> bool:
+    return os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0")
+
+
+def ag_gemm(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    group: dist.ProcessGroup | None = None,
+    impl: str = "auto",
+    return_gathered: bool = False,
+    timeout: float | None = None,
+):
+    """All-gather rows of ``a`` across the group, then multiply by ``weight.T`` (+ ``bias``).
+
+    Args:
+        a: ``[m, K]``, this rank's rows.
+        weight: ``[N_local, K]`` (``nn.Linear`` layout), this rank's output columns.
+        bias: ``[N_local]`` or ``None``.
+        group: the TP group (default: the default process group).
+        impl: ``"sequential"`` (collective, then matmul), ``"fused"`` (tile protocol) or ``"auto"``.
+        return_gathered: also return the gathered input ``[W*m, K]`` (rank-major rows).
+        timeout: seconds any flag wait may take (default: ``FLUXLITE_TIMEOUT_S`` or 120).
+
+    Returns:
+        ``[W*m, N_local]`` in ``a.dtype``, or ``(out, gathered)`` when ``return_gathered``.
+    """
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = resolve_group(group)
+    a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
+    W = tp.world_size
+    chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])
+    timeout_s = resolve_timeout(timeout)
+    if chosen == "fused" and a.device.type == "cuda" and not _cuda_fused_available():
+        raise _cuda_fused_unavailable("ag_gemm")
+    with torch.no_grad():
+        if chosen == "sequential" or W == 1 or a.shape[0] == 0:
+            return _sequential.ag_gemm(tp, a, weight, bias, return_gathered)
+        ws = get_workspace(tp.group, a.device)
+        out, gathered = _cpu_fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s)
+    return (out, gathered) if return_gathered else out
+
+
+def gemm_rs(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    group: dist.ProcessGroup | None = None,
+    impl: str = "auto",
+    timeout: float | None = None,
+) -> torch.Tensor:
+    """Multiply ``a`` by ``weight.T``, reduce-scatter the rows across the group, add ``bias`` once.
+
+    Args:
+        a: ``[M, K_local]``, this rank's slice of the reduction dim; ``M`` divisible by the group size.
+        weight: ``[N, K_local]`` (``nn.Linear`` layout).
+        bias: ``[N]`` or ``None``; added once, after the reduction.
+        group, impl, timeout: as in :func:`ag_gemm`.
+
+    Returns:
+        ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
+    """
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = resolve_group(group)
+    a, weight, bias = check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
+    W = tp.world_size
+    check_rows_divisible("gemm_rs", a.shape[0], W)
+    chosen = _choose(impl, tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0])
+    timeout_s = resolve_timeout(timeout)
+    if chosen == "fused" and a.device.type == "cuda" and not _cuda_fused_available():
+        raise _cuda_fused_unavailable("gemm_rs")
+    with torch.no_grad():
+        if chosen == "sequential" or W == 1 or a.shape[0] == 0:
+            return _sequential.gemm_rs(tp, a, weight, bias)
+        ws = get_workspace(tp.group, a.device)
+        return _cpu_fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s)
+
+
+def synchronize(group: dist.ProcessGroup | None = None) -> None:
+    """Wait for this rank's fused work on ``group`` and raise any timeout a kernel recorded."""
+    tp = resolve_group(group)
+    from .workspace import _WORKSPACES
+
+    for (gid, _), ws in list(_WORKSPACES.items()):
+        if gid == id(tp.group):
+            ws.synchronize()
