@@ -40,3 +40,17 @@ class FluxliteTimeoutError(FluxliteError, TimeoutError):
             f"never signalled. Every rank of the group must call the same fluxlite ops in the "
             f"same order. The workspace is left poisoned: later fused calls on it raise."
         )
+
+
+ERR_AG_DATA = 1
+"""Kernel error code: an AG-GEMM row block timed out waiting for its gathered rows."""
+ERR_RS_PARTIAL = 2
+"""Kernel error code: a GEMM-RS row block timed out waiting for a peer's partials."""
+
+
+def timeout_from_record(rec: list[int], *, rank: int, timeout_s: float) -> FluxliteTimeoutError:
+    """The exception for a kernel's error record ``[code, slot, epoch, seen, peer, chunk, split, _]``."""
+    code, _slot, epoch, seen, peer, chunk, split, _ = rec
+    what = {ERR_AG_DATA: "gathered rows", ERR_RS_PARTIAL: "partials"}.get(code, f"flag (code {code})")
+    return FluxliteTimeoutError(op="fused kernel", what=what, rank=rank, peer=peer, chunk=chunk, split=split,
+                                epoch=epoch, seen=seen, timeout_s=timeout_s)

@@ -7,16 +7,14 @@ them in both directions.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 
-from . import _cpu_fused, _sequential
+from . import _fused, _sequential
 from ._validate import check_impl, check_operands, check_rows_divisible, check_timeout
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
-from .workspace import get_workspace
+from .workspace import get_workspace, workspaces_of
 
 # Below this many GEMM FLOPs a fused launch cannot win back its fixed costs (until the measured
 # dispatch table replaces this rule).
@@ -30,24 +28,17 @@ def _choose(impl: str, tp: TPGroup, a: torch.Tensor, flops: float) -> str:
     if tp.world_size == 1 or a.device.type != "cuda":
         # On CPU ranks the fused protocol exists to exercise the protocol; gloo + one matmul is faster.
         return "sequential"
-    if a.dtype in _GPU_FUSED_DTYPES and flops >= _AUTO_MIN_FLOPS and _cuda_fused_available():
+    if a.dtype in _GPU_FUSED_DTYPES and flops >= _AUTO_MIN_FLOPS:
         return "fused"
     return "sequential"
 
 
-def _cuda_fused_available() -> bool:
-    return False
-
-
-def _cuda_fused_unavailable(op: str):
-    return NotImplementedError(
-        f"fluxlite.{op}(impl='fused') on CUDA needs the fused Triton kernels, which are not built yet; "
-        f"use impl='sequential' or impl='auto'"
-    )
-
-
-def _blocking() -> bool:
-    return os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0")
+def _check_fused_dtype(op: str, a: torch.Tensor) -> None:
+    if a.device.type == "cuda" and a.dtype not in _GPU_FUSED_DTYPES:
+        raise TypeError(
+            f"fluxlite.{op}(impl='fused') on CUDA supports a.dtype in {_GPU_FUSED_DTYPES}, got {a.dtype}; "
+            f"use impl='sequential' (or 'auto') for {a.dtype}"
+        )
 
 
 def ag_gemm(
@@ -81,13 +72,13 @@ def ag_gemm(
     W = tp.world_size
     chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])
     timeout_s = resolve_timeout(timeout)
-    if chosen == "fused" and a.device.type == "cuda" and not _cuda_fused_available():
-        raise _cuda_fused_unavailable("ag_gemm")
+    if chosen == "fused":
+        _check_fused_dtype("ag_gemm", a)
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
             return _sequential.ag_gemm(tp, a, weight, bias, return_gathered)
         ws = get_workspace(tp.group, a.device)
-        out, gathered = _cpu_fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s)
+        out, gathered = _fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s)
     return (out, gathered) if return_gathered else out
 
 
@@ -119,20 +110,17 @@ def gemm_rs(
     check_rows_divisible("gemm_rs", a.shape[0], W)
     chosen = _choose(impl, tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0])
     timeout_s = resolve_timeout(timeout)
-    if chosen == "fused" and a.device.type == "cuda" and not _cuda_fused_available():
-        raise _cuda_fused_unavailable("gemm_rs")
+    if chosen == "fused":
+        _check_fused_dtype("gemm_rs", a)
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
             return _sequential.gemm_rs(tp, a, weight, bias)
         ws = get_workspace(tp.group, a.device)
-        return _cpu_fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s)
+        return _fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s)
 
 
 def synchronize(group: dist.ProcessGroup | None = None) -> None:
     """Wait for this rank's fused work on ``group`` and raise any timeout a kernel recorded."""
     tp = resolve_group(group)
-    from .workspace import _WORKSPACES
-
-    for (gid, _), ws in list(_WORKSPACES.items()):
-        if gid == id(tp.group):
-            ws.synchronize()
+    for ws in workspaces_of(tp.group):
+        ws.synchronize()

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from . import schedule
-from .errors import FluxliteError
+from .errors import FluxliteError, FluxliteTimeoutError, timeout_from_record
 from .group import TPGroup, resolve_group
 
 _ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
@@ -140,12 +140,16 @@ class SymmetricWorkspace:
         if self.is_cuda:
             self._backend = _SymmMem(tp, device)
             self.producer_stream = torch.cuda.Stream(device=device, priority=-1)
-            # Kernel-side timeout record: [code, slot, epoch, seen, rank-of-peer, chunk, split, spare].
-            self.error = torch.zeros(8, dtype=torch.int32, device=device)
         else:
             self._backend = _SharedFiles(tp)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
-        self.counters = torch.zeros(self.world_size * schedule.MAX_SPLITS, dtype=torch.int32, device=device)
+        # A kernel's timeout record: [code, slot, epoch, seen, peer, chunk, split, spare].
+        self.error = torch.zeros(8, dtype=torch.int32, device=device)
+        self._err_host = self._err_event = None
+        self._timeout_s = 0.0
+        self._blocks_cache: dict[tuple, torch.Tensor] = {}
+        # RS tile counters per (chunk, split), then the kernel's tile-claim counter; zeroed per call.
+        self.counters = torch.zeros(self.world_size * schedule.MAX_SPLITS + 1, dtype=torch.int32, device=device)
         self._lock = threading.Lock()
         self.reserve(1 << 20)
         if self.is_cuda:
@@ -181,9 +185,17 @@ class SymmetricWorkspace:
             self._ptr_cache = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
         return self._ptr_cache
 
+    def device_blocks(self, sched: schedule.TileSchedule) -> torch.Tensor:
+        """The schedule's block table on this workspace's device (cached per schedule)."""
+        key = (sched.op, sched.world_size, sched.rank, sched.chunk_rows, sched.block_m, sched.splits)
+        blocks = self._blocks_cache.get(key)
+        if blocks is None:
+            blocks = self._blocks_cache[key] = sched.blocks.to(self.device)
+        return blocks
+
     # ---- epochs and failure -------------------------------------------------------------------
     def next_epoch(self) -> int:
-        """Start a call: raise if an earlier call timed out, else return the new epoch."""
+        """Start a call: raise if an earlier call failed, else return the new epoch."""
         self.check()
         self.epoch += 1
         if self.epoch >= 2**31 - 1:
@@ -196,57 +208,44 @@ class SymmetricWorkspace:
             self._poison = exc
 
     def check(self) -> None:
-        """Raise the error that poisoned this workspace, if any (including a GPU kernel's record)."""
-        if self.is_cuda and self._poison is None:
-            self._read_kernel_error(block=False)
+        """Raise if an earlier call failed, including a timeout a GPU kernel recorded and that has
+        become visible without blocking (see :meth:`note_kernel_launch`)."""
+        if self.is_cuda and self._poison is None and self._err_event is not None and self._err_event.query():
+            self._poison_from_record(self._err_host.tolist())
         if self._poison is not None:
             raise FluxliteError(f"fluxlite workspace is poisoned by an earlier failure: {self._poison}") from self._poison
 
-    def _read_kernel_error(self, block: bool) -> None:
-        """Turn a timeout recorded by a kernel into a poisoned workspace (GPU)."""
-        from .errors import FluxliteTimeoutError
+    def kernel_error(self, timeout_s: float) -> FluxliteTimeoutError | None:
+        """Read the kernel error record now (blocking); poison and return the exception if set."""
+        self._timeout_s = timeout_s
+        self._poison_from_record(self.error.tolist())
+        return self._poison if isinstance(self._poison, FluxliteTimeoutError) else None
 
-        if block:
-            torch.cuda.synchronize(self.device)
-        rec = self._pending_error_copy(block)
-        if rec is None or rec[0] == 0:
-            return
-        code, slot, epoch, seen, peer, chunk, split, _ = rec
-        what = {1: "AG chunk data", 2: "RS partials"}.get(code, f"flag slot {slot}")
-        self.poison(FluxliteTimeoutError(op="kernel", what=what, rank=self.rank, peer=peer, chunk=chunk,
-                                         split=split, epoch=epoch, seen=seen, timeout_s=self.last_timeout_s))
-
-    last_timeout_s = 0.0
-    _err_host = None
-    _err_event = None
+    def _poison_from_record(self, rec: list[int]) -> None:
+        if rec[0] != 0:
+            self.poison(timeout_from_record(rec, rank=self.rank, timeout_s=self._timeout_s))
 
     def note_kernel_launch(self, timeout_s: float) -> None:
-        """After a fused launch: copy the error record to pinned memory without blocking."""
-        self.last_timeout_s = timeout_s
-        if self._err_host is None:
+        """After a fused launch on CUDA: copy the error record to pinned memory without blocking,
+        so the next call (or :meth:`synchronize`) raises a timeout that the kernel recorded."""
+        self._timeout_s = timeout_s
+        if self._err_event is None:
             self._err_host = torch.zeros(8, dtype=torch.int32, pin_memory=True)
             self._err_event = torch.cuda.Event()
         self._err_host.copy_(self.error, non_blocking=True)
         self._err_event.record()
 
-    def _pending_error_copy(self, block: bool):
-        if self._err_event is None:
-            return None
-        if not block and not self._err_event.query():
-            return None
-        self._err_event.synchronize()
-        return self._err_host.tolist()
-
     def synchronize(self) -> None:
-        """Wait for this workspace's device work and raise any timeout a kernel recorded."""
+        """Wait for this workspace's device work; raise the failure of any earlier call."""
         if self.is_cuda:
-            self._read_kernel_error(block=True)
+            torch.cuda.synchronize(self.device)
+            self._poison_from_record(self.error.tolist())
         self.check()
 
     # ---- producers ------------------------------------------------------------------------------
-    def submit(self, fn, *args):
+    def submit(self, fn, *args, **kwargs):
         """CPU: run ``fn`` on the producer thread (the CPU's side stream); returns a Future."""
-        return self._executor.submit(fn, *args)
+        return self._executor.submit(fn, *args, **kwargs)
 
     def _warm_up(self) -> None:
         """Run every producer-side operation once while nothing spins (see _cuda_driver)."""
@@ -298,6 +297,11 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
         ws = SymmetricWorkspace(tp, device)
         _WORKSPACES[key] = ws
     return ws
+
+
+def workspaces_of(group: dist.ProcessGroup) -> list[SymmetricWorkspace]:
+    """The cached workspaces of ``group`` (one per device)."""
+    return [ws for (gid, _), ws in _WORKSPACES.items() if gid == id(group)]
 
 
 def release_workspaces() -> None:

@@ -1,0 +1,271 @@
+"""Fused AG-GEMM and GEMM-RS: a producer program of copies and flag operations, and a consumer GEMM
+whose row blocks wait on (AG) or signal (RS) those flags. Same protocol on CPU and CUDA.
+
+Producer steps are built once per call from the :class:`~fluxlite.schedule.TileSchedule` and run
+by the device's producer:
+
+- CUDA: a high-priority side stream. ``copy`` is a copy-engine ``cudaMemcpyAsync`` (peers' memory
+  is mapped), ``signal`` is ``cuStreamWriteValue32`` (fences first), ``wait`` is
+  ``cuStreamWaitValue32``. No SM is needed, so a persistent GEMM that holds every SM can never
+  starve its own producer.
+- CPU: one worker thread. ``wait`` spins with a deadline.
+
+The consumer is the persistent Triton kernel (:mod:`fluxlite.kernels.fused_gemm`) on CUDA, and on
+CPU either that same kernel under the Triton interpreter or a loop of ``torch.matmul`` per row block
+that performs the same waits.
+
+AG-GEMM (rank ``r``, call ``e``, data parity ``e % 2``)::
+
+    producer: gathered[r] <- a, split by split, flag (r, s) = e      # local rows first
+              staging[r] <- a;  every peer p: p.ready[r] = e          # our rows may now be pulled
+              for p in r+1, r+2, ...: wait ready[p] >= e
+                                      gathered[p] <- p.staging, split by split, flag (p, s) = e
+    consumer: for each row block (schedule order): wait flag (chunk, split) >= e; out = A @ W.T + b
+
+GEMM-RS::
+
+    consumer: blocks of peer chunk d: partial[d] <- A @ W.T; counter (d, s) += tiles
+              blocks of our chunk: wait every peer's flag (p, s) >= e; out = A @ W.T + sum_p recv[p] + b
+    producer: for d in r+1, ...: for s: wait counter (d, s) == tiles of (d, s)
+                                        d.recv[r] <- partial[d] rows of s; d.flag (r, s) = e
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from . import schedule as sch
+from .flags import host_set_flag, host_wait_flag
+from .kernels import fused_gemm as kern
+from .workspace import SymmetricWorkspace
+
+CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
+COPY, SIGNAL, WAIT = "copy", "signal", "wait"
+
+
+def cpu_consumer() -> str:
+    """CPU consumer: ``torch`` (default; per-block matmul) or ``triton`` (the GPU kernel, interpreted)."""
+    name = os.environ.get("FLUXLITE_CPU_CONSUMER", "torch")
+    if name not in ("torch", "triton"):
+        raise ValueError(f"FLUXLITE_CPU_CONSUMER must be 'torch' or 'triton', got {name!r}")
+    return name
+
+
+def _kernel_config(device: torch.device) -> kern.GemmConfig:
+    return kern.GemmConfig() if device.type == "cuda" else kern.INTERPRET_CONFIG
+
+
+def _flag(ws: SymmetricWorkspace, rank: int, slot: int) -> tuple[torch.Tensor, int]:
+    return ws.flags(rank), slot
+
+
+# ---- producers ---------------------------------------------------------------------------------
+
+
+def _run_steps_on_thread(steps, *, deadline: float, timeout_s: float, op: str, rank: int) -> None:
+    for step in steps:
+        if step[0] == COPY:
+            step[1].copy_(step[2])
+        elif step[0] == SIGNAL:
+            host_set_flag(step[1], step[2], step[3])
+        else:
+            _, flags, slot, value, info = step
+            host_wait_flag(flags, slot, value, deadline=deadline, timeout_s=timeout_s, op=op, rank=rank, **info)
+
+
+def _enqueue_steps_on_stream(steps, stream: torch.cuda.Stream) -> None:
+    from ._cuda_driver import stream_wait_value32, stream_write_value32
+
+    with torch.cuda.stream(stream):
+        for step in steps:
+            if step[0] == COPY:
+                step[1].copy_(step[2])
+            elif step[0] == SIGNAL:
+                stream_write_value32(stream, step[1].data_ptr() + 4 * step[2], step[3])
+            else:
+                stream_wait_value32(stream, step[1].data_ptr() + 4 * step[2], step[3])
+
+
+def _ag_steps(ws, sched, a, gathered, parity: int, epoch: int) -> list:
+    W, r = ws.world_size, ws.rank
+    m, K = a.shape
+    mine = ws.flags(r)
+    steps = []
+    for s in range(sched.splits):
+        lo, hi = sched.split_rows(s)
+        steps += [(COPY, gathered[r * m + lo : r * m + hi], a[lo:hi]), (SIGNAL, mine, sch.ag_data_slot(W, r, s), epoch)]
+    if W > 1:
+        steps.append((COPY, ws.data(r, parity, (m, K), a.dtype), a))
+        steps += [(SIGNAL, ws.flags(p), sch.ag_ready_slot(r), epoch) for p in sched.peers()]
+    for p in sched.peers():
+        steps.append((WAIT, mine, sch.ag_ready_slot(p), epoch, dict(what="staged rows", peer=p, chunk=p)))
+        staged = ws.data(p, parity, (m, K), a.dtype)
+        for s in range(sched.splits):
+            lo, hi = sched.split_rows(s)
+            steps += [(COPY, gathered[p * m + lo : p * m + hi], staged[lo:hi]),
+                      (SIGNAL, mine, sch.ag_data_slot(W, p, s), epoch)]
+    return steps
+
+
+def _rs_steps(ws, sched, partial, parity: int, epoch: int, tiles_per_block: int) -> list:
+    W, r = ws.world_size, ws.rank
+    _, mc, N = partial.shape
+    steps = []
+    for d in sched.peers():
+        dest = ws.data(d, parity, (W, mc, N), partial.dtype)[r]
+        for s in range(sched.splits):
+            lo, hi = sched.split_rows(s)
+            target = len(sched.split_blocks(s)) * tiles_per_block
+            steps += [
+                (WAIT, ws.counters, sch.rs_counter_slot(d, s), target,
+                 dict(what="local partial tiles", peer=r, chunk=d, split=s)),
+                (COPY, dest[lo:hi], partial[d, lo:hi]),
+                (SIGNAL, ws.flags(d), sch.rs_recv_slot(W, r, s), epoch),
+            ]
+    return steps
+
+
+# ---- the two ops -------------------------------------------------------------------------------
+
+
+def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    if bias is not None:
+        torch.addmm(bias, x, weight.t(), out=out)
+    else:
+        torch.matmul(x, weight.t(), out=out)
+
+
+class _Call:
+    """One fused call: epoch, deadline, and the join/raise logic shared by both ops."""
+
+    def __init__(self, ws: SymmetricWorkspace, op: str, timeout_s: float) -> None:
+        self.ws, self.op, self.timeout_s = ws, op, timeout_s
+        self.epoch = ws.next_epoch()
+        self.parity = self.epoch % 2
+        self.deadline = time.monotonic() + timeout_s
+        self.consumer = "triton" if ws.is_cuda else cpu_consumer()
+        self.config = _kernel_config(ws.device)
+        self.block_m = self.config.block_m if self.consumer == "triton" else CPU_BLOCK_M
+
+    def wait_info(self) -> dict:
+        return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank)
+
+    def run(self, produce_steps_fn, consume) -> None:
+        """Run the producer (thread or stream) beside ``consume()``; join; raise on any timeout."""
+        ws = self.ws
+        if ws.is_cuda:
+            main = torch.cuda.current_stream(ws.device)
+            ws.producer_stream.wait_stream(main)
+            consume()  # launches the kernel first: the producer's waits may depend on it (RS)
+            _enqueue_steps_on_stream(produce_steps_fn(), ws.producer_stream)
+            main.wait_stream(ws.producer_stream)
+            ws.note_kernel_launch(self.timeout_s)
+            if _blocking():
+                ws.synchronize()
+            return
+        steps = produce_steps_fn()
+        future = ws.submit(_run_steps_on_thread, steps, **self.wait_info())
+        try:
+            consume()
+            self.raise_kernel_error()
+        except BaseException as exc:
+            future.exception()  # the producer's waits are bounded by the same deadline
+            ws.poison(exc)
+            raise
+        exc = future.exception()
+        if exc is not None:
+            ws.poison(exc)
+            raise exc
+
+    def launch(self, mode: int, sched, **tensors) -> None:
+        ws = self.ws
+        kern.launch(
+            mode, blocks=ws.device_blocks(sched), chunk_rows=sched.chunk_rows, rank=ws.rank,
+            world_size=ws.world_size, flags=ws.flags(ws.rank), error=ws.error, epoch=self.epoch,
+            timeout_s=self.timeout_s, config=self.config, max_splits=sch.MAX_SPLITS,
+            counters=ws.counters, **tensors,
+        )
+
+    def raise_kernel_error(self) -> None:
+        """CPU (interpreted kernel): turn the kernel's error record into the exception at once."""
+        exc = self.ws.kernel_error(self.timeout_s)
+        if exc is not None:
+            raise exc
+
+
+def _blocking() -> bool:
+    return os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0")
+
+
+def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
+    """Fused AG-GEMM. ``a: [m, K]``, ``weight: [N_local, K]`` -> ``([W*m, N_local], gathered [W*m, K])``."""
+    call = _Call(ws, "ag_gemm", timeout_s)
+    W, r = ws.world_size, ws.rank
+    m, K = a.shape
+    sched = sch.ag_schedule(W, r, m, call.block_m)
+    ws.reserve(a.numel() * a.element_size())
+    ws.counters.zero_()
+    gathered = a.new_empty((W * m, K))
+    out = a.new_empty((W * m, weight.shape[0]))
+    mine = ws.flags(r)
+
+    def consume_torch() -> None:
+        for chunk, row0, rows, split in sched.rows():
+            host_wait_flag(mine, sch.ag_data_slot(W, chunk, split), call.epoch, what="gathered rows",
+                           peer=chunk, chunk=chunk, split=split, **call.wait_info())
+            rows_ = slice(chunk * m + row0, chunk * m + row0 + rows)
+            _linear_into(out[rows_], gathered[rows_], weight, bias)
+
+    def consume_triton() -> None:
+        call.launch(kern.MODE_AG, sched=sched, a=gathered, weight=weight, out=out, bias=bias)
+
+    call.run(lambda: _ag_steps(ws, sched, a, gathered, call.parity, call.epoch),
+             consume_triton if call.consumer == "triton" else consume_torch)
+    return out, gathered
+
+
+def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
+    """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``."""
+    call = _Call(ws, "gemm_rs", timeout_s)
+    W, r = ws.world_size, ws.rank
+    M = a.shape[0]
+    N = weight.shape[0]
+    mc = M // W
+    sched = sch.rs_schedule(W, r, mc, call.block_m)
+    ws.reserve(W * mc * N * a.element_size())
+    recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows
+    partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
+    out = a.new_empty((mc, N))
+    ws.counters.zero_()
+    mine = ws.flags(r)
+    triton_consumer = call.consumer == "triton"
+    tiles_per_block = -(-N // call.config.block_n) if triton_consumer else 1
+
+    def consume_torch() -> None:
+        done = [0] * ws.counters.numel()
+        for chunk, row0, rows, split in sched.rows():
+            src = a[chunk * mc + row0 : chunk * mc + row0 + rows]
+            if chunk != r:
+                torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
+                slot = sch.rs_counter_slot(chunk, split)
+                done[slot] += 1
+                host_set_flag(ws.counters, slot, done[slot])
+                continue
+            acc = (src @ weight.t()).float()
+            for p in sched.peers():
+                host_wait_flag(mine, sch.rs_recv_slot(W, p, split), call.epoch, what="partials",
+                               peer=p, chunk=r, split=split, **call.wait_info())
+                acc += recv[p, row0 : row0 + rows].float()
+            if bias is not None:
+                acc += bias.float()
+            out[row0 : row0 + rows] = acc
+
+    def consume_triton() -> None:
+        call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv)
+
+    call.run(lambda: _rs_steps(ws, sched, partial, call.parity, call.epoch, tiles_per_block),
+             consume_triton if triton_consumer else consume_torch)
+    return out

@@ -1,0 +1,295 @@
+"""Persistent GEMM that overlaps tensor-parallel communication with compute, tile by tile.
+
+Math
+----
+For every tile (row block ``i`` of the schedule, column block ``j``)::
+
+    acc[r, c] = sum_k A[row(i) + r, k] * B[j*BLOCK_N + c, k]      (B: [N, K], nn.Linear layout; fp32)
+
+then the epilogue, by ``MODE``:
+
+- ``MODE_AG`` (AllGather-GEMM consumer). Row block ``i`` belongs to chunk ``c`` (rank ``c``'s rows).
+  It waits until its ``(chunk, split)`` flag reaches ``epoch`` (the producer copied those rows into
+  the gathered buffer ``A = [W*m, K]``; the local chunk first), then reads them there.
+  ``out[c*chunk_rows + row] = acc (+ bias)``. With ``world_size == 1`` nothing waits: a plain GEMM.
+- ``MODE_RS`` (GEMM-ReduceScatter). A is the local ``a: [M, K_local]``. A block of a peer's chunk
+  ``d`` stores ``acc`` (in the input dtype) into ``partial[d]`` and adds one to the
+  ``(d, split)`` counter; the producer pushes a split to rank ``d`` once its counter is full.
+  A block of the local chunk waits for every peer's ``(peer, split)`` flag, then
+  ``out[row] = acc + sum_p recv[p, row] (+ bias)``, summed in fp32 in a fixed order (bit-stable).
+
+The grid is persistent: ``NUM_PROGS`` programs walk tile ids ``pid, pid + NUM_PROGS, ...``
+(static), or claim the next tile id from an atomic counter (``DYNAMIC``). GEMM-RS claims
+dynamically: then no tile of the local chunk (which waits on peers) is taken before every tile the
+peers wait on (which waits on nothing) has been taken by a running program, so the kernel cannot
+deadlock across ranks even when other kernels hold some SMs and not all programs are resident
+(and it runs under the interpreter, where programs run one after another). Tile ids follow the schedule's block order, ``GROUP_M`` blocks at a time across all column blocks
+(L2 reuse of B), so the whole GPU moves through the chunks in the order the data arrives (AG) or
+must leave (RS). Every wait is bounded (see :mod:`fluxlite.kernels.flags`).
+
+Loads go through TMA descriptors (``USE_TMA``) when rows are 16-byte aligned, else masked pointer
+loads. Stores are masked pointer stores: blocks never straddle chunks, and a ragged last block
+must not write the next chunk's rows. ``UPCAST`` computes the dot in fp32 (the Triton interpreter's
+bf16 arithmetic is broken; GPU code keeps native bf16/fp16).
+"""
+
+import triton
+import triton.language as tl
+
+from .. import errors
+from .flags import signal_add, wait_epoch
+
+MODE_AG = tl.constexpr(1)
+MODE_RS = tl.constexpr(2)
+ERR_AG_DATA = tl.constexpr(errors.ERR_AG_DATA)  # what a timed-out wait records
+ERR_RS_PARTIAL = tl.constexpr(errors.ERR_RS_PARTIAL)
+
+
+@triton.jit
+def _tile_coords(tile, num_blocks, num_n, GROUP_M: tl.constexpr):
+    """Tile id -> (row block index in schedule order, column block index), grouped by GROUP_M."""
+    per_group = GROUP_M * num_n
+    first = (tile // per_group) * GROUP_M
+    size = tl.minimum(num_blocks - first, GROUP_M)
+    return first + (tile % per_group) % size, (tile % per_group) // size
+
+
+@triton.jit
+def _mainloop(a_desc, b_desc, a_row, a_row_limit, n0, N, K,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """acc = A[a_row : a_row + BLOCK_M, :] @ B[n0 : n0 + BLOCK_N, :].T in fp32.
+
+    With USE_TMA the descriptors zero-fill out-of-range rows/columns; otherwise ``a_desc``/``b_desc``
+    are plain pointers to contiguous row-major tensors and the loads are masked.
+    """
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if USE_TMA:
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([a_row, k * BLOCK_K])
+            b = b_desc.load([n0, k * BLOCK_K])
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b.T, acc)
+    else:
+        offs_m = a_row + tl.arange(0, BLOCK_M)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        m_ok = offs_m < a_row_limit
+        n_ok = offs_n < N
+        a_ptrs = a_desc + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
+        b_ptrs = b_desc + offs_n.to(tl.int64)[:, None] * K + offs_k[None, :]
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            k_ok = (k * BLOCK_K + offs_k) < K
+            a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b.T, acc)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K
+    return acc
+
+
+@triton.jit
+def fused_gemm_kernel(
+    a_desc,            # AG: the gathered buffer [W*m, K] (the producer fills it); RS: a [M, K_local]
+    b_desc,            # weight [N, K]
+    out_ptr,           # AG: [W*m, N]; RS: [M/W, N]
+    bias_ptr,          # [N] or unused
+    partial_ptr,       # RS: [W, M/W, N] our partials of peers' rows; AG: unused
+    recv_ptr,          # RS: [W, M/W, N] peers' partials of our rows (symmetric buffer); AG: unused
+    blocks_ptr,        # int32 [num_blocks, 4]: (chunk, row0, rows, split), in schedule order
+    flags_ptr,         # int32 local flag array (schedule.num_flag_slots)
+    counters_ptr,      # int32 [W * MAX_SPLITS + 1], zeroed per call: RS tile counters, then the tile claim counter
+    error_ptr,         # int32 [8] error record
+    num_blocks, chunk_rows, N, K, rank, world_size, epoch, timeout_ns,
+    MODE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_PROGS: tl.constexpr,
+    DYNAMIC: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    UPCAST: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_blocks * num_n
+    out_dtype = out_ptr.dtype.element_ty
+    offs_r = tl.arange(0, BLOCK_M)
+    ready_slot = tl.full((), -1, tl.int32)  # last AG flag slot this program saw ready: no re-polling
+
+    if DYNAMIC:
+        tile = tl.atomic_add(counters_ptr + world_size * MAX_SPLITS, 1, sem="relaxed", scope="gpu")
+    else:
+        tile = pid
+    while tile < num_tiles:
+        # Claim the next tile now, so the atomic's latency hides behind this tile's main loop.
+        if DYNAMIC:
+            next_tile = tl.atomic_add(counters_ptr + world_size * MAX_SPLITS, 1, sem="relaxed", scope="gpu")
+        else:
+            next_tile = tile + NUM_PROGS
+        i, j = _tile_coords(tile, num_blocks, num_n, GROUP_M)
+        chunk = tl.load(blocks_ptr + 4 * i)
+        row0 = tl.load(blocks_ptr + 4 * i + 1)
+        rows = tl.load(blocks_ptr + 4 * i + 2)
+        split = tl.load(blocks_ptr + 4 * i + 3)
+        n0 = j * BLOCK_N
+
+        if MODE == MODE_AG:
+            # Every chunk, the local one included, is read from the gathered buffer: one source
+            # descriptor keeps one pipelined main loop (two would need two sets of shared-memory
+            # stages, more than an SM has). The producer copies the local rows first.
+            slot = world_size + chunk * MAX_SPLITS + split
+            if world_size > 1:
+                if slot != ready_slot:
+                    err = wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_AG_DATA,
+                                     slot, chunk, chunk, split, INTERPRET)
+                    if err == 0:
+                        ready_slot = slot
+                    else:
+                        # Unblock our producer's waits on peers' "staged" flags, so its stream
+                        # drains and the host can raise instead of hanging.
+                        for p in range(0, world_size):
+                            tl.atomic_max(flags_ptr + p, epoch, sem="relaxed", scope="sys")
+            out_row0 = chunk * chunk_rows + row0
+            acc = _mainloop(a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
+                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, UPCAST)
+        else:
+            acc = _mainloop(a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, n0, N, K,
+                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, UPCAST)
+            out_row0 = row0
+
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < N
+        mask = (offs_r < rows)[:, None] & col_ok[None, :]
+        to_peer = chunk != rank
+        if MODE != MODE_RS:
+            to_peer = False
+        if to_peer:
+            rows64 = (chunk * chunk_rows + row0 + offs_r).to(tl.int64)
+            tl.store(partial_ptr + rows64[:, None] * N + offs_n[None, :], acc.to(out_dtype), mask=mask)
+            signal_add(counters_ptr + chunk * MAX_SPLITS + split, 1)
+        else:
+            if MODE == MODE_RS:
+                for p in range(0, world_size):
+                    if p != rank:
+                        slot = world_size + world_size * MAX_SPLITS + p * MAX_SPLITS + split
+                        wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_RS_PARTIAL,
+                                   slot, p, rank, split, INTERPRET)
+                        rows64 = (p * chunk_rows + row0 + offs_r).to(tl.int64)
+                        part = tl.load(recv_ptr + rows64[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
+                        acc += part.to(tl.float32)
+            if HAS_BIAS:
+                acc += tl.load(bias_ptr + offs_n, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            rows64 = (out_row0 + offs_r).to(tl.int64)
+            tl.store(out_ptr + rows64[:, None] * N + offs_n[None, :], acc.to(out_dtype), mask=mask)
+        tile = next_tile
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------------
+import os  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Block sizes and launch shape of :func:`fused_gemm_kernel`."""
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    num_progs: int = 0  # 0: one program per SM (GPU), 2 under the interpreter
+
+
+INTERPRET_CONFIG = GemmConfig(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, num_progs=2)
+
+
+def _tma_ok(*tensors: torch.Tensor) -> bool:
+    """TMA needs 16-byte aligned bases and row strides."""
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
+
+
+def _descriptor(t: torch.Tensor, rows: int, cols: int, use_tma: bool):
+    return TensorDescriptor.from_tensor(t, [rows, cols]) if use_tma else t
+
+
+def launch(
+    mode: int,
+    *,
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    blocks: torch.Tensor,
+    chunk_rows: int,
+    rank: int,
+    world_size: int,
+    flags: torch.Tensor,
+    error: torch.Tensor,
+    epoch: int,
+    timeout_s: float,
+    config: GemmConfig,
+    max_splits: int,
+    bias: torch.Tensor | None = None,
+    partial: torch.Tensor | None = None,
+    recv: torch.Tensor | None = None,
+    counters: torch.Tensor | None = None,
+) -> None:
+    """Launch :func:`fused_gemm_kernel` over the schedule's ``blocks`` (see the module docstring).
+
+    Shapes: AG: ``a`` is the gathered buffer ``[W*m, K]``, ``out [W*m, N]``. RS: ``a [M, K]``,
+    ``partial``/``recv [W, M/W, N]``, ``out [M/W, N]``. ``weight [N, K]`` in both.
+    """
+    N, K = weight.shape
+    interp = interpreting()
+    cfg = config
+    use_tma = _tma_ok(a, weight)
+    num_tiles = blocks.shape[0] * triton.cdiv(N, cfg.block_n)
+    num_progs = cfg.num_progs or torch.cuda.get_device_properties(a.device).multi_processor_count
+    num_progs = max(1, min(num_progs, num_tiles))
+    a_desc = _descriptor(a, cfg.block_m, cfg.block_k, use_tma)
+    b_desc = _descriptor(weight, cfg.block_n, cfg.block_k, use_tma)
+    fused_gemm_kernel[(num_progs,)](
+        a_desc, b_desc, out,
+        bias if bias is not None else out,
+        partial if partial is not None else out,
+        recv if recv is not None else out,
+        blocks, flags,
+        counters if counters is not None else flags,
+        error,
+        blocks.shape[0], chunk_rows, N, K, rank, world_size, epoch, int(timeout_s * 1e9),
+        MODE=mode,
+        HAS_BIAS=bias is not None,
+        MAX_SPLITS=max_splits,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        NUM_PROGS=num_progs,
+        DYNAMIC=mode == MODE_RS,
+        USE_TMA=use_tma,
+        UPCAST=interp and a.dtype == torch.bfloat16,
+        INTERPRET=interp,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
