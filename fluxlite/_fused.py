@@ -40,6 +40,7 @@ import torch
 from . import schedule as sch
 from .flags import host_set_flag, host_wait_flag
 from .kernels import fused_gemm as kern
+from ._sequential import linear_into
 from .workspace import SymmetricWorkspace
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
@@ -131,13 +132,6 @@ def _rs_steps(ws, sched, partial, parity: int, epoch: int, tiles_per_block: int)
 # ---- the two ops -------------------------------------------------------------------------------
 
 
-def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    if bias is not None:
-        torch.addmm(bias, x, weight.t(), out=out)
-    else:
-        torch.matmul(x, weight.t(), out=out)
-
-
 class _Call:
     """One fused call: epoch, deadline, and the join/raise logic shared by both ops."""
 
@@ -153,14 +147,25 @@ class _Call:
     def wait_info(self) -> dict:
         return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank)
 
-    def run(self, produce_steps_fn, consume) -> None:
-        """Run the producer (thread or stream) beside ``consume()``; join; raise on any timeout."""
+    def run(self, produce_steps_fn, consume, *, producer_first: bool) -> None:
+        """Run the producer (thread or stream) beside ``consume()``; join; raise on any timeout.
+
+        On CUDA, ``producer_first`` decides what is queued first. With one hardware queue
+        (``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets) a stream wait blocks everything queued
+        after it, so a wait must never sit in front of the work it waits for: AG's producer waits
+        only on peers' producers and goes first (its copies then start before the kernel is even
+        launched); RS's producer waits on the kernel's counters and goes second.
+        """
         ws = self.ws
         if ws.is_cuda:
             main = torch.cuda.current_stream(ws.device)
             ws.producer_stream.wait_stream(main)
-            consume()  # launches the kernel first: the producer's waits may depend on it (RS)
-            _enqueue_steps_on_stream(produce_steps_fn(), ws.producer_stream)
+            if producer_first:
+                _enqueue_steps_on_stream(produce_steps_fn(), ws.producer_stream)
+                consume()
+            else:
+                consume()
+                _enqueue_steps_on_stream(produce_steps_fn(), ws.producer_stream)
             main.wait_stream(ws.producer_stream)
             ws.note_kernel_launch(self.timeout_s)
             if _blocking():
@@ -200,7 +205,7 @@ def _blocking() -> bool:
     return os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0")
 
 
-def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
+def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=None):
     """Fused AG-GEMM. ``a: [m, K]``, ``weight: [N_local, K]`` -> ``([W*m, N_local], gathered [W*m, K])``."""
     call = _Call(ws, "ag_gemm", timeout_s)
     W, r = ws.world_size, ws.rank
@@ -209,7 +214,8 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
     ws.reserve(a.numel() * a.element_size())
     ws.counters.zero_()
     gathered = a.new_empty((W * m, K))
-    out = a.new_empty((W * m, weight.shape[0]))
+    if out is None:
+        out = a.new_empty((W * m, weight.shape[0]))
     mine = ws.flags(r)
 
     def consume_torch() -> None:
@@ -217,17 +223,17 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
             host_wait_flag(mine, sch.ag_data_slot(W, chunk, split), call.epoch, what="gathered rows",
                            peer=chunk, chunk=chunk, split=split, **call.wait_info())
             rows_ = slice(chunk * m + row0, chunk * m + row0 + rows)
-            _linear_into(out[rows_], gathered[rows_], weight, bias)
+            linear_into(out[rows_], gathered[rows_], weight, bias)
 
     def consume_triton() -> None:
         call.launch(kern.MODE_AG, sched=sched, a=gathered, weight=weight, out=out, bias=bias)
 
     call.run(lambda: _ag_steps(ws, sched, a, gathered, call.parity, call.epoch),
-             consume_triton if call.consumer == "triton" else consume_torch)
+             consume_triton if call.consumer == "triton" else consume_torch, producer_first=True)
     return out, gathered
 
 
-def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
+def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=None):
     """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``."""
     call = _Call(ws, "gemm_rs", timeout_s)
     W, r = ws.world_size, ws.rank
@@ -238,7 +244,8 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
     ws.reserve(W * mc * N * a.element_size())
     recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows
     partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
-    out = a.new_empty((mc, N))
+    if out is None:
+        out = a.new_empty((mc, N))
     ws.counters.zero_()
     mine = ws.flags(r)
     triton_consumer = call.consumer == "triton"
@@ -267,5 +274,5 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float):
         call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv)
 
     call.run(lambda: _rs_steps(ws, sched, partial, call.parity, call.epoch, tiles_per_block),
-             consume_triton if triton_consumer else consume_torch)
+             consume_triton if triton_consumer else consume_torch, producer_first=False)
     return out

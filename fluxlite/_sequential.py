@@ -35,20 +35,28 @@ def reduce_scatter_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     return out
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.addmm(bias, x, weight.t()) if bias is not None else x @ weight.t()
+def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight.T (+ bias)``, written into ``out`` when given."""
+    if out is None:
+        out = x.new_empty((x.shape[0], weight.shape[0]))
+    if bias is not None:
+        return torch.addmm(bias, x, weight.t(), out=out)
+    return torch.matmul(x, weight.t(), out=out)
 
 
-def ag_gemm(tp: TPGroup, a, weight, bias, return_gathered: bool):
-    """``all_gather(a) @ weight.T (+ bias)``; ``a: [m, K]``, ``weight: [N_local, K]``."""
+def ag_gemm(tp: TPGroup, a, weight, bias, out=None):
+    """``(all_gather(a) @ weight.T (+ bias), all_gather(a))``; ``a: [m, K]``, ``weight: [N_local, K]``."""
     gathered = all_gather_rows(a, tp)
-    out = _linear(gathered, weight, bias)
-    return (out, gathered) if return_gathered else out
+    return linear_into(out, gathered, weight, bias), gathered
 
 
-def gemm_rs(tp: TPGroup, a, weight, bias):
+def gemm_rs(tp: TPGroup, a, weight, bias, out=None):
     """``reduce_scatter(a @ weight.T) (+ bias)``; ``a: [M, K_local]``, ``weight: [N, K_local]``."""
-    out = reduce_scatter_rows(a @ weight.t(), tp)
+    reduced = reduce_scatter_rows(a @ weight.t(), tp)
+    if out is None:
+        out = reduced
+    else:
+        out.copy_(reduced)
     if bias is not None:
         out += bias
     return out

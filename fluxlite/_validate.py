@@ -73,3 +73,19 @@ def check_rows_divisible(op: str, rows: int, world_size: int) -> None:
 def check_timeout(timeout) -> None:
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
+
+
+def check_out(op: str, out, shape: tuple[int, ...], like: torch.Tensor) -> None:
+    """``out`` (optional, caller-allocated result) must be contiguous ``shape`` in ``like``'s dtype/device."""
+    if out is None:
+        return
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a torch.Tensor or None, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    if out.dtype != like.dtype:
+        raise TypeError(f"{op}: out.dtype must be {like.dtype}, got {out.dtype}")
+    if out.device != like.device:
+        raise ValueError(f"{op}: out must be on {like.device}, got {out.device}")
+    if not out.is_contiguous():
+        raise ValueError(f"{op}: out must be contiguous")

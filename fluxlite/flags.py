@@ -37,7 +37,14 @@ def resolve_timeout(timeout: float | None) -> float:
         timeout = _timeout_override
     if timeout is None:
         env = os.environ.get("FLUXLITE_TIMEOUT_S")
-        timeout = float(env) if env else DEFAULT_TIMEOUT_S
+        if not env:
+            return DEFAULT_TIMEOUT_S
+        try:
+            timeout = float(env)
+        except ValueError:
+            timeout = None
+        if timeout is None or not timeout > 0:
+            raise ValueError(f"FLUXLITE_TIMEOUT_S must be a positive number of seconds, got {env!r}")
     if not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return float(timeout)

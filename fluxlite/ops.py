@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from . import _fused, _sequential
-from ._validate import check_impl, check_operands, check_rows_divisible, check_timeout
+from ._validate import check_impl, check_operands, check_out, check_rows_divisible, check_timeout
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
 from .workspace import get_workspace, workspaces_of
@@ -50,6 +50,7 @@ def ag_gemm(
     impl: str = "auto",
     return_gathered: bool = False,
     timeout: float | None = None,
+    out: torch.Tensor | None = None,
 ):
     """All-gather rows of ``a`` across the group, then multiply by ``weight.T`` (+ ``bias``).
 
@@ -61,6 +62,7 @@ def ag_gemm(
         impl: ``"sequential"`` (collective, then matmul), ``"fused"`` (tile protocol) or ``"auto"``.
         return_gathered: also return the gathered input ``[W*m, K]`` (rank-major rows).
         timeout: seconds any flag wait may take (default: ``FLUXLITE_TIMEOUT_S`` or 120).
+        out: optional ``[W*m, N_local]`` tensor to write the result into.
 
     Returns:
         ``[W*m, N_local]`` in ``a.dtype``, or ``(out, gathered)`` when ``return_gathered``.
@@ -70,15 +72,17 @@ def ag_gemm(
     tp = resolve_group(group)
     a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
     W = tp.world_size
+    check_out("ag_gemm", out, (W * a.shape[0], weight.shape[0]), a)
     chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])
     timeout_s = resolve_timeout(timeout)
     if chosen == "fused":
         _check_fused_dtype("ag_gemm", a)
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
-            return _sequential.ag_gemm(tp, a, weight, bias, return_gathered)
-        ws = get_workspace(tp.group, a.device)
-        out, gathered = _fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s)
+            out, gathered = _sequential.ag_gemm(tp, a, weight, bias, out)
+        else:
+            ws = get_workspace(tp.group, a.device)
+            out, gathered = _fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out)
     return (out, gathered) if return_gathered else out
 
 
@@ -90,6 +94,7 @@ def gemm_rs(
     group: dist.ProcessGroup | None = None,
     impl: str = "auto",
     timeout: float | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Multiply ``a`` by ``weight.T``, reduce-scatter the rows across the group, add ``bias`` once.
 
@@ -98,6 +103,7 @@ def gemm_rs(
         weight: ``[N, K_local]`` (``nn.Linear`` layout).
         bias: ``[N]`` or ``None``; added once, after the reduction.
         group, impl, timeout: as in :func:`ag_gemm`.
+        out: optional ``[M/W, N]`` tensor to write the result into.
 
     Returns:
         ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
@@ -108,15 +114,16 @@ def gemm_rs(
     a, weight, bias = check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
     W = tp.world_size
     check_rows_divisible("gemm_rs", a.shape[0], W)
+    check_out("gemm_rs", out, (a.shape[0] // W, weight.shape[0]), a)
     chosen = _choose(impl, tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0])
     timeout_s = resolve_timeout(timeout)
     if chosen == "fused":
         _check_fused_dtype("gemm_rs", a)
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
-            return _sequential.gemm_rs(tp, a, weight, bias)
+            return _sequential.gemm_rs(tp, a, weight, bias, out)
         ws = get_workspace(tp.group, a.device)
-        return _fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s)
+        return _fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out)
 
 
 def synchronize(group: dist.ProcessGroup | None = None) -> None:

@@ -93,7 +93,9 @@ def _mainloop(a_desc, b_desc, a_row, a_row_limit, n0, N, K,
     return acc
 
 
-@triton.jit
+# Values that change from call to call must not be specialised on (Triton specialises ints equal to
+# 1 and divisible by 16), or each new epoch or row count would compile a new kernel.
+@triton.jit(do_not_specialize=["num_blocks", "chunk_rows", "rank", "world_size", "epoch", "timeout_ns"])
 def fused_gemm_kernel(
     a_desc,            # AG: the gathered buffer [W*m, K] (the producer fills it); RS: a [M, K_local]
     b_desc,            # weight [N, K]
@@ -199,6 +201,7 @@ def fused_gemm_kernel(
 # ---------------------------------------------------------------------------------------------
 import os  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from functools import lru_cache  # noqa: E402
 
 import torch  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
@@ -223,6 +226,11 @@ class GemmConfig:
 
 
 INTERPRET_CONFIG = GemmConfig(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, num_progs=2)
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:
@@ -265,7 +273,7 @@ def launch(
     cfg = config
     use_tma = _tma_ok(a, weight)
     num_tiles = blocks.shape[0] * triton.cdiv(N, cfg.block_n)
-    num_progs = cfg.num_progs or torch.cuda.get_device_properties(a.device).multi_processor_count
+    num_progs = cfg.num_progs or _sm_count(a.device)
     num_progs = max(1, min(num_progs, num_tiles))
     a_desc = _descriptor(a, cfg.block_m, cfg.block_k, use_tma)
     b_desc = _descriptor(weight, cfg.block_n, cfg.block_k, use_tma)
@@ -293,3 +301,34 @@ def launch(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+_PLAIN: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+         config: GemmConfig | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The same kernel as a plain GEMM, with no communication: ``a [M, K] @ weight[N, K].T (+ bias)``.
+
+    A one-rank AG schedule: nothing waits. Used to measure the GEMM alone and to check the core.
+    """
+    from ..schedule import MAX_SPLITS, ag_schedule, num_flag_slots
+
+    cfg = config or (INTERPRET_CONFIG if interpreting() else GemmConfig())
+    M = a.shape[0]
+    key = (M, cfg.block_m, str(a.device))
+    if key not in _PLAIN:
+        sched = ag_schedule(1, 0, M, cfg.block_m, 1)
+        _PLAIN[key] = (
+            sched.blocks.to(a.device),
+            torch.zeros(num_flag_slots(1), dtype=torch.int32, device=a.device),
+            torch.zeros(8, dtype=torch.int32, device=a.device),
+            torch.zeros(MAX_SPLITS + 1, dtype=torch.int32, device=a.device),
+        )
+    blocks, flags, error, counters = _PLAIN[key]
+    if out is None:
+        out = a.new_empty((M, weight.shape[0]))
+    launch(MODE_AG, a=a, weight=weight, out=out, blocks=blocks, chunk_rows=M, rank=0, world_size=1,
+           flags=flags, error=error, epoch=1, timeout_s=1.0, config=cfg, max_splits=MAX_SPLITS,
+           bias=bias, counters=counters)
+    return out

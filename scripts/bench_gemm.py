@@ -1,0 +1,64 @@
+"""fluxlite's Triton GEMM alone against cuBLAS, over a few block configurations (one GPU).
+
+    python3 scripts/bench_gemm.py --out bench_gemm.json
+
+``triton.testing.do_bench`` median (ms) on random bf16 data; prints TFLOP/s and the ratio to cuBLAS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from fluxlite.kernels.fused_gemm import GemmConfig, gemm  # noqa: E402
+
+SHAPES = [(8192, 8192, 14336), (8192, 14336, 8192), (8192, 8192, 5120), (16384, 8192, 4096), (8192, 5120, 8192),
+          (16384, 4096, 8192)]
+CONFIGS = {
+    "128x256x64 w8 s3 g8": GemmConfig(),
+    "128x256x64 w8 s3 g16": GemmConfig(group_m=16),
+    "128x128x64 w4 s4": GemmConfig(block_n=128, num_warps=4, num_stages=4),
+    "128x128x64 w8 s4": GemmConfig(block_n=128, num_warps=8, num_stages=4),
+    "256x128x64 w8 s3": GemmConfig(block_m=256, block_n=128),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    rows = []
+    for M, K, N in SHAPES:
+        a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+        w = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+        flops = 2.0 * M * N * K
+        t_cublas = triton.testing.do_bench(lambda: torch.matmul(a, w.t()), warmup=50, rep=300, return_mode="median")
+        row = dict(M=M, K=K, N=N, cublas_ms=t_cublas, configs={})
+        ref = (a.float() @ w.float().t())
+        for name, cfg in CONFIGS.items():
+            try:
+                out = gemm(a, w, config=cfg)
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                t = triton.testing.do_bench(lambda: gemm(a, w, config=cfg), warmup=50, rep=300, return_mode="median")
+                row["configs"][name] = dict(ms=t, ratio=t / t_cublas, tflops=flops / t / 1e9, rel_err=err)
+            except Exception as exc:
+                row["configs"][name] = dict(error=repr(exc)[:200])
+        rows.append(row)
+        best = min((v["ratio"], k) for k, v in row["configs"].items() if "ratio" in v)
+        print(f"{M}x{K}->{N}: cuBLAS {t_cublas:.3f} ms ({flops / t_cublas / 1e9:.0f} TFLOP/s); "
+              + "; ".join(f"{k}: {v['ratio']:.3f}" if "ratio" in v else f"{k}: ERR {v['error'][:60]}" for k, v in row["configs"].items())
+              + f"; best {best[1]} {best[0]:.3f}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

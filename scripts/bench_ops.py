@@ -1,0 +1,170 @@
+"""Benchmark fluxlite's fused AG-GEMM and GEMM-RS against baselines measured in the same run.
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out bench_ops.json
+
+For every shape (ANCHORS.md's by default) it times, with CUDA events after a warm-up (median over
+iterations, then the max over ranks):
+
+- ``cublas``: the per-rank GEMM alone (``torch.matmul``), no communication;
+- ``nccl``: the collective alone (all-gather of ``a`` / reduce-scatter of the partial);
+- ``sequential``: NCCL then cuBLAS (AG) or cuBLAS then NCCL (RS): ``impl="sequential"``;
+- ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``;
+- ``fl_gemm``: fluxlite's Triton GEMM alone (the fused kernel with nothing to wait on);
+- ``fl_fused``: fluxlite fused (``impl="fused"``).
+
+and derives ``fused/cublas``, the speedup over sequential and over torch's fused op, the exposed
+communication ``fused - cublas`` and the overlap efficiency
+``(T_gemm + T_comm - T_fused) / min(T_gemm, T_comm)``.
+Shapes are ``M x K -> N`` as in ANCHORS.md: AG ``M`` is the gathered row count, ``K`` the hidden
+size, ``N`` the local output columns; RS ``M`` rows, ``K`` the local reduction size, ``N`` outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import fluxlite  # noqa: E402
+from fluxlite.kernels import fused_gemm as kern  # noqa: E402
+
+AG_SHAPES = [(8192, 8192, 14336), (8192, 8192, 5120), (4096, 8192, 14336), (16384, 8192, 4096)]
+RS_SHAPES = [(8192, 14336, 8192), (8192, 5120, 8192), (4096, 14336, 8192), (16384, 4096, 8192)]
+
+
+def time_ms(fn, iters: int, warmup: int) -> float:
+    """Median CUDA-event time of ``fn`` over ``iters`` calls after ``warmup``; max over ranks."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    events = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    median = statistics.median(s.elapsed_time(e) for s, e in events)
+    t = torch.tensor([median], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def rel_err(x: torch.Tensor, y: torch.Tensor) -> float:
+    return ((x.float() - y.float()).norm() / y.float().norm()).item()
+
+
+def bench_ag(M: int, K: int, N: int, args) -> dict:
+    W, group_name = dist.get_world_size(), dist.group.WORLD.group_name
+    m = M // W
+    a = torch.randn(m, K, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+    a_full = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    gathered = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+    fns = {
+        "cublas": lambda: torch.matmul(a_full, w.t()),
+        "nccl": lambda: dist.all_gather_into_tensor(gathered, a),
+        "sequential": lambda: fluxlite.ag_gemm(a, w, impl="sequential"),
+        "torch_fused": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [w.t()], 0, group_name),
+        "fl_gemm": lambda: kern.gemm(a_full, w),
+        "fl_fused": lambda: fluxlite.ag_gemm(a, w, impl="fused"),
+    }
+    check = rel_err(fluxlite.ag_gemm(a, w, impl="fused"), fluxlite.ag_gemm(a, w, impl="sequential"))
+    return _measure("ag", (M, K, N), fns, check, args)
+
+
+def bench_rs(M: int, K: int, N: int, args) -> dict:
+    W, group_name = dist.get_world_size(), dist.group.WORLD.group_name
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+    partial = torch.randn(M, N, device="cuda").to(torch.bfloat16)
+    reduced = torch.empty(M // W, N, device="cuda", dtype=torch.bfloat16)
+    fns = {
+        "cublas": lambda: torch.matmul(a, w.t()),
+        "nccl": lambda: dist.reduce_scatter_tensor(reduced, partial),
+        "sequential": lambda: fluxlite.gemm_rs(a, w, impl="sequential"),
+        "torch_fused": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, w.t(), "sum", 0, group_name),
+        "fl_gemm": lambda: kern.gemm(a, w),
+        "fl_fused": lambda: fluxlite.gemm_rs(a, w, impl="fused"),
+    }
+    check = rel_err(fluxlite.gemm_rs(a, w, impl="fused"), fluxlite.gemm_rs(a, w, impl="sequential"))
+    return _measure("rs", (M, K, N), fns, check, args)
+
+
+def _measure(op: str, shape, fns, check: float, args) -> dict:
+    times = {}
+    for name, fn in fns.items():
+        try:
+            times[name] = time_ms(fn, args.iters, args.warmup)
+        except Exception as exc:  # a baseline missing on this stack must not hide the others
+            if dist.get_rank() == 0:
+                print(f"  {op} {shape} {name}: failed: {exc!r}", flush=True)
+            times[name] = float("nan")
+    g, c, f = times["cublas"], times["nccl"], times["fl_fused"]
+    row = dict(op=op, M=shape[0], K=shape[1], N=shape[2], times_ms=times, fused_vs_seq_rel_err=check,
+               fused_over_cublas=f / g, fl_gemm_over_cublas=times["fl_gemm"] / g,
+               speedup_vs_sequential=times["sequential"] / f, speedup_vs_torch_fused=times["torch_fused"] / f,
+               exposed_comm_ms=f - g, overlap_efficiency=(g + c - f) / min(g, c))
+    if dist.get_rank() == 0:
+        print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", default="ag,rs", help="comma list of ag, rs")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", default=None, help="write the rows as JSON here (rank 0)")
+    args = parser.parse_args()
+
+    fluxlite.init()
+    import torch.distributed._symmetric_memory as symm_mem
+
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):
+        symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name)
+    torch.manual_seed(dist.get_rank())
+    rows = []
+    for op in args.ops.split(","):
+        for shape in (AG_SHAPES if op == "ag" else RS_SHAPES):
+            rows.append((bench_ag if op == "ag" else bench_rs)(*shape, args))
+    if dist.get_rank() == 0:
+        meta = dict(device=torch.cuda.get_device_name(), world_size=dist.get_world_size(),
+                    torch=torch.__version__, triton=__import__("triton").__version__,
+                    nccl=".".join(map(str, torch.cuda.nccl.version())), iters=args.iters, warmup=args.warmup)
+        print_table(rows, meta)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    dist.barrier()
+    fluxlite.release_workspaces()
+    dist.destroy_process_group()
+
+
+def print_table(rows, meta) -> None:
+    print(f"\n{meta['device']} x{meta['world_size']}  torch {meta['torch']}  triton {meta['triton']}  nccl {meta['nccl']}")
+    head = ("op", "M x K -> N", "cuBLAS", "NCCL", "seq", "torch", "flGEMM", "fused", "fused/cuBLAS",
+            "flGEMM/cuBLAS", "vs seq", "vs torch", "overlap", "err")
+    print("  ".join(f"{h:>10}" for h in head))
+    for r in rows:
+        t = r["times_ms"]
+        cells = (r["op"], f"{r['M']}x{r['K']}->{r['N']}", *(f"{t[k]:.3f}" for k in
+                 ("cublas", "nccl", "sequential", "torch_fused", "fl_gemm", "fl_fused")),
+                 f"{r['fused_over_cublas']:.3f}", f"{r['fl_gemm_over_cublas']:.3f}",
+                 f"{r['speedup_vs_sequential']:.2f}x", f"{r['speedup_vs_torch_fused']:.2f}x",
+                 f"{r['overlap_efficiency']:.2f}", f"{r['fused_vs_seq_rel_err']:.1e}")
+        print("  ".join(f"{c:>10}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()

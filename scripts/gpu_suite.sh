@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU suite for the lent 2xH200: GPU-marked tests, then the benchmarks. One call does it all.
+#   scripts/gpu_suite.sh [env|tests|gemm|bench|all ...]     (default: all)
+# Writes logs and JSON under $OUT (the device tool's output folder) or ./gpu_out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# Never NVLink multicast on the shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+OUT="${OUT:-$PWD/gpu_out}"
+mkdir -p "$OUT"
+parts=("${@:-all}")
+want() { for p in "${parts[@]}"; do [[ $p == all || $p == "$1" ]] && return 0; done; return 1; }
+status=0
+
+if want env; then
+  nvidia-smi -L
+  nvidia-smi topo -m 2>/dev/null | head -5
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
+fi
+if want tests; then
+  timeout 420 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  status=$((status | PIPESTATUS[0]))
+fi
+if want gemm; then
+  timeout 240 python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" | tail -12
+  status=$((status | PIPESTATUS[0]))
+fi
+if want bench; then
+  timeout 300 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
+    | tee "$OUT/bench_ops.log" | grep -v '^{' | tail -16
+  status=$((status | PIPESTATUS[0]))
+fi
+exit $status

@@ -1,0 +1,53 @@
+"""Spawn NCCL process groups on the local GPUs for ``@pytest.mark.gpu`` tests.
+
+``run_gpu_ranks(fn, world_size, *args)`` runs ``fn(rank, world_size, *args)`` in fresh processes,
+one per GPU, joined by an NCCL group. Each worker is a fresh process: its first fluxlite call is a
+true first call (no warm-up, default lazy module loading).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from .dist_utils import free_port
+
+# Never use NVLink multicast on the shared test machines.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
+    os.environ.update(env)
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            device_id=torch.device("cuda", rank))
+    try:
+        fn(rank, world_size, *args)
+    except BaseException:
+        traceback.print_exc()
+        raise
+    finally:
+        import fluxlite
+
+        fluxlite.release_workspaces()
+        dist.destroy_process_group()
+
+
+def run_gpu_ranks(fn, world_size: int = 2, *args, env: dict | None = None) -> None:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
+        pytest.skip(f"needs {world_size} CUDA GPUs")
+    env = {**SAFE_ENV, "FLUXLITE_TIMEOUT_S": "60", **(env or {})}
+    mp.spawn(_entry, args=(world_size, free_port(), fn, args, env), nprocs=world_size, join=True)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float64; NaN (an unwritten, poisoned element) gives inf."""
+    diff = (out.double() - ref.double()).norm().item()
+    if diff != diff:
+        return float("inf")
+    return diff / max(ref.double().norm().item(), 1e-30)
