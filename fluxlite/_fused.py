@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -47,6 +48,18 @@ CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
 COPY, SIGNAL, WAIT = "copy", "signal", "wait"
 
 
+@dataclass
+class Tuning:
+    """Knobs the benchmarks turn to compare variants (defaults are what users get)."""
+
+    splits: int | None = None  # splits per chunk; None: schedule.default_splits
+    config: kern.GemmConfig | None = None  # kernel blocks on CUDA; None: GemmConfig()
+    rs_dynamic: bool = True  # GEMM-RS claims tiles from an atomic counter (see the kernel's docstring)
+
+
+TUNING = Tuning()
+
+
 def cpu_consumer() -> str:
     """CPU consumer: ``torch`` (default; per-block matmul) or ``triton`` (the GPU kernel, interpreted)."""
     name = os.environ.get("FLUXLITE_CPU_CONSUMER", "torch")
@@ -56,11 +69,15 @@ def cpu_consumer() -> str:
 
 
 def _kernel_config(device: torch.device) -> kern.GemmConfig:
-    return kern.GemmConfig() if device.type == "cuda" else kern.INTERPRET_CONFIG
+    if device.type != "cuda":
+        return kern.INTERPRET_CONFIG
+    return TUNING.config or kern.GemmConfig()
 
 
-def _flag(ws: SymmetricWorkspace, rank: int, slot: int) -> tuple[torch.Tensor, int]:
-    return ws.flags(rank), slot
+def _splits(block_m: int, chunk_rows: int) -> int | None:
+    if TUNING.splits is None:
+        return None
+    return max(1, min(TUNING.splits, sch.MAX_SPLITS, -(-chunk_rows // block_m)))
 
 
 # ---- producers ---------------------------------------------------------------------------------
@@ -196,9 +213,8 @@ class _Call:
 
     def raise_kernel_error(self) -> None:
         """CPU (interpreted kernel): turn the kernel's error record into the exception at once."""
-        exc = self.ws.kernel_error(self.timeout_s)
-        if exc is not None:
-            raise exc
+        self.ws.read_kernel_error(self.timeout_s)
+        self.ws.check()
 
 
 def _blocking() -> bool:
@@ -210,7 +226,7 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     call = _Call(ws, "ag_gemm", timeout_s)
     W, r = ws.world_size, ws.rank
     m, K = a.shape
-    sched = sch.ag_schedule(W, r, m, call.block_m)
+    sched = sch.ag_schedule(W, r, m, call.block_m, _splits(call.block_m, m))
     ws.reserve(a.numel() * a.element_size())
     ws.counters.zero_()
     gathered = a.new_empty((W * m, K))
@@ -240,7 +256,7 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     M = a.shape[0]
     N = weight.shape[0]
     mc = M // W
-    sched = sch.rs_schedule(W, r, mc, call.block_m)
+    sched = sch.rs_schedule(W, r, mc, call.block_m, _splits(call.block_m, mc))
     ws.reserve(W * mc * N * a.element_size())
     recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows
     partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
@@ -271,7 +287,8 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
             out[row0 : row0 + rows] = acc
 
     def consume_triton() -> None:
-        call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv)
+        call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
+                    dynamic=TUNING.rs_dynamic)
 
     call.run(lambda: _rs_steps(ws, sched, partial, call.parity, call.epoch, tiles_per_block),
              consume_triton if triton_consumer else consume_torch, producer_first=False)

@@ -23,7 +23,9 @@ Backends
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import tempfile
 import threading
 import uuid
@@ -33,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from . import schedule
-from .errors import FluxliteError, FluxliteTimeoutError, timeout_from_record
+from .errors import FluxliteError, timeout_from_record
 from .group import TPGroup, resolve_group
 
 _ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
@@ -64,6 +66,10 @@ class _SharedFiles:
         self.generation += 1
         paths = [self.path(self.generation, p) for p in range(self.tp.world_size)]
         mine = paths[self.tp.rank]
+        with _unlink_on_sigterm(paths):
+            return self._map_all(paths, mine, nbytes)
+
+    def _map_all(self, paths: list[str], mine: str, nbytes: int) -> list[torch.Tensor]:
         try:
             fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -84,6 +90,32 @@ class _SharedFiles:
             raise
         _unlink(mine)
         return views
+
+
+@contextlib.contextmanager
+def _unlink_on_sigterm(paths: list[str]):
+    """While the names exist, a SIGTERM takes them down before the process goes.
+
+    When one rank dies, torchrun and ``mp.spawn`` SIGTERM the survivors at once; by default that
+    kills a survivor before its ``except`` clause can unlink a half-made generation. Python runs this
+    handler as soon as the main thread is back from the blocking call (gloo reports the dead peer).
+    Installed only from the main thread and only over the default disposition; then re-raised.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        for path in paths:
+            _unlink(path)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # runs a pending handler first
 
 
 def _unlink(path: str) -> None:
@@ -136,6 +168,7 @@ class SymmetricWorkspace:
         self.capacity = 0  # data bytes per parity
         self._views: list[torch.Tensor] = []
         self._poison: BaseException | None = None
+        self._poison_raised = False
         self.is_cuda = device.type == "cuda"
         if self.is_cuda:
             self._backend = _SymmMem(tp, device)
@@ -202,28 +235,35 @@ class SymmetricWorkspace:
             raise FluxliteError("fluxlite workspace epoch overflowed int32; release and recreate the workspace")
         return self.epoch
 
-    def poison(self, exc: BaseException) -> None:
-        """Mark the workspace unusable after a timeout: peers' flags and buffers no longer agree."""
+    def poison(self, exc: BaseException, *, raised: bool = True) -> None:
+        """Mark the workspace unusable after a failure: peers' flags and buffers no longer agree.
+
+        ``raised=False`` when the failure (a GPU kernel's record) has not been raised to the caller
+        yet: the next :meth:`check` raises it as it is, later ones raise "poisoned".
+        """
         if self._poison is None:
-            self._poison = exc
+            self._poison, self._poison_raised = exc, raised
 
     def check(self) -> None:
         """Raise if an earlier call failed, including a timeout a GPU kernel recorded and that has
         become visible without blocking (see :meth:`note_kernel_launch`)."""
         if self.is_cuda and self._poison is None and self._err_event is not None and self._err_event.query():
             self._poison_from_record(self._err_host.tolist())
-        if self._poison is not None:
-            raise FluxliteError(f"fluxlite workspace is poisoned by an earlier failure: {self._poison}") from self._poison
+        if self._poison is None:
+            return
+        if not self._poison_raised:
+            self._poison_raised = True
+            raise self._poison
+        raise FluxliteError(f"fluxlite workspace is poisoned by an earlier failure: {self._poison}") from self._poison
 
-    def kernel_error(self, timeout_s: float) -> FluxliteTimeoutError | None:
-        """Read the kernel error record now (blocking); poison and return the exception if set."""
+    def read_kernel_error(self, timeout_s: float) -> None:
+        """Read the kernel error record now (blocking); a recorded timeout poisons the workspace."""
         self._timeout_s = timeout_s
         self._poison_from_record(self.error.tolist())
-        return self._poison if isinstance(self._poison, FluxliteTimeoutError) else None
 
     def _poison_from_record(self, rec: list[int]) -> None:
         if rec[0] != 0:
-            self.poison(timeout_from_record(rec, rank=self.rank, timeout_s=self._timeout_s))
+            self.poison(timeout_from_record(rec, rank=self.rank, timeout_s=self._timeout_s), raised=False)
 
     def note_kernel_launch(self, timeout_s: float) -> None:
         """After a fused launch on CUDA: copy the error record to pinned memory without blocking,

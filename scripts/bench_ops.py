@@ -34,30 +34,52 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fluxlite  # noqa: E402
+from fluxlite import _fused  # noqa: E402
 from fluxlite.kernels import fused_gemm as kern  # noqa: E402
 
 AG_SHAPES = [(8192, 8192, 14336), (8192, 8192, 5120), (4096, 8192, 14336), (16384, 8192, 4096)]
 RS_SHAPES = [(8192, 14336, 8192), (8192, 5120, 8192), (4096, 14336, 8192), (16384, 4096, 8192)]
 
 
-def time_ms(fn, iters: int, warmup: int) -> float:
-    """Median CUDA-event time of ``fn`` over ``iters`` calls after ``warmup``; max over ranks."""
-    for _ in range(warmup):
-        fn()
+def time_all_ms(fns: dict, iters: int, warmup: int) -> dict:
+    """Median CUDA-event time of each function, max over ranks.
+
+    Interleaved: every round times each function once, so all of them see the same clock and
+    thermal state (an H200 running GEMMs back to back sits at its power limit, and a function timed
+    later in a long block would be penalised).
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
     dist.barrier()
-    events = []
+    events = {name: [] for name in fns}
     for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        events.append((start, end))
+        for name, fn in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[name].append((start, end))
     torch.cuda.synchronize()
-    median = statistics.median(s.elapsed_time(e) for s, e in events)
-    t = torch.tensor([median], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+    medians = torch.tensor([statistics.median(s.elapsed_time(e) for s, e in events[name]) for name in fns],
+                           device="cuda")
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    return dict(zip(fns, medians.tolist()))
+
+
+def tuned(fn, **knobs):
+    """``fn`` run with fluxlite's internal tuning knobs set (a variant to compare), then restored."""
+    def run():
+        saved = {k: getattr(_fused.TUNING, k) for k in knobs}
+        for k, v in knobs.items():
+            setattr(_fused.TUNING, k, v)
+        try:
+            return fn()
+        finally:
+            for k, v in saved.items():
+                setattr(_fused.TUNING, k, v)
+    return run
 
 
 def rel_err(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -78,6 +100,8 @@ def bench_ag(M: int, K: int, N: int, args) -> dict:
         "torch_fused": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [w.t()], 0, group_name),
         "fl_gemm": lambda: kern.gemm(a_full, w),
         "fl_fused": lambda: fluxlite.ag_gemm(a, w, impl="fused"),
+        "fl_fused_splits2": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), splits=2),
+        "fl_fused_g16": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), config=kern.GemmConfig(group_m=16)),
     }
     check = rel_err(fluxlite.ag_gemm(a, w, impl="fused"), fluxlite.ag_gemm(a, w, impl="sequential"))
     return _measure("ag", (M, K, N), fns, check, args)
@@ -96,20 +120,24 @@ def bench_rs(M: int, K: int, N: int, args) -> dict:
         "torch_fused": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, w.t(), "sum", 0, group_name),
         "fl_gemm": lambda: kern.gemm(a, w),
         "fl_fused": lambda: fluxlite.gemm_rs(a, w, impl="fused"),
+        "fl_fused_static": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_dynamic=False),
+        "fl_fused_splits2": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), splits=2),
     }
     check = rel_err(fluxlite.gemm_rs(a, w, impl="fused"), fluxlite.gemm_rs(a, w, impl="sequential"))
     return _measure("rs", (M, K, N), fns, check, args)
 
 
 def _measure(op: str, shape, fns, check: float, args) -> dict:
-    times = {}
+    usable = {}
     for name, fn in fns.items():
-        try:
-            times[name] = time_ms(fn, args.iters, args.warmup)
-        except Exception as exc:  # a baseline missing on this stack must not hide the others
+        try:  # a baseline missing on this stack must not hide the others
+            fn()
+            usable[name] = fn
+        except Exception as exc:
             if dist.get_rank() == 0:
                 print(f"  {op} {shape} {name}: failed: {exc!r}", flush=True)
-            times[name] = float("nan")
+    times = {name: float("nan") for name in fns}
+    times.update(time_all_ms(usable, args.iters, args.warmup))
     g, c, f = times["cublas"], times["nccl"], times["fl_fused"]
     row = dict(op=op, M=shape[0], K=shape[1], N=shape[2], times_ms=times, fused_vs_seq_rel_err=check,
                fused_over_cublas=f / g, fl_gemm_over_cublas=times["fl_gemm"] / g,
@@ -132,7 +160,11 @@ def main() -> None:
     import torch.distributed._symmetric_memory as symm_mem
 
     if hasattr(symm_mem, "enable_symm_mem_for_group"):
-        symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated in 2.11, still needed there
+            symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name)
     torch.manual_seed(dist.get_rank())
     rows = []
     for op in args.ops.split(","):

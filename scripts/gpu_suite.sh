@@ -12,6 +12,10 @@ mkdir -p "$OUT"
 parts=("${@:-all}")
 want() { for p in "${parts[@]}"; do [[ $p == all || $p == "$1" ]] && return 0; done; return 1; }
 status=0
+# Clocks and power once a second, to read thermal or power throttling next to the timings.
+nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.log" 2>&1 &
+dmon=$!
+trap 'kill $dmon 2>/dev/null' EXIT
 
 if want env; then
   nvidia-smi -L
@@ -19,15 +23,15 @@ if want env; then
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
 fi
 if want tests; then
-  timeout 420 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  timeout 330 python3 -m pytest -m gpu -q -x -p no:cacheprovider --durations=0 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   status=$((status | PIPESTATUS[0]))
 fi
 if want gemm; then
-  timeout 240 python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" | tail -12
+  timeout 100 python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" | tail -12
   status=$((status | PIPESTATUS[0]))
 fi
 if want bench; then
-  timeout 300 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
+  timeout 150 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
     | tee "$OUT/bench_ops.log" | grep -v '^{' | tail -16
   status=$((status | PIPESTATUS[0]))
 fi

@@ -8,6 +8,7 @@ true first call (no warm-up, default lazy module loading).
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 
 import pytest
@@ -29,13 +30,15 @@ def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
     try:
         fn(rank, world_size, *args)
     except BaseException:
+        # Tearing NCCL down while a peer sits in a collective can hang: report and leave at once;
+        # mp.spawn sees the exit code and terminates the other ranks.
         traceback.print_exc()
-        raise
-    finally:
-        import fluxlite
+        sys.stderr.flush()
+        os._exit(1)
+    import fluxlite
 
-        fluxlite.release_workspaces()
-        dist.destroy_process_group()
+    fluxlite.release_workspaces()
+    dist.destroy_process_group()
 
 
 def run_gpu_ranks(fn, world_size: int = 2, *args, env: dict | None = None) -> None:

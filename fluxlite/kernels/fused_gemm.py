@@ -262,6 +262,7 @@ def launch(
     partial: torch.Tensor | None = None,
     recv: torch.Tensor | None = None,
     counters: torch.Tensor | None = None,
+    dynamic: bool | None = None,
 ) -> None:
     """Launch :func:`fused_gemm_kernel` over the schedule's ``blocks`` (see the module docstring).
 
@@ -294,7 +295,7 @@ def launch(
         BLOCK_K=cfg.block_k,
         GROUP_M=cfg.group_m,
         NUM_PROGS=num_progs,
-        DYNAMIC=mode == MODE_RS,
+        DYNAMIC=(mode == MODE_RS) if dynamic is None else dynamic,
         USE_TMA=use_tma,
         UPCAST=interp and a.dtype == torch.bfloat16,
         INTERPRET=interp,

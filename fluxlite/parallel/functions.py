@@ -40,6 +40,12 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1])
 
 
+def _detach(t: torch.Tensor | None) -> torch.Tensor | None:
+    # The ops get plain tensors: the CPU fused path's producer thread runs with grad mode on, and an
+    # in-place copy from a tensor that requires grad fails there (it then surfaces only as a timeout).
+    return None if t is None else t.detach()
+
+
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.addmm(bias, x, weight.t()) if bias is not None else x @ weight.t()
 
@@ -57,7 +63,8 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         x2 = _rows(x)
         W = tp.world_size
         if sequence_parallel and W > 1:
-            out, gathered = ops.ag_gemm(x2, weight, bias, group=tp.group, impl=impl, return_gathered=True)
+            out, gathered = ops.ag_gemm(x2.detach(), weight.detach(), _detach(bias), group=tp.group, impl=impl,
+                                        return_gathered=True)
             lead = (lead[0] * W, *lead[1:])
         else:
             out, gathered = _linear(x2, weight, bias), x2
@@ -75,7 +82,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             if ctx.sp:
                 # [W*m, N/W] @ [N/W, K], reduce-scattered over rows -> [m, K]
-                grad_x = ops.gemm_rs(g, weight.t(), group=ctx.tp.group, impl=ctx.impl)
+                grad_x = ops.gemm_rs(g.detach(), weight.detach().t(), group=ctx.tp.group, impl=ctx.impl)
             else:
                 grad_x = g @ weight
                 if ctx.allreduce_dgrad:
@@ -108,7 +115,7 @@ class RowParallelLinearFunction(torch.autograd.Function):
                     f"RowParallelLinear with sequence parallelism reduce-scatters the first (sequence) dim: "
                     f"it ({lead[0]}) must be divisible by the tensor-parallel size ({W}); input shape {tuple(x.shape)}"
                 )
-            out = ops.gemm_rs(x2, weight, bias, group=tp.group, impl=impl)
+            out = ops.gemm_rs(x2.detach(), weight.detach(), _detach(bias), group=tp.group, impl=impl)
             lead = (lead[0] // W, *lead[1:])
         else:
             out = x2 @ weight.t()
@@ -130,7 +137,9 @@ class RowParallelLinearFunction(torch.autograd.Function):
         if ctx.sp:
             if ctx.needs_input_grad[0]:
                 # all_gather(g) [W*m, N] @ W [N, K/W] -> [W*m, K/W]; the gathered g serves wgrad too
-                grad_x, g_full = ops.ag_gemm(g, weight.t(), group=ctx.tp.group, impl=ctx.impl, return_gathered=True)
+                grad_x, g_full = ops.ag_gemm(
+                    g.detach(), weight.detach().t(), group=ctx.tp.group, impl=ctx.impl, return_gathered=True
+                )
             elif ctx.needs_input_grad[1]:
                 g_full = all_gather_rows(g, ctx.tp)
         else:
