@@ -1,0 +1,34 @@
+"""Test-session setup shared by every test module.
+
+- Without CUDA, Triton kernels can only run in the interpreter, and interpret mode is fixed when
+  ``@triton.jit`` runs: so ``TRITON_INTERPRET=1`` is set here, before any test module (and so any
+  ``fluxlite.kernels`` module) is imported. Spawned ranks inherit it through the environment.
+- Tests marked ``gpu`` are skipped cleanly when CUDA is absent (the marker is registered in
+  pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here too, so that running a single test file outside the project root still knows it.
+    config.addinivalue_line("markers", "gpu: needs CUDA GPUs (skipped cleanly without them)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: no GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,200 @@
+"""AG-GEMM and GEMM-RS on CPU ranks (gloo + the /dev/shm workspace), against float64 references.
+
+Each spawn runs a whole matrix of cases (spawning costs seconds; a case costs milliseconds) and
+reports every failing case at once. Tolerances: see tests/numerics.py (fp32 1e-5, bf16 1e-2 relative
+to ``|ref| + rms(ref)``).
+
+Outputs are poisoned: the ranks run in deterministic mode, which fills every
+``torch.empty``/``new_empty`` with NaN; half the calls pass a NaN-filled ``out=``; and the
+workspace's data halves are filled with NaN bytes before each call. So a row the protocol never
+wrote, or read from a stale buffer, fails.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import random
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import fluxlite
+
+try:  # the fused module's name changed while the CUDA path was added
+    from fluxlite._fused import CPU_BLOCK_M
+except ImportError:
+    from fluxlite._cpu_fused import CPU_BLOCK_M
+
+from .dist_utils import run_ranks
+from .numerics import ag_reference, check, poison_empty_tensors, poison_workspace, randn, rs_reference
+
+IMPLS = ("sequential", "fused", "auto")
+DTYPES = (torch.float32, torch.bfloat16)
+SEED = int(os.environ.get("FLUXLITE_TEST_SEED", "20261122"))
+
+
+def _shapes(world_size: int) -> list[tuple[int, int, int]]:
+    """(rows per rank, K, N) cases: edge cases plus seeded random ones.
+
+    Rows per rank is AG's ``m`` and GEMM-RS's ``M / W``. Covers 1 row, exactly one block, ragged
+    last blocks, several splits per chunk (>= 8 blocks), and K/N that are not powers of two.
+    """
+    B = CPU_BLOCK_M
+    fixed = [(1, 3, 5), (B, 32, 16), (2 * B + 3, 24, 40), (8 * B + 5, 9, 7)]
+    rng = random.Random(SEED + world_size)
+    rand = [(rng.randint(2, 3 * B), rng.randint(5, 150), rng.randint(3, 130)) for _ in range(3)]
+    return fixed + rand
+
+
+def _ag_cases(rank, W, gen, failures):
+    for case, (m, K, N) in enumerate(_shapes(W)):
+        for dtype in DTYPES:
+            a_full = randn(gen, W * m, K, dtype=dtype)
+            weight = randn(gen, N, K, dtype=dtype)
+            bias = randn(gen, N, dtype=dtype)
+            a = a_full[rank * m : (rank + 1) * m]
+            if case == 2:  # non-contiguous operands are accepted and give the right answer
+                a = a.t().contiguous().t()
+                weight = weight.t().contiguous().t()
+                assert not a.is_contiguous() and not weight.is_contiguous()
+            for with_bias in (False, True):
+                b = bias if with_bias else None
+                ref = ag_reference(a_full, weight, b)
+                for impl, gathered, use_out in itertools.product(IMPLS, (False, True), (False, True)):
+                    name = (f"ag_gemm W={W} r={rank} m={m} K={K} N={N} {dtype} bias={with_bias} impl={impl} "
+                            f"gathered={gathered} out={use_out}")
+                    out = _poison(W, (W * m, N), dtype, use_out)
+                    res = fluxlite.ag_gemm(a, weight, b, impl=impl, return_gathered=gathered, out=out)
+                    if gathered:
+                        if not (isinstance(res, tuple) and len(res) == 2):
+                            failures.append(f"{name}: expected (out, gathered), got {type(res).__name__}")
+                            continue
+                        res, g = res
+                        if g.shape != a_full.shape or g.dtype != dtype or not torch.equal(g, a_full):
+                            failures.append(f"{name}: gathered input differs from the rank-major concatenation")
+                    _check_out(name, res, out, failures)
+                    check(name, res, ref, dtype, failures)
+
+
+def _rs_cases(rank, W, gen, failures):
+    for case, (mc, K, N) in enumerate(_shapes(W)):
+        M = W * mc
+        for dtype in DTYPES:
+            a_parts = [randn(gen, M, K, dtype=dtype) for _ in range(W)]
+            w_parts = [randn(gen, N, K, dtype=dtype) for _ in range(W)]
+            bias = randn(gen, N, dtype=dtype)
+            a, weight = a_parts[rank], w_parts[rank]
+            if case == 2:
+                a = a.t().contiguous().t()
+                weight = weight.t().contiguous().t()
+            for with_bias in (False, True):
+                b = bias if with_bias else None
+                ref = rs_reference(a_parts, w_parts, b, rank)
+                for impl, use_out in itertools.product(IMPLS, (False, True)):
+                    name = f"gemm_rs W={W} r={rank} M={M} K={K} N={N} {dtype} bias={with_bias} impl={impl} out={use_out}"
+                    out = _poison(W, (mc, N), dtype, use_out)
+                    res = fluxlite.gemm_rs(a, weight, b, impl=impl, out=out)
+                    _check_out(name, res, out, failures)
+                    check(name, res, ref, dtype, failures)
+
+
+def _poison(W: int, shape, dtype, use_out: bool):
+    """NaN-fill this rank's workspace data while no peer is inside a call (barrier on both sides);
+    return a NaN-filled ``out`` tensor when ``use_out``."""
+    if W > 1:
+        dist.barrier()
+        poison_workspace(fluxlite.get_workspace())
+        dist.barrier()
+    return torch.full(shape, float("nan"), dtype=dtype) if use_out else None
+
+
+def _check_out(name: str, res, out, failures: list[str]) -> None:
+    if out is not None and isinstance(res, torch.Tensor) and res.data_ptr() != out.data_ptr():
+        failures.append(f"{name}: the result is not the out= tensor")
+
+
+def _matrix(rank: int, W: int) -> None:
+    poison_empty_tensors()
+    gen = torch.Generator().manual_seed(SEED)  # the same global operands on every rank
+    failures: list[str] = []
+    _ag_cases(rank, W, gen, failures)
+    _rs_cases(rank, W, gen, failures)
+    assert not failures, f"{len(failures)} failing cases:\n" + "\n".join(failures[:40])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ops_match_float64_reference(world_size):
+    run_ranks(_matrix, world_size)
+
+
+@pytest.mark.timeout(60)
+def test_world_size_one():
+    """A 1-rank group: every impl works with no communication and no workspace."""
+    run_ranks(_matrix, 1)
+
+
+# ---- 200 back-to-back calls ---------------------------------------------------------------------
+
+CALLS = 200
+RAMP = 40  # the first calls ramp up to the largest sizes; after that the workspace must stop growing
+
+
+def _back_to_back(rank: int, W: int) -> None:
+    """Mixed AG/RS fused calls (and some sequential ones) with varying M, all checked.
+
+    The workspace must grow during the ramp (beyond its initial 1 MiB), then be reused: the same
+    capacity and mapping for every later call. Each fused call advances the epoch by exactly one;
+    sequential calls leave it alone. After every growth no /dev/shm file of this workspace remains.
+    """
+    poison_empty_tensors()
+    gen = torch.Generator().manual_seed(SEED + 7)
+    rng = random.Random(SEED + 7)
+    K_ag, N_ag, K_rs, N_rs = 256, 24, 40, 160
+    max_rows = 1100  # AG staging 1100*256*4 B ~ 1.1 MiB; RS receive W*1100*160*4 B >= 1.4 MiB
+    ws = fluxlite.get_workspace()
+    capacities = [ws.capacity]
+    prefix = ws._backend.prefix
+    base_ptr = None
+    failures: list[str] = []
+    for i in range(CALLS):
+        rows = max_rows * (i + 1) // RAMP if i < RAMP else rng.randint(1, max_rows)
+        impl = "sequential" if i % 10 == 9 else "fused"
+        epoch_before = ws.epoch
+        if i % 2 == 0:
+            a_full = randn(gen, W * rows, K_ag, dtype=torch.float32)
+            weight = randn(gen, N_ag, K_ag, dtype=torch.float32)
+            out = fluxlite.ag_gemm(a_full[rank * rows : (rank + 1) * rows], weight, impl=impl)
+            check(f"call {i} ag m={rows} {impl}", out, ag_reference(a_full, weight, None), torch.float32, failures)
+        else:
+            a_parts = [randn(gen, W * rows, K_rs, dtype=torch.float32) for _ in range(W)]
+            w_parts = [randn(gen, N_rs, K_rs, dtype=torch.float32) for _ in range(W)]
+            bias = randn(gen, N_rs, dtype=torch.float32)
+            out = fluxlite.gemm_rs(a_parts[rank], w_parts[rank], bias, impl=impl)
+            check(f"call {i} rs M={W * rows} {impl}", out, rs_reference(a_parts, w_parts, bias, rank),
+                  torch.float32, failures)
+        want_epoch = epoch_before + (impl == "fused")
+        assert ws.epoch == want_epoch, f"call {i} ({impl}): epoch {ws.epoch}, expected {want_epoch}"
+        if ws.capacity != capacities[-1]:
+            assert i < RAMP, f"call {i}: workspace grew after the ramp ({capacities[-1]} -> {ws.capacity} bytes)"
+            capacities.append(ws.capacity)
+            dist.barrier()  # every rank is past the growth: all names must be gone
+            left = glob.glob(prefix + "*")
+            assert not left, f"call {i}: /dev/shm files left after growth: {left}"
+        if i == RAMP:
+            base_ptr = ws.flags(rank).data_ptr()
+        elif i > RAMP:
+            assert ws.flags(rank).data_ptr() == base_ptr, f"call {i}: workspace was re-mapped without growing"
+    assert fluxlite.get_workspace() is ws
+    assert not failures, f"{len(failures)} failing calls:\n" + "\n".join(failures[:40])
+    assert len(capacities) >= 2 and capacities == sorted(capacities), f"workspace never grew: {capacities}"
+    assert capacities[-1] >= W * max_rows * N_rs * 4, capacities
+    assert ws.epoch == sum(1 for i in range(CALLS) if i % 10 != 9)
+
+
+@pytest.mark.timeout(120)
+def test_200_back_to_back_calls_grow_and_reuse_the_workspace():
+    run_ranks(_back_to_back, 2)

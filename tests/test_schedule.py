@@ -1,0 +1,153 @@
+"""The tile schedule (fluxlite.schedule): coverage, order, splits, flag slots, bad arguments.
+
+Every path (CPU protocol, Triton kernels, GPU producers) reads this one schedule, so these
+properties are what keep all of them correct. Property tests run over many (W, rank, rows, block,
+splits) combinations through hypothesis.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fluxlite import schedule as sch
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@st.composite
+def schedules(draw):
+    op = draw(st.sampled_from(["ag", "rs"]))
+    world_size = draw(st.integers(1, 9))
+    rank = draw(st.integers(0, world_size - 1))
+    block_m = draw(st.sampled_from([1, 2, 7, 16, 64, 128]) | st.integers(1, 200))
+    chunk_rows = draw(st.integers(1, 40 * block_m) if block_m < 50 else st.integers(1, 2000))
+    nb = -(-chunk_rows // block_m)
+    splits = draw(st.none() | st.integers(1, min(sch.MAX_SPLITS, nb)))
+    build = sch.ag_schedule if op == "ag" else sch.rs_schedule
+    return build(world_size, rank, chunk_rows, block_m, splits), splits
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules())
+def test_every_row_of_every_chunk_runs_exactly_once(case):
+    s, _ = case
+    nb = -(-s.chunk_rows // s.block_m)
+    assert s.blocks.dtype == torch.int32 and tuple(s.blocks.shape) == (s.world_size * nb, 4)
+    assert s.num_blocks == s.world_size * nb and s.blocks_per_chunk == nb
+    seen = torch.zeros(s.world_size, s.chunk_rows, dtype=torch.int64)
+    for chunk, row0, rows, _split in s.rows():
+        assert 0 <= chunk < s.world_size
+        assert rows >= 1
+        seen[chunk, row0 : row0 + rows] += 1
+    assert bool((seen == 1).all()), "some row is computed twice or never"
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules())
+def test_blocks_are_aligned_never_straddle_chunks_and_only_the_last_is_ragged(case):
+    s, _ = case
+    ragged = s.chunk_rows - (s.blocks_per_chunk - 1) * s.block_m
+    for chunk, row0, rows, _split in s.rows():
+        assert row0 % s.block_m == 0
+        assert row0 + rows <= s.chunk_rows, "a block runs past its chunk"
+        last = row0 // s.block_m == s.blocks_per_chunk - 1
+        assert rows == (ragged if last else s.block_m)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules())
+def test_chunk_order(case):
+    s, _ = case
+    W, r = s.world_size, s.rank
+    if s.op == "ag":  # local chunk first (no wait), then r+1, r+2, ...
+        expected = tuple((r + i) % W for i in range(W))
+    else:  # the chunk for r+1 first, ..., the local chunk last
+        expected = tuple((r + 1 + i) % W for i in range(W))
+    assert s.chunk_order == expected
+    assert s.peers() == tuple(c for c in expected if c != r) and len(s.peers()) == W - 1
+    # The run order visits whole chunks in that order, row blocks ascending within each chunk.
+    run = list(s.rows())
+    nb = s.blocks_per_chunk
+    assert [c for c, *_ in run] == [c for c in expected for _ in range(nb)]
+    for i, c in enumerate(expected):
+        assert [row0 for _, row0, _, _ in run[i * nb : (i + 1) * nb]] == [b * s.block_m for b in range(nb)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules())
+def test_splits_cover_blocks_contiguously(case):
+    s, requested = case
+    nb = s.blocks_per_chunk
+    assert 1 <= s.splits <= min(sch.MAX_SPLITS, nb)
+    if requested is not None:
+        assert s.splits == requested
+    else:
+        assert s.splits == sch.default_splits(nb, s.world_size)
+    ranges = [s.split_blocks(i) for i in range(s.splits)]
+    assert ranges[0].start == 0 and ranges[-1].stop == nb
+    for prev, cur in zip(ranges, ranges[1:]):
+        assert prev.stop == cur.start
+    assert all(len(rg) >= 1 for rg in ranges), "an empty split would have a flag nobody sets"
+    rows = [s.split_rows(i) for i in range(s.splits)]
+    assert rows[0][0] == 0 and rows[-1][1] == s.chunk_rows
+    for (_, hi), (lo, _) in zip(rows, rows[1:]):
+        assert hi == lo
+    # The split column of every block agrees with split_blocks, in every chunk.
+    for _chunk, row0, _rows, split in s.rows():
+        assert row0 // s.block_m in s.split_blocks(split)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8, 16])
+def test_flag_slots_never_collide(world_size):
+    W, S = world_size, sch.MAX_SPLITS
+    slots = {}
+
+    def claim(slot, owner):
+        assert 0 <= slot < sch.num_flag_slots(W), f"{owner}: slot {slot} outside the flag array"
+        assert slot not in slots, f"{owner} and {slots[slot]} share flag slot {slot}"
+        slots[slot] = owner
+
+    for src in range(W):
+        claim(sch.ag_ready_slot(src), ("ag_ready", src))
+    for chunk, split in itertools.product(range(W), range(S)):
+        claim(sch.ag_data_slot(W, chunk, split), ("ag_data", chunk, split))
+    for src, split in itertools.product(range(W), range(S)):
+        claim(sch.rs_recv_slot(W, src, split), ("rs_recv", src, split))
+    counters = [sch.rs_counter_slot(d, s) for d, s in itertools.product(range(W), range(S))]
+    assert sorted(counters) == list(range(W * S)), "RS tile counters must tile [0, W*MAX_SPLITS)"
+
+
+def test_default_splits():
+    assert sch.default_splits(100, 1) == 1  # no communication: one split
+    assert sch.default_splits(1, 4) == 1
+    assert sch.default_splits(8, 2) == 2  # about four blocks per split
+    assert sch.default_splits(10_000, 8) == sch.MAX_SPLITS
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((2, 2, 10, 4), "rank"),
+        ((2, -1, 10, 4), "rank"),
+        ((0, 0, 10, 4), "rank"),
+        ((2, 0, 0, 4), "chunk_rows"),
+        ((2, 0, 10, 0), "block_m"),
+        ((2, 0, 10, 4, 0), "splits"),
+        ((2, 0, 10, 4, 4), "splits"),  # 3 blocks: at most 3 splits
+        ((2, 0, 100_000, 1, sch.MAX_SPLITS + 1), "splits"),
+    ],
+)
+@pytest.mark.parametrize("build", [sch.ag_schedule, sch.rs_schedule])
+def test_bad_arguments_raise_value_error(build, args, match):
+    with pytest.raises(ValueError, match=match):
+        build(*args)
+
+
+def test_unknown_op_raises_value_error():
+    with pytest.raises(ValueError, match="op"):
+        sch._build("allreduce", 2, 0, 10, 4, None)
