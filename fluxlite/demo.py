@@ -11,9 +11,10 @@ Shapes follow a Megatron MLP block under sequence parallelism, with the problem 
 On GPUs (NCCL) the defaults are bf16 and 4096 x 8192 -> 8192; on CPU ranks (gloo) fp32 and
 1024 x 1024 -> 1024, which finishes in seconds. Each implementation's output is compared with a
 reference (float64 on CPU, float32 on GPU) and the job fails if any is off. Times: a warm-up, then
-the median over iterations (CUDA events on GPU, ``perf_counter`` on CPU, ranks aligned by a barrier
-before each iteration), max over ranks. An implementation that raises ``NotImplementedError`` (or
-that rejects the dtype) is shown as ``n/a``. Run without torchrun, it uses a 1-rank group.
+the median over iterations (CUDA events on GPU, ``perf_counter`` on CPU; ranks aligned by a barrier
+before each call; the implementations interleaved), max over ranks. An implementation that raises
+``NotImplementedError`` (or rejects the dtype) is shown as ``n/a``. Without torchrun it runs on a
+1-rank group.
 """
 
 from __future__ import annotations
@@ -76,23 +77,19 @@ class Timer:
         else:
             dist.barrier()
 
-    def time(self, fn, iters: int) -> list[float]:
-        """Milliseconds of each of ``iters`` calls of ``fn``."""
-        times = []
-        for _ in range(iters):
-            self.align()
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-        return times
+    def time_once(self, fn) -> float:
+        """Milliseconds of one call of ``fn``, ranks aligned first."""
+        self.align()
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
 
 
 def _max_over_ranks(value: float, device: torch.device) -> float:
@@ -135,24 +132,36 @@ def build_problems(tp, device: torch.device, M: int, K: int, N: int, dtype: torc
     return [ag, rs]
 
 
-def run_impl(problem: dict, impl: str, timer: Timer, dtype, iters: int, warmup: int) -> dict:
+def run_problem(problem: dict, impls: list[str], timer: Timer, dtype, iters: int, warmup: int) -> list[dict]:
+    """Check every impl once, then time them interleaved (iteration i of each impl back to back),
+    so that a noisy neighbour or clock change hits all of them alike."""
     fn = getattr(fluxlite, problem["op"])
     args = problem["args"]
-    try:
-        out = fn(*args, impl=impl)
-    except (NotImplementedError, TypeError) as exc:  # raised on every rank, before any communication
-        return dict(impl=impl, status="n/a", note=str(exc).split(";")[0])
-    fluxlite.synchronize()
     device = timer.device
-    violation = _max_over_ranks(_violation(out, problem["ref"], dtype), device)
-    del out
-    for _ in range(warmup):
-        fn(*args, impl=impl)
-    times = timer.time(lambda: fn(*args, impl=impl), iters)
+    results, runnable = {}, []
+    for impl in impls:
+        try:
+            out = fn(*args, impl=impl)
+        except (NotImplementedError, TypeError) as exc:  # raised on every rank, before any communication
+            results[impl] = dict(impl=impl, status="n/a", note=str(exc).split(";")[0])
+            continue
+        fluxlite.synchronize()
+        violation = _max_over_ranks(_violation(out, problem["ref"], dtype), device)
+        results[impl] = dict(impl=impl, status="ok" if violation <= 1.0 else "MISMATCH", violation=violation)
+        runnable.append(impl)
+        del out
+    for impl in runnable:
+        for _ in range(warmup):
+            fn(*args, impl=impl)
+    times = {impl: [] for impl in runnable}
+    for _ in range(iters):
+        for impl in runnable:
+            times[impl].append(timer.time_once(lambda: fn(*args, impl=impl)))
     fluxlite.synchronize()
-    ms = _max_over_ranks(statistics.median(times), device)
-    return dict(impl=impl, status="ok" if violation <= 1.0 else "MISMATCH", ms=ms,
-                tflops=problem["flops"] / (ms * 1e-3) / 1e12, violation=violation)
+    for impl in runnable:
+        ms = _max_over_ranks(statistics.median(times[impl]), device)
+        results[impl].update(ms=ms, tflops=problem["flops"] / (ms * 1e-3) / 1e12)
+    return [dict(op=problem["op"], **results[impl]) for impl in impls]
 
 
 def _table(rows: list[dict], title: str) -> str | None:
@@ -208,8 +217,7 @@ def main(argv=None) -> int:
     timer = Timer(device)
     rows = []
     for problem in build_problems(tp, device, M, K, N, dtype):
-        for impl in impls:
-            rows.append(dict(op=problem["op"], **run_impl(problem, impl, timer, dtype, iters, args.warmup)))
+        rows += run_problem(problem, impls, timer, dtype, iters, args.warmup)
 
     if tp.rank == 0:
         where = torch.cuda.get_device_name(device) if cuda else f"CPU (torch threads per rank: {torch.get_num_threads()})"
