@@ -55,6 +55,7 @@ class Tuning:
     splits: int | None = None  # splits per chunk; None: schedule.default_splits
     config: kern.GemmConfig | None = None  # kernel blocks on CUDA; None: GemmConfig()
     rs_dynamic: bool = True  # GEMM-RS claims tiles from an atomic counter (see the kernel's docstring)
+    rs_early_reduce: bool = False  # GEMM-RS local tiles start from the peers' partials (kernel docstring)
 
 
 TUNING = Tuning()
@@ -164,25 +165,26 @@ class _Call:
     def wait_info(self) -> dict:
         return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank)
 
-    def run(self, produce_steps_fn, consume, *, producer_first: bool) -> None:
+    def run(self, produce_steps_fn, consume) -> None:
         """Run the producer (thread or stream) beside ``consume()``; join; raise on any timeout.
 
-        On CUDA, ``producer_first`` decides what is queued first. With one hardware queue
-        (``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets) a stream wait blocks everything queued
-        after it, so a wait must never sit in front of the work it waits for: AG's producer waits
-        only on peers' producers and goes first (its copies then start before the kernel is even
-        launched); RS's producer waits on the kernel's counters and goes second.
+        On CUDA the producer's steps up to its first wait are queued before the kernel (its first
+        copies start while the kernel is still being launched), the rest after it. A stream wait
+        blocks everything queued behind it when streams share a hardware queue (always so with
+        ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets; by chance otherwise), so no wait may sit
+        in front of the kernel: RS's producer waits on the kernel's own counters, and AG's waits on a
+        peer that may never come, where only the kernel's bounded wait (which then releases the
+        producer) ends the call.
         """
         ws = self.ws
         if ws.is_cuda:
             main = torch.cuda.current_stream(ws.device)
             ws.producer_stream.wait_stream(main)
-            if producer_first:
-                _enqueue_steps_on_stream(produce_steps_fn(), ws.producer_stream)
-                consume()
-            else:
-                consume()
-                _enqueue_steps_on_stream(produce_steps_fn(), ws.producer_stream)
+            steps = produce_steps_fn()
+            first_wait = next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
+            _enqueue_steps_on_stream(steps[:first_wait], ws.producer_stream)
+            consume()
+            _enqueue_steps_on_stream(steps[first_wait:], ws.producer_stream)
             main.wait_stream(ws.producer_stream)
             ws.note_kernel_launch(self.timeout_s)
             if _blocking():
@@ -245,7 +247,7 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
         call.launch(kern.MODE_AG, sched=sched, a=gathered, weight=weight, out=out, bias=bias)
 
     call.run(lambda: _ag_steps(ws, sched, a, gathered, call.parity, call.epoch),
-             consume_triton if call.consumer == "triton" else consume_torch, producer_first=True)
+             consume_triton if call.consumer == "triton" else consume_torch)
     return out, gathered
 
 
@@ -288,8 +290,8 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
 
     def consume_triton() -> None:
         call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
-                    dynamic=TUNING.rs_dynamic)
+                    dynamic=TUNING.rs_dynamic, early_reduce=TUNING.rs_early_reduce)
 
     call.run(lambda: _rs_steps(ws, sched, partial, call.parity, call.epoch, tiles_per_block),
-             consume_triton if triton_consumer else consume_torch, producer_first=False)
+             consume_triton if triton_consumer else consume_torch)
     return out

@@ -121,7 +121,7 @@ def bench_rs(M: int, K: int, N: int, args) -> dict:
         "fl_gemm": lambda: kern.gemm(a, w),
         "fl_fused": lambda: fluxlite.gemm_rs(a, w, impl="fused"),
         "fl_fused_static": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_dynamic=False),
-        "fl_fused_splits2": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), splits=2),
+        "fl_fused_early": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_early_reduce=True),
     }
     check = rel_err(fluxlite.gemm_rs(a, w, impl="fused"), fluxlite.gemm_rs(a, w, impl="sequential"))
     return _measure("rs", (M, K, N), fns, check, args)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 import pytest
@@ -41,11 +42,19 @@ def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
     dist.destroy_process_group()
 
 
-def run_gpu_ranks(fn, world_size: int = 2, *args, env: dict | None = None) -> None:
+def run_gpu_ranks(fn, world_size: int = 2, *args, env: dict | None = None, limit_s: float = 240) -> None:
+    """Run ``fn`` on ``world_size`` GPU ranks; fail (and kill them) if they are not done in ``limit_s``."""
     if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
         pytest.skip(f"needs {world_size} CUDA GPUs")
     env = {**SAFE_ENV, "FLUXLITE_TIMEOUT_S": "60", **(env or {})}
-    mp.spawn(_entry, args=(world_size, free_port(), fn, args, env), nprocs=world_size, join=True)
+    ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, env), nprocs=world_size,
+                             join=False, start_method="spawn")
+    deadline = time.monotonic() + limit_s
+    while not ctx.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail(f"GPU ranks still running after {limit_s} s: a hang")
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -168,7 +168,7 @@ def _skipped_call(rank, world_size, op):
 
 @pytest.mark.parametrize("op", ["ag", "rs"])
 def test_missing_peer_raises_timeout_not_hang(op):
-    run_gpu_ranks(_skipped_call, 2, op)
+    run_gpu_ranks(_skipped_call, 2, op, limit_s=90)
 
 
 def _workspace(rank, world_size):

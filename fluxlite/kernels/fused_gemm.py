@@ -27,9 +27,12 @@ deadlock across ranks even when other kernels hold some SMs and not all programs
 (L2 reuse of B), so the whole GPU moves through the chunks in the order the data arrives (AG) or
 must leave (RS). Every wait is bounded (see :mod:`fluxlite.kernels.flags`).
 
-Loads go through TMA descriptors (``USE_TMA``) when rows are 16-byte aligned, else masked pointer
-loads. Stores are masked pointer stores: blocks never straddle chunks, and a ragged last block
-must not write the next chunk's rows. ``UPCAST`` computes the dot in fp32 (the Triton interpreter's
+Loads and stores go through TMA descriptors (``USE_TMA``) when rows are 16-byte aligned, else masked
+pointer accesses. Outputs, partials and received partials are 3-D descriptors ``[chunks,
+chunk_rows, N]``: TMA clips a ragged last block at its chunk's end, so it never writes the next
+chunk's rows (and the epilogue needs no pointer tensors: without TMA the RS kernel spills).
+``EARLY_REDUCE`` (RS) starts a local tile's accumulator from the peers' partials instead of adding
+them in the epilogue, so their loads overlap the main loop. ``UPCAST`` computes the dot in fp32 (the Triton interpreter's
 bf16 arithmetic is broken; GPU code keeps native bf16/fp16).
 """
 
@@ -55,15 +58,14 @@ def _tile_coords(tile, num_blocks, num_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _mainloop(a_desc, b_desc, a_row, a_row_limit, n0, N, K,
+def _mainloop(acc, a_desc, b_desc, a_row, a_row_limit, n0, N, K,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
-    """acc = A[a_row : a_row + BLOCK_M, :] @ B[n0 : n0 + BLOCK_N, :].T in fp32.
+    """acc += A[a_row : a_row + BLOCK_M, :] @ B[n0 : n0 + BLOCK_N, :].T in fp32.
 
     With USE_TMA the descriptors zero-fill out-of-range rows/columns; otherwise ``a_desc``/``b_desc``
     are plain pointers to contiguous row-major tensors and the loads are masked.
     """
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if USE_TMA:
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([a_row, k * BLOCK_K])
@@ -93,16 +95,50 @@ def _mainloop(a_desc, b_desc, a_row, a_row_limit, n0, N, K,
     return acc
 
 
+@triton.jit
+def _store_tile(dst, tile, chunk, row0, n0, rows_ptr_base, offs_r, offs_n, mask, N, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    """dst[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] = tile (rows past the chunk are dropped).
+
+    TMA: ``dst`` is a 3-D descriptor over ``[chunks, chunk_rows, N]``, which clips the rows at the
+    chunk's end. Pointers: ``dst`` points at the flat ``[rows, N]`` array and ``rows_ptr_base`` is
+    the chunk's first row.
+    """
+    if USE_TMA:
+        dst.store([chunk, row0, n0], tile.reshape(1, BLOCK_M, BLOCK_N))
+    else:
+        rows64 = (rows_ptr_base + row0 + offs_r).to(tl.int64)
+        tl.store(dst + rows64[:, None] * N + offs_n[None, :], tile, mask=mask)
+
+
+@triton.jit
+def _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r, offs_n, mask,
+                  split, N, epoch, timeout_ns, MAX_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc += sum over peers p of recv[p, row0 + r, n], each after p's (p, split) flag reaches epoch."""
+    for p in range(0, world_size):
+        if p != rank:
+            slot = world_size + world_size * MAX_SPLITS + p * MAX_SPLITS + split
+            wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_RS_PARTIAL, slot, p, rank, split, INTERPRET)
+            if USE_TMA:
+                part = recv.load([p, row0, n0]).reshape(BLOCK_M, BLOCK_N)
+            else:
+                rows64 = (p * chunk_rows + row0 + offs_r).to(tl.int64)
+                part = tl.load(recv + rows64[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
+            acc += part.to(tl.float32)
+    return acc
+
+
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
 # 1 and divisible by 16), or each new epoch or row count would compile a new kernel.
 @triton.jit(do_not_specialize=["num_blocks", "chunk_rows", "rank", "world_size", "epoch", "timeout_ns"])
 def fused_gemm_kernel(
     a_desc,            # AG: the gathered buffer [W*m, K] (the producer fills it); RS: a [M, K_local]
     b_desc,            # weight [N, K]
-    out_ptr,           # AG: [W*m, N]; RS: [M/W, N]
+    out,               # AG: [W*m, N] as [W, m, N]; RS: [M/W, N] as [1, M/W, N] (TMA descriptor or pointer)
     bias_ptr,          # [N] or unused
-    partial_ptr,       # RS: [W, M/W, N] our partials of peers' rows; AG: unused
-    recv_ptr,          # RS: [W, M/W, N] peers' partials of our rows (symmetric buffer); AG: unused
+    partial,           # RS: [W, M/W, N] our partials of peers' rows; AG: unused
+    recv,              # RS: [W, M/W, N] peers' partials of our rows (symmetric buffer); AG: unused
     blocks_ptr,        # int32 [num_blocks, 4]: (chunk, row0, rows, split), in schedule order
     flags_ptr,         # int32 local flag array (schedule.num_flag_slots)
     counters_ptr,      # int32 [W * MAX_SPLITS + 1], zeroed per call: RS tile counters, then the tile claim counter
@@ -117,6 +153,7 @@ def fused_gemm_kernel(
     GROUP_M: tl.constexpr,
     NUM_PROGS: tl.constexpr,
     DYNAMIC: tl.constexpr,
+    EARLY_REDUCE: tl.constexpr,
     USE_TMA: tl.constexpr,
     UPCAST: tl.constexpr,
     INTERPRET: tl.constexpr,
@@ -124,7 +161,7 @@ def fused_gemm_kernel(
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_blocks * num_n
-    out_dtype = out_ptr.dtype.element_ty
+    out_dtype = b_desc.dtype if USE_TMA else b_desc.dtype.element_ty
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last AG flag slot this program saw ready: no re-polling
 
@@ -145,6 +182,21 @@ def fused_gemm_kernel(
         split = tl.load(blocks_ptr + 4 * i + 3)
         n0 = j * BLOCK_N
 
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < N
+        mask = (offs_r < rows)[:, None] & col_ok[None, :]
+        local_rs = chunk == rank
+        if MODE != MODE_RS:
+            local_rs = False
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if EARLY_REDUCE:
+            # Start the local tile's accumulator from the peers' partials (pushed long ago), so
+            # their loads overlap the main loop's first TMA loads instead of stalling the epilogue.
+            if local_rs:
+                acc = _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r,
+                                    offs_n, mask, split, N, epoch, timeout_ns, MAX_SPLITS, BLOCK_M, BLOCK_N,
+                                    USE_TMA, INTERPRET)
+
         if MODE == MODE_AG:
             # Every chunk, the local one included, is read from the gathered buffer: one source
             # descriptor keeps one pipelined main loop (two would need two sets of shared-memory
@@ -162,37 +214,31 @@ def fused_gemm_kernel(
                         for p in range(0, world_size):
                             tl.atomic_max(flags_ptr + p, epoch, sem="relaxed", scope="sys")
             out_row0 = chunk * chunk_rows + row0
-            acc = _mainloop(a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
+            acc = _mainloop(acc, a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
                             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, UPCAST)
         else:
-            acc = _mainloop(a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, n0, N, K,
+            acc = _mainloop(acc, a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, n0, N, K,
                             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, UPCAST)
             out_row0 = row0
 
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < N
-        mask = (offs_r < rows)[:, None] & col_ok[None, :]
-        to_peer = chunk != rank
-        if MODE != MODE_RS:
-            to_peer = False
-        if to_peer:
-            rows64 = (chunk * chunk_rows + row0 + offs_r).to(tl.int64)
-            tl.store(partial_ptr + rows64[:, None] * N + offs_n[None, :], acc.to(out_dtype), mask=mask)
+        if MODE == MODE_RS and chunk != rank:
+            _store_tile(partial, acc.to(out_dtype), chunk, row0, n0, chunk * chunk_rows, offs_r, offs_n, mask, N,
+                        BLOCK_M, BLOCK_N, USE_TMA)
             signal_add(counters_ptr + chunk * MAX_SPLITS + split, 1)
         else:
-            if MODE == MODE_RS:
-                for p in range(0, world_size):
-                    if p != rank:
-                        slot = world_size + world_size * MAX_SPLITS + p * MAX_SPLITS + split
-                        wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_RS_PARTIAL,
-                                   slot, p, rank, split, INTERPRET)
-                        rows64 = (p * chunk_rows + row0 + offs_r).to(tl.int64)
-                        part = tl.load(recv_ptr + rows64[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
-                        acc += part.to(tl.float32)
+            if not EARLY_REDUCE:
+                if local_rs:
+                    acc = _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r,
+                                        offs_n, mask, split, N, epoch, timeout_ns, MAX_SPLITS, BLOCK_M, BLOCK_N,
+                                        USE_TMA, INTERPRET)
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + offs_n, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-            rows64 = (out_row0 + offs_r).to(tl.int64)
-            tl.store(out_ptr + rows64[:, None] * N + offs_n[None, :], acc.to(out_dtype), mask=mask)
+            if MODE == MODE_AG:
+                out_chunk = chunk
+            else:
+                out_chunk = 0
+            _store_tile(out, acc.to(out_dtype), out_chunk, row0, n0, out_row0 - row0, offs_r, offs_n, mask, N,
+                        BLOCK_M, BLOCK_N, USE_TMA)
         tile = next_tile
 
 
@@ -235,11 +281,11 @@ def _sm_count(device: torch.device) -> int:
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:
     """TMA needs 16-byte aligned bases and row strides."""
-    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors)
+    return all(t.data_ptr() % 16 == 0 and (t.stride(-2) * t.element_size()) % 16 == 0 for t in tensors)
 
 
-def _descriptor(t: torch.Tensor, rows: int, cols: int, use_tma: bool):
-    return TensorDescriptor.from_tensor(t, [rows, cols]) if use_tma else t
+def _descriptor(t: torch.Tensor, block: list[int], use_tma: bool):
+    return TensorDescriptor.from_tensor(t, block) if use_tma else t
 
 
 def launch(
@@ -263,6 +309,7 @@ def launch(
     recv: torch.Tensor | None = None,
     counters: torch.Tensor | None = None,
     dynamic: bool | None = None,
+    early_reduce: bool = False,
 ) -> None:
     """Launch :func:`fused_gemm_kernel` over the schedule's ``blocks`` (see the module docstring).
 
@@ -272,17 +319,22 @@ def launch(
     N, K = weight.shape
     interp = interpreting()
     cfg = config
-    use_tma = _tma_ok(a, weight)
+    chunks = world_size if mode == MODE_AG else 1
+    out3 = out.view(chunks, out.shape[0] // chunks, N)
+    extra = [t for t in (partial, recv) if t is not None]
+    use_tma = _tma_ok(a, weight, out3, *extra)
     num_tiles = blocks.shape[0] * triton.cdiv(N, cfg.block_n)
     num_progs = cfg.num_progs or _sm_count(a.device)
     num_progs = max(1, min(num_progs, num_tiles))
-    a_desc = _descriptor(a, cfg.block_m, cfg.block_k, use_tma)
-    b_desc = _descriptor(weight, cfg.block_n, cfg.block_k, use_tma)
+    tile3 = [1, cfg.block_m, cfg.block_n]
+    out_desc = _descriptor(out3, tile3, use_tma)
     fused_gemm_kernel[(num_progs,)](
-        a_desc, b_desc, out,
+        _descriptor(a, [cfg.block_m, cfg.block_k], use_tma),
+        _descriptor(weight, [cfg.block_n, cfg.block_k], use_tma),
+        out_desc,
         bias if bias is not None else out,
-        partial if partial is not None else out,
-        recv if recv is not None else out,
+        _descriptor(partial, tile3, use_tma) if partial is not None else out_desc,
+        _descriptor(recv, tile3, use_tma) if recv is not None else out_desc,
         blocks, flags,
         counters if counters is not None else flags,
         error,
@@ -296,6 +348,7 @@ def launch(
         GROUP_M=cfg.group_m,
         NUM_PROGS=num_progs,
         DYNAMIC=(mode == MODE_RS) if dynamic is None else dynamic,
+        EARLY_REDUCE=early_reduce,
         USE_TMA=use_tma,
         UPCAST=interp and a.dtype == torch.bfloat16,
         INTERPRET=interp,
