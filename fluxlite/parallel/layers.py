@@ -58,8 +58,12 @@ def _ignore(cls_name: str, **kwargs) -> None:
 class _ParallelLinear(torch.nn.Module):
     """What the two layers share: config, group, overlap, Megatron's extra-state and repr."""
 
-    def _setup(self, config, tp_group, overlap: str, is_expert: bool, kwargs: dict) -> None:
+    def _setup(self, input_size: int, output_size: int, skip_bias_add: bool, config, tp_group, overlap: str,
+               is_expert: bool, kwargs: dict) -> None:
         check_config(config)
+        self.input_size = input_size
+        self.output_size = output_size
+        self.skip_bias_add = skip_bias_add
         if is_expert:
             raise NotImplementedError(f"fluxlite.parallel.{type(self).__name__} does not support is_expert=True (MoE experts)")
         self.config = config
@@ -169,13 +173,10 @@ class ColumnParallelLinear(_ParallelLinear):
         **kwargs,
     ):
         super().__init__()
-        self.input_size = input_size
-        self.output_size = output_size
         self.gather_output = gather_output
-        self.skip_bias_add = skip_bias_add
         self.disable_grad_reduce = disable_grad_reduce
         self._setup(
-            config, tp_group, overlap, is_expert,
+            input_size, output_size, skip_bias_add, config, tp_group, overlap, is_expert,
             dict(kwargs, embedding_activation_buffer=embedding_activation_buffer,
                  grad_output_buffer=grad_output_buffer, tp_comm_buffer_name=tp_comm_buffer_name),
         )
@@ -256,13 +257,11 @@ class RowParallelLinear(_ParallelLinear):
         **kwargs,
     ):
         super().__init__()
-        self.input_size = input_size
-        self.output_size = output_size
         self.input_is_parallel = input_is_parallel
-        self.skip_bias_add = skip_bias_add
-        if config.sequence_parallel and not input_is_parallel:
+        if getattr(config, "sequence_parallel", False) and not input_is_parallel:
             raise RuntimeError("To enable `sequence_parallel`, `input_is_parallel` must be `True`")
-        self._setup(config, tp_group, overlap, is_expert, dict(kwargs, tp_comm_buffer_name=tp_comm_buffer_name))
+        self._setup(input_size, output_size, skip_bias_add, config, tp_group, overlap, is_expert,
+                    dict(kwargs, tp_comm_buffer_name=tp_comm_buffer_name))
         self.input_size_per_partition = divide(input_size, self._tp.world_size, "input_size")
         self.weight = self._make_weight(
             (output_size, self.input_size_per_partition), 1, init_method, stride, keep_master_weight_for_test

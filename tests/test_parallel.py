@@ -1,0 +1,335 @@
+"""fluxlite.parallel on CPU ranks (gloo): every layer configuration against a single-process
+``nn.Linear`` reference in float64, the mappings, and the layer API (attributes, state_dict, errors).
+
+Each spawn runs many cases (a spawn costs about 2 s for 2 ranks, 4 s for 4). The data is fresh on
+every run: the seed is drawn here and printed on failure, so a failure can be replayed with
+``FLUXLITE_TEST_SEED=<seed>``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import warnings
+
+import pytest
+import torch
+
+from tests.dist_utils import run_ranks
+
+# Set in the environment so that the spawned ranks (which import this module again) report the same seed.
+os.environ.setdefault("FLUXLITE_TEST_SEED", str(random.randrange(2**31)))
+SEED = int(os.environ["FLUXLITE_TEST_SEED"])
+TOL = dict(rtol=1e-10, atol=1e-10)  # float64 through torch.matmul and gloo: only summation order differs
+# The fused GEMM-RS sums the ranks' partials in fp32 (DESIGN.md: accumulate in fp32), even for float64.
+TOL_FUSED = dict(rtol=1e-5, atol=1e-5)
+
+
+def _seed_msg():
+    return f"(replay with FLUXLITE_TEST_SEED={SEED})"
+
+
+# ---- reference helpers (run inside the ranks) ----------------------------------------------------
+
+def _init(seed):
+    def init_method(w):
+        # any deterministic draw from the global CPU RNG: every rank is seeded alike
+        return torch.nn.init.normal_(w, std=0.5)
+
+    torch.manual_seed(seed)
+    return init_method
+
+
+def _reference(X, master, bias_full, G, add_bias: bool):
+    """Single-process nn.Linear: output, and grads of (Y * G).sum() w.r.t. input, weight, bias."""
+    lin = torch.nn.Linear(master.shape[1], master.shape[0], bias=bias_full is not None, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(master)
+        if bias_full is not None:
+            lin.bias.copy_(bias_full)
+    Xr = X.clone().requires_grad_()
+    Y = Xr @ lin.weight.t() + (lin.bias if (bias_full is not None and add_bias) else 0)
+    (Y * G).sum().backward()
+    bgrad = None
+    if bias_full is not None:
+        bgrad = G.reshape(-1, G.shape[-1]).sum(0)  # d/db of (Y + b) * G, whether added here or by the caller
+    return Y.detach(), Xr.grad, lin.weight.grad, bgrad
+
+
+def _close(actual, expected, what, case):
+    """float64 cases: elementwise, tight. Low-precision (GPU) cases: relative error of the norm."""
+    actual = actual.detach().cpu().double()
+    if case.get("dtype", torch.float64) == torch.float64:
+        tol = TOL_FUSED if case.get("overlap") == "fused" else TOL
+        torch.testing.assert_close(actual, expected, **tol, msg=lambda m: f"{what} of {case} {_seed_msg()}: {m}")
+        return
+    assert actual.shape == expected.shape, f"{what} of {case}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    err = (actual - expected).norm().item() / max(expected.norm().item(), 1e-30)
+    assert err <= case["tol"], f"{what} of {case} {_seed_msg()}: relative error {err:.3e} > {case['tol']:.1e}"
+
+
+def _data(seed, dtype, *shapes):
+    """float64 tensors exactly representable in ``dtype`` (so the reference sees what the layer sees)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*sh, dtype=torch.float64, generator=g).to(dtype).double() for sh in shapes]
+
+
+# ---- the layer matrix ----------------------------------------------------------------------------
+# A case runs on ``device`` in ``dtype`` (CPU: float64; GPU: bfloat16 with tolerance ``tol``), and
+# compares with the float64 reference computed on the CPU from the same (rounded) values.
+
+SMALL = dict(s=8, b=3, K=8, N=16)
+
+
+def _column_case(rank, W, seed, sp, bias, skip, gather, overlap, stride=1, dims=3, *, dtype=torch.float64,
+                 device="cpu", tol=None, size=SMALL):
+    from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
+
+    case = dict(layer="Column", W=W, sp=sp, bias=bias, skip_bias_add=skip, gather_output=gather,
+                overlap=overlap, stride=stride, dims=dims, dtype=dtype, tol=tol)
+    s, b, K, N = size["s"], size["b"], size["K"], size["N"]
+    init = _init(seed)
+    cfg = ModelParallelConfig(sequence_parallel=sp, params_dtype=dtype, use_cpu_initialization=device == "cpu")
+    layer = ColumnParallelLinear(K, N, config=cfg, init_method=init, bias=bias, gather_output=gather,
+                                 skip_bias_add=skip, stride=stride, keep_master_weight_for_test=True,
+                                 overlap=overlap)
+    assert layer.weight.device.type == device, (layer.weight.device, case)
+    X, G, bias_full = _data(seed + 1, dtype, (s, b, K), (s, b, N), (N,))
+    bias_full = bias_full if bias else None
+    idx = partition_index(N, W, rank, stride)
+    if bias:
+        with torch.no_grad():
+            layer.bias.copy_(bias_full[idx])
+    if dims == 2:  # rows [s*b, K]: the same thing seen as 2-D
+        X, G = X.reshape(s * b, K), G.reshape(s * b, N)
+    rows = slice(rank * X.shape[0] // W, (rank + 1) * X.shape[0] // W)
+    x = (X[rows] if sp else X).to(device, dtype, copy=True).requires_grad_()
+    out, out_bias = layer(x)
+    master = layer.master_weight.detach().cpu().double()
+    Y, dX, dWt, db = _reference(X, master, bias_full, G, add_bias=not (skip and gather))
+    if skip:
+        assert out_bias is layer.bias, case
+        if bias and not gather:
+            out = out + out_bias  # what the caller does with a skipped bias
+    else:
+        assert out_bias is None, case
+    if gather:
+        order = torch.cat([partition_index(N, W, p, stride) for p in range(W)])
+        _close(out, Y[..., order], "output", case)
+        upstream = G[..., order]  # replicated on every rank, like a loss after the gather
+    else:
+        _close(out, Y[..., idx], "output", case)
+        upstream = G[..., idx]  # this rank's share of (Y * G).sum()
+    out.backward(upstream.to(device, dtype))
+    _close(x.grad, dX[rows] if sp else dX, "input grad", case)
+    _close(layer.weight.grad, dWt[idx], "weight grad", case)
+    if bias and not (skip and gather):
+        _close(layer.bias.grad, db[idx], "bias grad", case)
+    elif bias:
+        assert layer.bias.grad is None, case
+
+
+def _row_case(rank, W, seed, sp, bias, skip, input_is_parallel, overlap, stride=1, dims=3, *, dtype=torch.float64,
+              device="cpu", tol=None, size=SMALL):
+    from fluxlite.parallel import ModelParallelConfig, RowParallelLinear, allreduce_sequence_parallel_grads, partition_index
+
+    case = dict(layer="Row", W=W, sp=sp, bias=bias, skip_bias_add=skip, input_is_parallel=input_is_parallel,
+                overlap=overlap, stride=stride, dims=dims, dtype=dtype, tol=tol)
+    s, b, K, N = size["s"], size["b"], size["N"], size["K"]  # Row maps N -> K: the Column's shapes reversed
+    init = _init(seed)
+    cfg = ModelParallelConfig(sequence_parallel=sp, params_dtype=dtype, use_cpu_initialization=device == "cpu")
+    kw = dict(config=cfg, init_method=init, bias=bias, input_is_parallel=input_is_parallel, skip_bias_add=skip,
+              stride=stride, keep_master_weight_for_test=True, overlap=overlap)
+    if sp and not input_is_parallel:
+        with pytest.raises(RuntimeError, match="input_is_parallel"):
+            RowParallelLinear(K, N, **kw)
+        return
+    layer = RowParallelLinear(K, N, **kw)
+    X, G, bias_full = _data(seed + 1, dtype, (s, b, K), (s, b, N), (N,))
+    bias_full = bias_full if bias else None
+    if bias:
+        with torch.no_grad():
+            layer.bias.copy_(bias_full)
+        assert layer.bias.sequence_parallel == sp and not getattr(layer.bias, "tensor_model_parallel", False)
+    if dims == 2:
+        X, G = X.reshape(s * b, K), G.reshape(s * b, N)
+    idx = partition_index(K, W, rank, stride)
+    rows = slice(rank * X.shape[0] // W, (rank + 1) * X.shape[0] // W)
+    x = (X[..., idx] if input_is_parallel else X).to(device, dtype, copy=True).requires_grad_()
+    out, out_bias = layer(x)
+    master = layer.master_weight.detach().cpu().double()
+    Y, dX, dWt, db = _reference(X, master, bias_full, G, add_bias=True)
+    if skip:
+        assert out_bias is layer.bias, case
+        if bias:
+            out = out + out_bias
+    else:
+        assert out_bias is None, case
+    _close(out, Y[rows] if sp else Y, "output", case)
+    out.backward((G[rows] if sp else G).to(device, dtype))
+    _close(x.grad, dX[..., idx] if input_is_parallel else dX, "input grad", case)
+    _close(layer.weight.grad, dWt[:, idx], "weight grad", case)
+    if bias:
+        if sp:  # a partial sum over this rank's rows until the TP all-reduce Megatron's optimizer does
+            _close(layer.bias.grad, G[rows].reshape(-1, N).sum(0), "partial SP bias grad", case)
+            assert allreduce_sequence_parallel_grads(layer) == 1
+        _close(layer.bias.grad, db, "bias grad", case)
+
+
+def _matrix(rank, W, seed, overlaps, **where):
+    """Every sequence_parallel x bias x skip_bias_add x gather_output/input_is_parallel combination,
+    each sequence-parallel one under every ``overlap``; then strided partitions and 2-D inputs."""
+    n = 0
+    for sp, bias, skip, gather in itertools.product((False, True), repeat=4):
+        for overlap in overlaps if sp else ("auto",):
+            _column_case(rank, W, seed + n, sp, bias, skip, gather, overlap, **where)
+            _row_case(rank, W, seed + n + 1, sp, bias, skip, gather, overlap, **where)
+            n += 2
+    for sp, dims in ((False, 2), (True, 2), (True, 3)):  # Megatron's GLU fc1 uses stride 2
+        _column_case(rank, W, seed + n, sp, True, False, False, overlaps[0], stride=2, dims=dims, **where)
+        _row_case(rank, W, seed + n + 1, sp, True, False, True, overlaps[0], stride=2, dims=dims, **where)
+        n += 2
+
+
+def _matrix_worker(rank, W, seed, overlaps):
+    _matrix(rank, W, seed, overlaps)
+    _mappings(rank, W, seed)
+    _api(rank, W, seed)
+
+
+# ---- mappings ------------------------------------------------------------------------------------
+
+def _mappings(rank, W, seed):
+    from fluxlite.parallel import mappings as M
+
+    g = torch.Generator().manual_seed(seed + 7)
+    # every rank draws every rank's tensors, so the expectations are plain slicing and sums
+    n0, nl = 4 * W, 2 * W
+    xs = torch.randn(W, n0, 3, nl, dtype=torch.float64, generator=g)  # rank p's input: xs[p]
+    gs = torch.randn(W, n0, 3, nl, dtype=torch.float64, generator=g)  # rank p's upstream grad, same shape
+    tall = torch.randn(W, W * n0, 3, nl, dtype=torch.float64, generator=g)  # ... of a first-dim gather
+    wide = torch.randn(W, n0, 3, W * nl, dtype=torch.float64, generator=g)  # ... of a last-dim gather
+    r0, r1 = rank * n0 // W, (rank + 1) * n0 // W  # this rank's slice of a first dim of n0
+    c0, c1 = rank * nl // W, (rank + 1) * nl // W  # ... of a last dim of nl
+
+    def check(name, fn, expected_out, upstream, expected_grad, **kw):
+        x = xs[rank].clone().requires_grad_()
+        out = fn(x, **kw)
+        _close(out, expected_out, f"{name} forward", {})
+        out.backward(upstream)
+        _close(x.grad, expected_grad, f"{name} backward", {})
+
+    check("copy_to_tensor_model_parallel_region", M.copy_to_tensor_model_parallel_region,
+          xs[rank], gs[rank], gs.sum(0))
+    check("reduce_from_tensor_model_parallel_region", M.reduce_from_tensor_model_parallel_region,
+          xs.sum(0), gs[rank], gs[rank])
+    check("scatter_to_tensor_model_parallel_region", M.scatter_to_tensor_model_parallel_region,
+          xs[rank][..., c0:c1], gs[rank][..., c0:c1],
+          torch.cat([gs[p][..., p * nl // W:(p + 1) * nl // W] for p in range(W)], -1))
+    check("gather_from_tensor_model_parallel_region", M.gather_from_tensor_model_parallel_region,
+          torch.cat(list(xs), -1), wide[rank], wide[rank][..., rank * nl:(rank + 1) * nl])
+    check("scatter_to_sequence_parallel_region", M.scatter_to_sequence_parallel_region,
+          xs[rank][r0:r1], gs[rank][r0:r1], torch.cat([gs[p][p * n0 // W:(p + 1) * n0 // W] for p in range(W)], 0))
+    check("gather_from_sequence_parallel_region", M.gather_from_sequence_parallel_region,
+          torch.cat(list(xs), 0), tall[rank], tall[:, rank * n0:(rank + 1) * n0].sum(0))
+    check("gather_from_sequence_parallel_region(tensor_parallel_output_grad=False)",
+          M.gather_from_sequence_parallel_region, torch.cat(list(xs), 0), tall[rank],
+          tall[rank][rank * n0:(rank + 1) * n0], tensor_parallel_output_grad=False)
+    check("reduce_scatter_to_sequence_parallel_region", M.reduce_scatter_to_sequence_parallel_region,
+          xs.sum(0)[r0:r1], gs[rank][: n0 // W], torch.cat([gs[p][: n0 // W] for p in range(W)], 0))
+    with pytest.raises(ValueError, match="divisible"):
+        M.scatter_to_sequence_parallel_region(torch.zeros(W + 1, 2, dtype=torch.float64))
+    with pytest.raises(NotImplementedError):
+        M.gather_from_sequence_parallel_region(xs[rank], output_split_sizes=[n0] * W)
+
+
+# ---- the layer API -------------------------------------------------------------------------------
+
+def _api(rank, W, seed):
+    from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear
+
+    init = _init(seed)
+    cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=torch.float64)
+    col = ColumnParallelLinear(8, 4 * W, config=cfg, init_method=init, bias=True, tp_comm_buffer_name="qkv")
+    row = RowParallelLinear(4 * W, 8, config=cfg, init_method=init, bias=True, input_is_parallel=True,
+                            skip_bias_add=True, tp_comm_buffer_name="proj")
+    # Megatron's names, shapes and TP attributes
+    assert dict((k, tuple(v.shape)) for k, v in col.state_dict().items() if v is not None) == {
+        "weight": (4, 8), "bias": (4,)}
+    assert tuple(row.weight.shape) == (8, 4) and tuple(row.bias.shape) == (8,)
+    assert "_extra_state" in col.state_dict() and "_extra_state" in row.state_dict()
+    for p, dim in ((col.weight, 0), (col.bias, 0), (row.weight, 1)):
+        assert p.tensor_model_parallel and p.partition_dim == dim and p.partition_stride == 1 and p.allreduce
+    assert row.bias.sequence_parallel is True and not hasattr(row.bias, "tensor_model_parallel")
+    assert col.output_size_per_partition == 4 and row.input_size_per_partition == 4
+    # a state_dict without _extra_state (a plain one) and with it (Megatron's) both load
+    sd = {k: v for k, v in col.state_dict().items() if k != "_extra_state"}
+    col.load_state_dict(sd)
+    col.load_state_dict(col.state_dict())
+    assert col.backward_dw() is None
+    # skip_weight_param_allocation: the weight comes with forward
+    ext = ColumnParallelLinear(8, 4 * W, config=cfg, init_method=init, bias=False, skip_weight_param_allocation=True)
+    assert ext.weight is None
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="skip_weight_param_allocation"):
+        ext(x)
+    w = col.weight.detach().clone().requires_grad_()
+    out, _ = ext(x, weight=w)
+    ref, _ = col(x)
+    _close(out, (ref - col.bias).detach(), "external weight output", {})
+    with pytest.raises(RuntimeError, match="shape"):
+        ext(x, weight=w[:, :4])
+    # runtime_gather_output overrides gather_output
+    full, _ = col(x, runtime_gather_output=True)
+    assert full.shape == (2 * W, 3, 4 * W)
+    # frozen weight and an input that needs no grad: no collective is skipped on one rank only
+    col.weight.requires_grad_(False)
+    out, _ = col(x.clone().requires_grad_())
+    out.sum().backward()
+    assert col.weight.grad is None and col.bias.grad is not None
+    # newer Megatron keywords: accepted, the meaningless ones warned about once
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            RowParallelLinear(4 * W, 8, config=cfg, init_method=init, bias=False, input_is_parallel=True,
+                              skip_bias_add=False, name="decoder.0.proj", pg_collection=None, output_dtype=None)
+    assert sum("name=" in str(c.message) for c in caught) == 1, [str(c.message) for c in caught]
+    with pytest.raises(ValueError, match="overlap"):
+        RowParallelLinear(4 * W, 8, config=cfg, init_method=init, bias=False, input_is_parallel=True,
+                          skip_bias_add=False, overlap="fast")
+    with pytest.raises(NotImplementedError, match="is_expert"):
+        ColumnParallelLinear(8, 4 * W, config=cfg, init_method=init, is_expert=True)
+    with pytest.raises(TypeError, match="config"):
+        ColumnParallelLinear(8, 4 * W, config=object(), init_method=init)
+    with pytest.raises(ValueError, match="divisible"):
+        ColumnParallelLinear(8, 4 * W + 1, config=cfg, init_method=init)
+    with pytest.raises(ValueError, match="divisible"):  # SP reduce-scatters the sequence dim
+        RowParallelLinear(4 * W, 8, config=cfg, init_method=init, bias=False, input_is_parallel=True,
+                          skip_bias_add=False)(torch.randn(W + 1, 2, 4, dtype=torch.float64))
+
+
+# ---- the tests -----------------------------------------------------------------------------------
+
+def test_layers_mappings_api_2_ranks():
+    run_ranks(_matrix_worker, 2, SEED, ("sequential", "fused"), timeout_s=60)
+
+
+def test_layers_mappings_api_4_ranks():
+    run_ranks(_matrix_worker, 4, SEED, ("sequential", "fused"), timeout_s=60)
+
+
+def test_single_rank_group_disables_sequence_parallel():
+    run_ranks(_single_rank_worker, 1, SEED)
+
+
+def _single_rank_worker(rank, W, seed):
+    from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig
+
+    cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=torch.float64)
+    with pytest.warns(UserWarning, match="Disabling sequence parallel"):
+        layer = ColumnParallelLinear(8, 4, config=cfg, init_method=_init(seed), keep_master_weight_for_test=True)
+    assert layer.sequence_parallel is False
+    x = torch.randn(5, 2, 8, dtype=torch.float64)
+    out, _ = layer(x)
+    _close(out, x @ layer.master_weight.t(), "TP=1 output", {})

@@ -1,0 +1,26 @@
+"""scripts/bench_layers.py: a CPU smoke run (gloo, tiny Llama block) so the benchmark's own logic is
+tested before it meets the GPUs. The real benchmark (2 GPUs, hidden 8192) is run by hand:
+
+    PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out bench_layers.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.test_train_gpt import ROOT, torchrun
+
+SCRIPT = ROOT / "scripts" / "bench_layers.py"
+
+
+def test_bench_layers_cpu_smoke(tmp_path: Path):
+    out = tmp_path / "bench.json"
+    proc = torchrun(SCRIPT, 2, "--device", "cpu", "--dtype", "fp32", "--hidden", "64", "--ffn", "96", "--heads", "8",
+                    "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "3", "--out", str(out))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    res = json.loads(out.read_text())
+    assert set(res["results"]) == {"sequential", "fused"} and res["baseline"] == "sequential", res
+    assert res["accurate"] and res["results"]["fused"]["max_rel_err_vs_first"] < 1e-5, res
+    assert len(res["results"]["fused"]["median_ms_per_rank"]) == 2 and "speedup fused over sequential" in log

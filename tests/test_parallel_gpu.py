@@ -1,0 +1,37 @@
+"""fluxlite.parallel on 2 GPUs (NCCL): the CPU layer matrix of tests/test_parallel.py in bfloat16 with
+``overlap="fused"`` and ``"sequential"``, and in float32 (sequential), against the float64 reference.
+Parameters are made on the GPU (``use_cpu_initialization=False``: the master weight is drawn on
+the device). Skipped without 2 GPUs.
+
+    PYTHONPATH=$PWD python -m pytest -m gpu tests/test_parallel_gpu.py
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.test_parallel import SEED, _matrix
+
+GPU_SIZE = dict(s=256, b=2, K=512, N=1024)
+BF16_TOL = 1e-2  # relative error of the norm; bf16 rounding of outputs/grads is ~4e-3
+FP32_TOL = 1e-5
+
+
+def _gpu_matrix(rank, W, seed, dtype, overlaps, tol):
+    _matrix(rank, W, seed, overlaps, dtype=dtype, device="cuda", tol=tol, size=GPU_SIZE)
+    torch.cuda.synchronize()
+    import fluxlite
+
+    fluxlite.synchronize()  # raise any timeout a fused kernel recorded
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,overlaps,tol", [
+    (torch.bfloat16, ("fused", "sequential"), BF16_TOL),
+    (torch.float32, ("sequential",), FP32_TOL),
+], ids=["bf16", "fp32"])
+def test_layer_matrix_2_gpus(dtype, overlaps, tol):
+    from tests.gpu_utils import run_gpu_ranks
+
+    run_gpu_ranks(_gpu_matrix, 2, SEED, dtype, overlaps, tol)
