@@ -84,7 +84,7 @@ def _splits(block_m: int, chunk_rows: int) -> int | None:
 # ---- producers ---------------------------------------------------------------------------------
 
 
-def _run_steps_on_thread(steps, *, deadline: float, timeout_s: float, op: str, rank: int) -> None:
+def _run_steps_on_thread(steps, **wait_info) -> None:
     for step in steps:
         if step[0] == COPY:
             step[1].copy_(step[2])
@@ -92,7 +92,7 @@ def _run_steps_on_thread(steps, *, deadline: float, timeout_s: float, op: str, r
             host_set_flag(step[1], step[2], step[3])
         else:
             _, flags, slot, value, info = step
-            host_wait_flag(flags, slot, value, deadline=deadline, timeout_s=timeout_s, op=op, rank=rank, **info)
+            host_wait_flag(flags, slot, value, **wait_info, **info)
 
 
 def _enqueue_steps_on_stream(steps, stream: torch.cuda.Stream) -> None:
@@ -161,9 +161,23 @@ class _Call:
         self.consumer = "triton" if ws.is_cuda else cpu_consumer()
         self.config = _kernel_config(ws.device)
         self.block_m = self.config.block_m if self.consumer == "triton" else CPU_BLOCK_M
+        self.producer_error: BaseException | None = None
 
     def wait_info(self) -> dict:
-        return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank)
+        return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank,
+                    abort=self._raise_if_producer_failed)
+
+    def _raise_if_producer_failed(self) -> None:
+        if self.producer_error is not None:
+            raise self.producer_error
+
+    def _produce_on_thread(self, steps) -> None:
+        try:
+            with torch.no_grad():  # grad mode is per thread: the caller's no_grad does not reach here
+                _run_steps_on_thread(steps, **self.wait_info())
+        except BaseException as exc:
+            self.producer_error = exc
+            raise
 
     def run(self, produce_steps_fn, consume) -> None:
         """Run the producer (thread or stream) beside ``consume()``; join; raise on any timeout.
@@ -190,8 +204,7 @@ class _Call:
             if _blocking():
                 ws.synchronize()
             return
-        steps = produce_steps_fn()
-        future = ws.submit(_run_steps_on_thread, steps, **self.wait_info())
+        future = ws.submit(self._produce_on_thread, produce_steps_fn())
         try:
             consume()
             self.raise_kernel_error()
@@ -268,6 +281,7 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     mine = ws.flags(r)
     triton_consumer = call.consumer == "triton"
     tiles_per_block = -(-N // call.config.block_n) if triton_consumer else 1
+    acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
 
     def consume_torch() -> None:
         done = [0] * ws.counters.numel()
@@ -279,13 +293,13 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
                 done[slot] += 1
                 host_set_flag(ws.counters, slot, done[slot])
                 continue
-            acc = (src @ weight.t()).float()
+            acc = (src @ weight.t()).to(acc_dtype)
             for p in sched.peers():
                 host_wait_flag(mine, sch.rs_recv_slot(W, p, split), call.epoch, what="partials",
                                peer=p, chunk=r, split=split, **call.wait_info())
-                acc += recv[p, row0 : row0 + rows].float()
+                acc += recv[p, row0 : row0 + rows]
             if bias is not None:
-                acc += bias.float()
+                acc += bias
             out[row0 : row0 + rows] = acc
 
     def consume_triton() -> None:

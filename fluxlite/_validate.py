@@ -59,7 +59,13 @@ def check_operands(op: str, tp: TPGroup, a, weight, bias, a_layout: str, w_layou
             f"{op}: a is on {a.device} but the current CUDA device is cuda:{torch.cuda.current_device()}; "
             f"call torch.cuda.set_device({a.device.index}) first"
         )
-    return a.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous()
+    # The ops are not differentiable (the autograd functions in fluxlite.parallel call them): detach,
+    # so that no producer thread or side stream ever records autograd history.
+    a, bias = a.detach().contiguous(), None if bias is None else bias.detach().contiguous()
+    weight = weight.detach()
+    if not (weight.is_contiguous() or weight.t().is_contiguous()):
+        weight = weight.contiguous()  # nn.Linear layout, or its transpose (a backward's W.t()): no copy
+    return a, weight, bias
 
 
 def check_rows_divisible(op: str, rows: int, world_size: int) -> None:

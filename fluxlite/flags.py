@@ -76,9 +76,12 @@ def host_wait_flag(
     peer: int,
     chunk: int,
     split: int = 0,
+    abort=None,
 ) -> None:
     """Spin until ``flags[slot] >= epoch``; raise :class:`FluxliteTimeoutError` past ``deadline``.
 
+    ``abort`` (optional) is called on every spin and may raise to end the wait early: the consumer
+    uses it to fail at once when the producer that would set the flag has failed.
     Yields the CPU between reads: with more ranks than cores, pure spinning starves the peer that
     would set the flag.
     """
@@ -87,6 +90,8 @@ def host_wait_flag(
         seen = word.value
         if seen >= epoch:
             return
+        if abort is not None:
+            abort()
         if time.monotonic() > deadline:
             raise FluxliteTimeoutError(
                 op=op, what=what, rank=rank, peer=peer, chunk=chunk, split=split,

@@ -44,12 +44,13 @@ def _device_types(group: dist.ProcessGroup) -> frozenset[str]:
 def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
     """The TP group: ``group`` if given, else the default process group.
 
-    Raises ``RuntimeError`` if torch.distributed is not initialised.
+    Raises ``ValueError`` if torch.distributed is not initialised.
     """
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError(
-            "fluxlite needs an initialised process group: call fluxlite.init() (or "
-            "torch.distributed.init_process_group) first, e.g. under torchrun"
+        raise ValueError(
+            "group: fluxlite needs an initialised process group (expected torch.distributed to be "
+            "initialised, got none): call fluxlite.init() or torch.distributed.init_process_group "
+            "first, e.g. under torchrun"
         )
     if group is None:
         group = dist.group.WORLD

@@ -226,6 +226,8 @@ def test_plain_kernel_matches_cublas():
         a = torch.randn(M, K, generator=gen, device="cuda").to(BF16)
         w = torch.randn(N, K, generator=gen, device="cuda").to(BF16)
         b = torch.randn(N, generator=gen, device="cuda").to(BF16)
-        out = torch.full((M, N), float("nan"), dtype=BF16, device="cuda")
-        gemm(a, w, b, out=out)
-        assert rel_err(out, a.float() @ w.float().t() + b.float()) < TOL
+        ref = a.float() @ w.float().t() + b.float()
+        for weight in (w, w.t().contiguous().t()):  # nn.Linear layout, and a transposed [K, N] (read in place)
+            out = torch.full((M, N), float("nan"), dtype=BF16, device="cuda")
+            gemm(a, weight, b, out=out)
+            assert rel_err(out, ref) < TOL

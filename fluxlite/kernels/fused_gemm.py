@@ -60,20 +60,25 @@ def _tile_coords(tile, num_blocks, num_n, GROUP_M: tl.constexpr):
 @triton.jit
 def _mainloop(acc, a_desc, b_desc, a_row, a_row_limit, n0, N, K,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
+              B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
     """acc += A[a_row : a_row + BLOCK_M, :] @ B[n0 : n0 + BLOCK_N, :].T in fp32.
 
+    ``B_KMAJOR``: ``b_desc`` covers ``B.T`` (``[K, N]`` row-major, e.g. a backward's ``W.t()``) instead
+    of ``B`` (``[N, K]``), so a transposed weight needs no copy.
     With USE_TMA the descriptors zero-fill out-of-range rows/columns; otherwise ``a_desc``/``b_desc``
     are plain pointers to contiguous row-major tensors and the loads are masked.
     """
     if USE_TMA:
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([a_row, k * BLOCK_K])
-            b = b_desc.load([n0, k * BLOCK_K])
+            if B_KMAJOR:
+                b = b_desc.load([k * BLOCK_K, n0])
+            else:
+                b = b_desc.load([n0, k * BLOCK_K]).T
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc)
+            acc = tl.dot(a, b, acc)
     else:
         offs_m = a_row + tl.arange(0, BLOCK_M)
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -81,17 +86,22 @@ def _mainloop(acc, a_desc, b_desc, a_row, a_row_limit, n0, N, K,
         m_ok = offs_m < a_row_limit
         n_ok = offs_n < N
         a_ptrs = a_desc + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
-        b_ptrs = b_desc + offs_n.to(tl.int64)[:, None] * K + offs_k[None, :]
+        if B_KMAJOR:
+            b_ptrs = b_desc + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
+            b_step = BLOCK_K * N
+        else:
+            b_ptrs = b_desc + offs_n.to(tl.int64)[None, :] * K + offs_k[:, None]
+            b_step = BLOCK_K
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             k_ok = (k * BLOCK_K + offs_k) < K
             a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc)
+            acc = tl.dot(a, b, acc)
             a_ptrs += BLOCK_K
-            b_ptrs += BLOCK_K
+            b_ptrs += b_step
     return acc
 
 
@@ -134,7 +144,7 @@ def _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows,
 @triton.jit(do_not_specialize=["num_blocks", "chunk_rows", "rank", "world_size", "epoch", "timeout_ns"])
 def fused_gemm_kernel(
     a_desc,            # AG: the gathered buffer [W*m, K] (the producer fills it); RS: a [M, K_local]
-    b_desc,            # weight [N, K]
+    b_desc,            # weight [N, K], or weight.T [K, N] when B_KMAJOR
     out,               # AG: [W*m, N] as [W, m, N]; RS: [M/W, N] as [1, M/W, N] (TMA descriptor or pointer)
     bias_ptr,          # [N] or unused
     partial,           # RS: [W, M/W, N] our partials of peers' rows; AG: unused
@@ -154,6 +164,7 @@ def fused_gemm_kernel(
     NUM_PROGS: tl.constexpr,
     DYNAMIC: tl.constexpr,
     EARLY_REDUCE: tl.constexpr,
+    B_KMAJOR: tl.constexpr,
     USE_TMA: tl.constexpr,
     UPCAST: tl.constexpr,
     INTERPRET: tl.constexpr,
@@ -161,7 +172,7 @@ def fused_gemm_kernel(
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_blocks * num_n
-    out_dtype = b_desc.dtype if USE_TMA else b_desc.dtype.element_ty
+    out_dtype = a_desc.dtype if USE_TMA else a_desc.dtype.element_ty
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last AG flag slot this program saw ready: no re-polling
 
@@ -215,10 +226,10 @@ def fused_gemm_kernel(
                             tl.atomic_max(flags_ptr + p, epoch, sem="relaxed", scope="sys")
             out_row0 = chunk * chunk_rows + row0
             acc = _mainloop(acc, a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
-                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, UPCAST)
+                            BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
         else:
             acc = _mainloop(acc, a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, n0, N, K,
-                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, UPCAST)
+                            BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
             out_row0 = row0
 
         if MODE == MODE_RS and chunk != rank:
@@ -314,7 +325,8 @@ def launch(
     """Launch :func:`fused_gemm_kernel` over the schedule's ``blocks`` (see the module docstring).
 
     Shapes: AG: ``a`` is the gathered buffer ``[W*m, K]``, ``out [W*m, N]``. RS: ``a [M, K]``,
-    ``partial``/``recv [W, M/W, N]``, ``out [M/W, N]``. ``weight [N, K]`` in both.
+    ``partial``/``recv [W, M/W, N]``, ``out [M/W, N]``. ``weight [N, K]`` in both, row-major or
+    the transpose of a row-major ``[K, N]`` (read in place).
     """
     N, K = weight.shape
     interp = interpreting()
@@ -322,7 +334,9 @@ def launch(
     chunks = world_size if mode == MODE_AG else 1
     out3 = out.view(chunks, out.shape[0] // chunks, N)
     extra = [t for t in (partial, recv) if t is not None]
-    use_tma = _tma_ok(a, weight, out3, *extra)
+    b_kmajor = not weight.is_contiguous()
+    b = weight.t() if b_kmajor else weight  # row-major either way
+    use_tma = _tma_ok(a, b, out3, *extra)
     num_tiles = blocks.shape[0] * triton.cdiv(N, cfg.block_n)
     num_progs = cfg.num_progs or _sm_count(a.device)
     num_progs = max(1, min(num_progs, num_tiles))
@@ -330,7 +344,7 @@ def launch(
     out_desc = _descriptor(out3, tile3, use_tma)
     fused_gemm_kernel[(num_progs,)](
         _descriptor(a, [cfg.block_m, cfg.block_k], use_tma),
-        _descriptor(weight, [cfg.block_n, cfg.block_k], use_tma),
+        _descriptor(b, [cfg.block_k, cfg.block_n] if b_kmajor else [cfg.block_n, cfg.block_k], use_tma),
         out_desc,
         bias if bias is not None else out,
         _descriptor(partial, tile3, use_tma) if partial is not None else out_desc,
@@ -349,6 +363,7 @@ def launch(
         NUM_PROGS=num_progs,
         DYNAMIC=(mode == MODE_RS) if dynamic is None else dynamic,
         EARLY_REDUCE=early_reduce,
+        B_KMAJOR=b_kmajor,
         USE_TMA=use_tma,
         UPCAST=interp and a.dtype == torch.bfloat16,
         INTERPRET=interp,
