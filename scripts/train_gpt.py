@@ -17,7 +17,9 @@ batches. Nothing is downloaded.
 ``--check`` then builds the same model on rank 0 with plain ``nn.Linear`` layers, the same seed (so
 the same master weights, drawn in the same order) and the same data, trains it on that one process,
 and asserts that the two loss curves agree step by step: to ``--tol`` (default 2e-5 relative in
-float32, 2e-2 in bfloat16; bf16 on CPU agrees to ~1e-3 over 30 steps). Every rank exits non-zero if they do not.
+float32, 2e-2 in bfloat16; bf16 on CPU agrees to ~1e-3 over 30 steps). Where they drift further apart,
+as AdamW makes bf16 runs on GPUs do, a float64 twin decides: the TP run must stay as close to it as
+the plain single-process run does (see ``NOISE_FACTOR``). Every rank exits non-zero if they do not.
 """
 
 from __future__ import annotations
@@ -246,10 +248,23 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def worst_rel_diff(losses, ref_losses) -> float:
+    return max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(losses, ref_losses))
+
+
 def compare(tp_losses, ref_losses, tol: float) -> tuple[bool, float]:
-    worst = max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(tp_losses, ref_losses))
+    worst = worst_rel_diff(tp_losses, ref_losses)
     finite = all(math.isfinite(x) for x in tp_losses + ref_losses)
     return finite and worst <= tol, worst
+
+
+NOISE_FACTOR = 3.0
+"""With AdamW, rounding differences grow from step to step (an update's size hardly depends on its
+gradient's), so two equally valid bf16 (or GPU fp32) runs drift apart by more than one step's
+rounding. When the direct comparison misses its tolerance, the check measures that drift: it trains
+a float64 twin and passes if the TP run stays within NOISE_FACTOR times the distance between the
+plain single-process run (same dtype) and the float64 one, i.e. if fluxlite adds no error beyond
+what the dtype already makes."""
 
 
 def main(argv=None) -> int:
@@ -292,7 +307,17 @@ def main(argv=None) -> int:
             result.update(ref_losses=ref_losses, ref_tokens_per_s=ref_tok_s, tol=tol, worst_rel_diff=worst, ok=ok)
             print(f"--check: {a.steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f} (TP={W}) vs "
                   f"{ref_losses[0]:.4f} -> {ref_losses[-1]:.4f} (single process); worst relative difference "
-                  f"{worst:.2e} (tolerance {tol:.0e}): {'PASS' if ok else 'FAIL'}", flush=True)
+                  f"{worst:.2e} (tolerance {tol:.0e}): {'PASS' if ok else 'beyond tolerance'}", flush=True)
+            if not ok and all(math.isfinite(x) for x in losses + ref_losses):
+                torch.manual_seed(a.seed)
+                exact = GPT(a, parallel=False, tp_size=1, sequence_parallel=False, dtype=torch.float64).to(device)
+                exact_losses, _ = train(exact, a, device, label="float64 twin", show=False)
+                drift_tp, drift_twin = worst_rel_diff(losses, exact_losses), worst_rel_diff(ref_losses, exact_losses)
+                ok = drift_tp <= NOISE_FACTOR * drift_twin
+                result.update(exact_losses=exact_losses, drift_tp=drift_tp, drift_twin=drift_twin, ok=ok)
+                print(f"--check: against a float64 twin, TP drifts {drift_tp:.2e} and the single-process "
+                      f"{a.dtype} run {drift_twin:.2e} (allowed: {NOISE_FACTOR:g}x): {'PASS' if ok else 'FAIL'}",
+                      flush=True)
             if not ok:
                 for i, (x, y) in enumerate(zip(losses, ref_losses)):
                     print(f"  step {i:3d}  TP {x:.6f}  twin {y:.6f}  diff {x - y:+.2e}")
