@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# The GPU suite for the lent 2xH200: GPU-marked tests, then the benchmarks. One call does it all.
-#   scripts/gpu_suite.sh [env|tests|gemm|bench|all ...]     (default: all)
-# Writes logs and JSON under $OUT (the device tool's output folder) or ./gpu_out.
+# The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
+#   scripts/gpu_suite.sh [env|tests|gemm|bench|layers|all ...]     (default: all)
+# Each part is bounded; `all` takes about 8 minutes on 2xH200. Logs and JSON go to $OUT (the device
+# tool's output folder) or ./gpu_out. Megatron's GPU comparison needs megatron-core: with no network,
+# carry its wheel in .whl/ (see BENCHMARKS.md); it is installed to /tmp/site here if present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # Never NVLink multicast on the shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
 parts=("${@:-all}")
 want() { for p in "${parts[@]}"; do [[ $p == all || $p == "$1" ]] && return 0; done; return 1; }
 status=0
-# Clocks and power once a second, to read thermal or power throttling next to the timings.
+# Clocks and power once a second, to read power throttling next to the timings.
 nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.log" 2>&1 &
 dmon=$!
 trap 'kill $dmon 2>/dev/null' EXIT
@@ -23,16 +29,21 @@ if want env; then
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
 fi
 if want tests; then
-  timeout 330 python3 -m pytest -m gpu -q -x -p no:cacheprovider --durations=0 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=0 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   status=$((status | PIPESTATUS[0]))
 fi
 if want gemm; then
-  timeout 100 python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" | tail -12
+  timeout 100 python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" | tail -8
+  status=$((status | PIPESTATUS[0]))
+fi
+if want layers; then
+  timeout 200 torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out "$OUT/bench_layers.json" 2>&1 \
+    | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
 fi
 if want bench; then
   timeout 150 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
-    | tee "$OUT/bench_ops.log" | grep -v '^{' | tail -16
+    | tee "$OUT/bench_ops.log" | grep -v '^{\|^W1' | tail -12
   status=$((status | PIPESTATUS[0]))
 fi
 exit $status
