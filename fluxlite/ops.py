@@ -16,9 +16,11 @@ from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
 from .workspace import get_workspace, workspaces_of
 
-# Below this many GEMM FLOPs a fused launch cannot win back its fixed costs (until the measured
-# dispatch table replaces this rule).
-_AUTO_MIN_FLOPS = 1e10
+# "auto" takes the fused path only from the smallest GEMM measured to win on 2xH200 (AG
+# 8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential; BENCHMARKS.md). Below it
+# the fused call's fixed host cost (building and queueing its producer steps, ~0.3 ms) is not known
+# to be hidden. A measured dispatch table is to replace this rule.
+_AUTO_MIN_FLOPS = 5e11
 _GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -73,7 +75,7 @@ def ag_gemm(
     a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
     W = tp.world_size
     check_out("ag_gemm", out, (W * a.shape[0], weight.shape[0]), a)
-    chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])
+    chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])  # per-rank GEMM FLOPs
     timeout_s = resolve_timeout(timeout)
     if chosen == "fused":
         _check_fused_dtype("ag_gemm", a)
