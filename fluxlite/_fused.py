@@ -162,6 +162,8 @@ class _Call:
         self.config = _kernel_config(ws.device)
         self.block_m = self.config.block_m if self.consumer == "triton" else CPU_BLOCK_M
         self.producer_error: BaseException | None = None
+        # Stream-ordered before the producer's first step (its stream waits on the caller's stream).
+        ws.counters.zero_()
 
     def wait_info(self) -> dict:
         return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank,
@@ -179,8 +181,8 @@ class _Call:
             self.producer_error = exc
             raise
 
-    def run(self, produce_steps_fn, consume) -> None:
-        """Run the producer (thread or stream) beside ``consume()``; join; raise on any timeout.
+    def run(self, steps: list, consume) -> None:
+        """Run the producer ``steps`` (thread or stream) beside ``consume()``; join; raise on any timeout.
 
         On CUDA the producer's steps up to its first wait are queued before the kernel (its first
         copies start while the kernel is still being launched), the rest after it. A stream wait
@@ -194,7 +196,6 @@ class _Call:
         if ws.is_cuda:
             main = torch.cuda.current_stream(ws.device)
             ws.producer_stream.wait_stream(main)
-            steps = produce_steps_fn()
             first_wait = next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
             _enqueue_steps_on_stream(steps[:first_wait], ws.producer_stream)
             consume()
@@ -204,7 +205,7 @@ class _Call:
             if _blocking():
                 ws.synchronize()
             return
-        future = ws.submit(self._produce_on_thread, produce_steps_fn())
+        future = ws.submit(self._produce_on_thread, steps)
         try:
             consume()
             self.raise_kernel_error()
@@ -243,7 +244,6 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     m, K = a.shape
     sched = sch.ag_schedule(W, r, m, call.block_m, _splits(call.block_m, m))
     ws.reserve(a.numel() * a.element_size())
-    ws.counters.zero_()
     gathered = a.new_empty((W * m, K))
     if out is None:
         out = a.new_empty((W * m, weight.shape[0]))
@@ -259,7 +259,7 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     def consume_triton() -> None:
         call.launch(kern.MODE_AG, sched=sched, a=gathered, weight=weight, out=out, bias=bias)
 
-    call.run(lambda: _ag_steps(ws, sched, a, gathered, call.parity, call.epoch),
+    call.run(_ag_steps(ws, sched, a, gathered, call.parity, call.epoch),
              consume_triton if call.consumer == "triton" else consume_torch)
     return out, gathered
 
@@ -277,7 +277,6 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
     if out is None:
         out = a.new_empty((mc, N))
-    ws.counters.zero_()
     mine = ws.flags(r)
     triton_consumer = call.consumer == "triton"
     tiles_per_block = -(-N // call.config.block_n) if triton_consumer else 1
@@ -306,6 +305,6 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
         call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
                     dynamic=TUNING.rs_dynamic, early_reduce=TUNING.rs_early_reduce)
 
-    call.run(lambda: _rs_steps(ws, sched, partial, call.parity, call.epoch, tiles_per_block),
+    call.run(_rs_steps(ws, sched, partial, call.parity, call.epoch, tiles_per_block),
              consume_triton if triton_consumer else consume_torch)
     return out

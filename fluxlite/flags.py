@@ -59,10 +59,6 @@ def host_set_flag(flags: torch.Tensor, slot: int, epoch: int) -> None:
     _word(flags, slot).value = epoch
 
 
-def host_read_flag(flags: torch.Tensor, slot: int) -> int:
-    return _word(flags, slot).value
-
-
 def host_wait_flag(
     flags: torch.Tensor,
     slot: int,

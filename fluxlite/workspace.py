@@ -167,6 +167,7 @@ class SymmetricWorkspace:
         self.epoch = 0
         self.capacity = 0  # data bytes per parity
         self._views: list[torch.Tensor] = []
+        self._flags: list[torch.Tensor] = []
         self._poison: BaseException | None = None
         self._poison_raised = False
         self.is_cuda = device.type == "cuda"
@@ -183,7 +184,6 @@ class SymmetricWorkspace:
         self._blocks_cache: dict[tuple, torch.Tensor] = {}
         # RS tile counters per (chunk, split), then the kernel's tile-claim counter; zeroed per call.
         self.counters = torch.zeros(self.world_size * schedule.MAX_SPLITS + 1, dtype=torch.int32, device=device)
-        self._lock = threading.Lock()
         self.reserve(1 << 20)
         if self.is_cuda:
             self._warm_up()
@@ -195,13 +195,15 @@ class SymmetricWorkspace:
             return
         capacity = _round_up(max(nbytes_per_parity, 2 * self.capacity), 1 << 20)
         self._views = self._backend.allocate(self._flags_bytes + 2 * capacity)
+        # Flag arrays are read on every call: make their views once per allocation.
+        self._flags = [v[: 4 * self.num_flags].view(torch.int32) for v in self._views]
         self.capacity = capacity
         self._ptr_cache = None
 
     # ---- views --------------------------------------------------------------------------------
     def flags(self, rank: int) -> torch.Tensor:
         """int32 ``[num_flags]``: the flag array of ``rank`` (a peer's is a mapping of its memory)."""
-        return self._views[rank][: 4 * self.num_flags].view(torch.int32)
+        return self._flags[rank]
 
     def data(self, rank: int, parity: int, shape: tuple[int, ...], dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
         """A ``shape``/``dtype`` view of ``rank``'s data half ``parity``, ``offset`` bytes in."""
@@ -214,7 +216,7 @@ class SymmetricWorkspace:
     def flag_ptrs(self) -> torch.Tensor:
         """int64 ``[W]`` on the workspace's device: the address of every rank's flag array."""
         if self._ptr_cache is None:
-            ptrs = [v.data_ptr() for v in self._views]
+            ptrs = [f.data_ptr() for f in self._flags]
             self._ptr_cache = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
         return self._ptr_cache
 
@@ -306,7 +308,7 @@ class SymmetricWorkspace:
     def close(self) -> None:
         if not self.is_cuda:
             self._executor.shutdown(wait=True)
-        self._views = []
+        self._views, self._flags = [], []
 
 
 def _numel(shape) -> int:
