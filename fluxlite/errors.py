@@ -46,11 +46,13 @@ ERR_AG_DATA = 1
 """Kernel error code: an AG-GEMM row block timed out waiting for its gathered rows."""
 ERR_RS_PARTIAL = 2
 """Kernel error code: a GEMM-RS row block timed out waiting for a peer's partials."""
+ERR_AG_STAGED = 3
+"""Kernel error code: the SM-copy AG producer timed out waiting for a peer's staged rows."""
 
 
 def timeout_from_record(rec: list[int], *, rank: int, timeout_s: float) -> FluxliteTimeoutError:
     """The exception for a kernel's error record ``[code, slot, epoch, seen, peer, chunk, split, _]``."""
     code, _slot, epoch, seen, peer, chunk, split, _ = rec
-    what = {ERR_AG_DATA: "gathered rows", ERR_RS_PARTIAL: "partials"}.get(code, f"flag (code {code})")
+    what = {ERR_AG_DATA: "gathered rows", ERR_RS_PARTIAL: "partials", ERR_AG_STAGED: "staged rows"}.get(code, f"flag (code {code})")
     return FluxliteTimeoutError(op="fused kernel", what=what, rank=rank, peer=peer, chunk=chunk, split=split,
                                 epoch=epoch, seen=seen, timeout_s=timeout_s)

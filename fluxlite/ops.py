@@ -84,7 +84,8 @@ def ag_gemm(
             out, gathered = _sequential.ag_gemm(tp, a, weight, bias, out)
         else:
             ws = get_workspace(tp.group, a.device)
-            out, gathered = _fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out)
+            out, gathered = _fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out,
+                                           keep_gathered=return_gathered)
     return (out, gathered) if return_gathered else out
 
 

@@ -39,7 +39,7 @@ MAX_SPLITS = 16
 
 def num_flag_slots(world_size: int) -> int:
     """Size of the symmetric int32 flag array for a group of ``world_size`` ranks."""
-    return world_size + 2 * world_size * MAX_SPLITS
+    return world_size + 3 * world_size * MAX_SPLITS
 
 
 def ag_ready_slot(src: int) -> int:
@@ -55,6 +55,12 @@ def ag_data_slot(world_size: int, chunk: int, split: int) -> int:
 def rs_recv_slot(world_size: int, src: int, split: int) -> int:
     """RS: set on rank ``r`` by peer ``src`` once src's partial of r's split ``split`` arrived."""
     return world_size + world_size * MAX_SPLITS + src * MAX_SPLITS + split
+
+
+def rs_staged_slot(world_size: int, src: int, split: int) -> int:
+    """RS, ``pull`` transport: set on rank ``r`` by peer ``src`` once src's partial of r's split
+    ``split`` sits in src's symmetric buffer, ready to be pulled."""
+    return world_size + 2 * world_size * MAX_SPLITS + src * MAX_SPLITS + split
 
 
 def rs_counter_slot(dst: int, split: int) -> int:

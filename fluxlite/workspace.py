@@ -199,6 +199,7 @@ class SymmetricWorkspace:
         self._flags = [v[: 4 * self.num_flags].view(torch.int32) for v in self._views]
         self.capacity = capacity
         self._ptr_cache = None
+        self._data_ptr_cache: dict[tuple[int, int], torch.Tensor] = {}
 
     # ---- views --------------------------------------------------------------------------------
     def flags(self, rank: int) -> torch.Tensor:
@@ -220,13 +221,30 @@ class SymmetricWorkspace:
             self._ptr_cache = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
         return self._ptr_cache
 
+    def data_ptrs(self, parity: int, offset: int = 0) -> torch.Tensor:
+        """int64 ``[W]`` on the workspace's device: every rank's data half ``parity``, ``offset`` bytes in."""
+        key = (parity, offset)
+        if key not in self._data_ptr_cache:
+            start = self._flags_bytes + parity * self.capacity + offset
+            ptrs = [view.data_ptr() + start for view in self._views]
+            self._data_ptr_cache[key] = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
+        return self._data_ptr_cache[key]
+
     def device_blocks(self, sched: schedule.TileSchedule) -> torch.Tensor:
         """The schedule's block table on this workspace's device (cached per schedule)."""
-        key = (sched.op, sched.world_size, sched.rank, sched.chunk_rows, sched.block_m, sched.splits)
-        blocks = self._blocks_cache.get(key)
-        if blocks is None:
-            blocks = self._blocks_cache[key] = sched.blocks.to(self.device)
-        return blocks
+        return self._device_table("blocks", sched, lambda: sched.blocks)
+
+    def device_split_rows(self, sched: schedule.TileSchedule) -> torch.Tensor:
+        """int32 ``[splits + 1]``: split ``s`` covers rows ``[t[s], t[s+1])`` of a chunk (cached)."""
+        return self._device_table("split_rows", sched, lambda: torch.tensor(
+            [sched.split_rows(s)[0] for s in range(sched.splits)] + [sched.chunk_rows], dtype=torch.int32))
+
+    def _device_table(self, kind: str, sched: schedule.TileSchedule, make) -> torch.Tensor:
+        key = (kind, sched.op, sched.world_size, sched.rank, sched.chunk_rows, sched.block_m, sched.splits)
+        table = self._blocks_cache.get(key)
+        if table is None:
+            table = self._blocks_cache[key] = make().to(self.device)
+        return table
 
     # ---- epochs and failure -------------------------------------------------------------------
     def next_epoch(self) -> int:

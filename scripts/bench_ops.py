@@ -34,7 +34,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fluxlite  # noqa: E402
-from fluxlite import _fused  # noqa: E402
+from fluxlite import _fused, tune  # noqa: E402
 from fluxlite.kernels import fused_gemm as kern  # noqa: E402
 
 AG_SHAPES = [(8192, 8192, 14336), (8192, 8192, 5120), (4096, 8192, 14336), (16384, 8192, 4096)]
@@ -98,13 +98,22 @@ def bench_ag(M: int, K: int, N: int, args) -> dict:
         "nccl": lambda: dist.all_gather_into_tensor(gathered, a),
         "sequential": lambda: fluxlite.ag_gemm(a, w, impl="sequential"),
         "torch_fused": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [w.t()], 0, group_name),
-        "fl_gemm": lambda: kern.gemm(a_full, w),
+        "fl_gemm": lambda: kern.gemm(a_full, w, config=cfg),
         "fl_fused": lambda: fluxlite.ag_gemm(a, w, impl="fused"),
-        "fl_fused_splits2": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), splits=2),
-        "fl_fused_g16": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), config=kern.GemmConfig(group_m=16)),
+        "fl_gemm_default": lambda: kern.gemm(a_full, w),
+        "fl_fused_default": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), config=kern.GemmConfig()),
+        # the pull path (the caller keeps the gathered input, as the layers do)
+        "fl_fused_keep": lambda: fluxlite.ag_gemm(a, w, impl="fused", return_gathered=True)[0],
+        # the previous default: pull, and the local rows copied into the gathered buffer first
+        "fl_fused_copylocal": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), ag_push=False,
+                                    ag_local_in_place=False),
+        "fl_fused_sm": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), ag_producer="sm"),
     }
-    check = rel_err(fluxlite.ag_gemm(a, w, impl="fused"), fluxlite.ag_gemm(a, w, impl="sequential"))
-    return _measure("ag", (M, K, N), fns, check, args)
+    cfg = tune.choose_config("ag_gemm", M=M, K=K, N=N, dtype=a.dtype, b_kmajor=False, device=a.device)
+    seq = fluxlite.ag_gemm(a, w, impl="sequential")
+    check = {name: rel_err(fns[name](), seq) for name in ("fl_fused", "fl_fused_keep", "fl_fused_copylocal",
+                                                          "fl_fused_sm")}
+    return _measure("ag", (M, K, N), fns, check, cfg, args)
 
 
 def bench_rs(M: int, K: int, N: int, args) -> dict:
@@ -118,16 +127,20 @@ def bench_rs(M: int, K: int, N: int, args) -> dict:
         "nccl": lambda: dist.reduce_scatter_tensor(reduced, partial),
         "sequential": lambda: fluxlite.gemm_rs(a, w, impl="sequential"),
         "torch_fused": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, w.t(), "sum", 0, group_name),
-        "fl_gemm": lambda: kern.gemm(a, w),
+        "fl_gemm": lambda: kern.gemm(a, w, config=cfg),
         "fl_fused": lambda: fluxlite.gemm_rs(a, w, impl="fused"),
-        "fl_fused_static": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_dynamic=False),
-        "fl_fused_early": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_early_reduce=True),
+        "fl_gemm_default": lambda: kern.gemm(a, w),
+        "fl_fused_default": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), config=kern.GemmConfig()),
+        "fl_fused_pull": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_transport="pull"),
+        "fl_fused_remote": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_transport="remote"),
     }
-    check = rel_err(fluxlite.gemm_rs(a, w, impl="fused"), fluxlite.gemm_rs(a, w, impl="sequential"))
-    return _measure("rs", (M, K, N), fns, check, args)
+    cfg = tune.choose_config("gemm_rs", M=M, K=K, N=N, dtype=a.dtype, b_kmajor=False, device=a.device)
+    seq = fluxlite.gemm_rs(a, w, impl="sequential")
+    check = {name: rel_err(fns[name](), seq) for name in ("fl_fused", "fl_fused_pull", "fl_fused_remote")}
+    return _measure("rs", (M, K, N), fns, check, cfg, args)
 
 
-def _measure(op: str, shape, fns, check: float, args) -> dict:
+def _measure(op: str, shape, fns, check: dict, cfg, args) -> dict:
     usable = {}
     for name, fn in fns.items():
         try:  # a baseline missing on this stack must not hide the others
@@ -139,7 +152,8 @@ def _measure(op: str, shape, fns, check: float, args) -> dict:
     times = {name: float("nan") for name in fns}
     times.update(time_all_ms(usable, args.iters, args.warmup))
     g, c, f = times["cublas"], times["nccl"], times["fl_fused"]
-    row = dict(op=op, M=shape[0], K=shape[1], N=shape[2], times_ms=times, fused_vs_seq_rel_err=check,
+    row = dict(op=op, M=shape[0], K=shape[1], N=shape[2], times_ms=times, tuned_config=vars(cfg),
+               fused_vs_seq_rel_err=check,
                fused_over_cublas=f / g, fl_gemm_over_cublas=times["fl_gemm"] / g,
                speedup_vs_sequential=times["sequential"] / f, speedup_vs_torch_fused=times["torch_fused"] / f,
                exposed_comm_ms=f - g, overlap_efficiency=(g + c - f) / min(g, c))
@@ -194,8 +208,15 @@ def print_table(rows, meta) -> None:
                  ("cublas", "nccl", "sequential", "torch_fused", "fl_gemm", "fl_fused")),
                  f"{r['fused_over_cublas']:.3f}", f"{r['fl_gemm_over_cublas']:.3f}",
                  f"{r['speedup_vs_sequential']:.2f}x", f"{r['speedup_vs_torch_fused']:.2f}x",
-                 f"{r['overlap_efficiency']:.2f}", f"{r['fused_vs_seq_rel_err']:.1e}")
+                 f"{r['overlap_efficiency']:.2f}", f"{max(r['fused_vs_seq_rel_err'].values()):.1e}")
         print("  ".join(f"{c:>10}" for c in cells))
+    print("\nvariants, time / fl_fused (and the tuned config):")
+    for r in rows:
+        t = r["times_ms"]
+        variants = "  ".join(f"{k[3:]}={t[k] / t['fl_fused']:.3f}" for k in t if k.startswith("fl_") and k != "fl_fused")
+        c = r["tuned_config"]
+        print(f"  {r['op']} {r['M']}x{r['K']}->{r['N']}: {variants}  "
+              f"[{c['block_m']}x{c['block_n']}x{c['block_k']} w{c['num_warps']} s{c['num_stages']} g{c['group_m']}]")
 
 
 if __name__ == "__main__":

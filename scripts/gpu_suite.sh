@@ -42,8 +42,8 @@ if want layers; then
   status=$((status | PIPESTATUS[0]))
 fi
 if want bench; then
-  timeout 150 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
-    | tee "$OUT/bench_ops.log" | grep -v '^{\|^W1' | tail -12
+  timeout 300 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
+    | tee "$OUT/bench_ops.log" | grep -v "^{\|^W1" | tail -24
   status=$((status | PIPESTATUS[0]))
 fi
 exit $status

@@ -16,6 +16,7 @@ import torch
 
 from fluxlite import schedule as sch
 from fluxlite.kernels import fused_gemm as kern
+from fluxlite.kernels import pull_chunks as pull_kern
 
 from .dist_utils import run_ranks
 
@@ -107,8 +108,102 @@ def test_rs_kernel_pushes_partials_counts_tiles_and_reduces():
     assert error.tolist() == [0] * 8
 
 
+@pytest.mark.parametrize("transport", ["pull", "remote"])
+def test_rs_kernel_tells_the_destination_when_a_split_is_complete(transport):
+    """pull/remote: the tile that completes (dst, split) sets the destination's staged/recv flag;
+    remote: the tiles land in the destination's recv buffer, slot ``rank``."""
+    W, r, K, N, mc, epoch = 2, 0, 48, 40, 37, 6
+    g = torch.Generator().manual_seed(7)
+    a, w = torch.randn(W * mc, K, generator=g), torch.randn(N, K, generator=g)
+    s = sch.rs_schedule(W, r, mc, CFG.block_m, 2)
+    recv = torch.randn(W, mc, N, generator=g)
+    peer_recv = torch.full((W, mc, N), float("nan"))
+    partial = torch.full((W, mc, N), float("nan"))
+    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    peer_flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    for sp in range(2):
+        flags[sch.rs_recv_slot(W, 1, sp)] = epoch
+    counters = torch.zeros(W * sch.MAX_SPLITS + 1, dtype=torch.int32)
+    error = torch.zeros(8, dtype=torch.int32)
+    out = torch.full((mc, N), float("nan"))
+    kern.launch(kern.MODE_RS, a=a, weight=w, out=out, blocks=s.blocks, chunk_rows=mc, rank=r, world_size=W,
+                flags=flags, error=error, epoch=epoch, timeout_s=1.0, config=CFG, max_splits=sch.MAX_SPLITS,
+                partial=partial, recv=recv, counters=counters, splits=s.splits, rs_transport=transport,
+                peer_flags=torch.tensor([flags.data_ptr(), peer_flags.data_ptr()], dtype=torch.int64),
+                peer_ptrs=torch.tensor([recv.data_ptr(), peer_recv.data_ptr()], dtype=torch.int64))
+    full = a.double() @ w.double().t()
+    _close(peer_recv[r] if transport == "remote" else partial[1], full[mc:], torch.float32)
+    _close(out, full[:mc] + recv[1].double(), torch.float32)
+    slot = sch.rs_staged_slot if transport == "pull" else sch.rs_recv_slot
+    assert [peer_flags[slot(W, r, sp)].item() for sp in range(2)] == [epoch, epoch]
+    assert int(peer_flags.count_nonzero()) == 2, "only the completed splits' flags may be set"
+    assert error.tolist() == [0] * 8
+
+
+def test_pull_chunks_copies_every_peer_split_and_sets_its_flag():
+    """The SM-copy AG producer: every peer's staged rows land in the gathered buffer, and each
+    (peer, split) data flag is set once all programs stored their share; the local chunk is untouched."""
+    W, r, m, K, epoch = 3, 1, 37, 70, 5
+    g = torch.Generator().manual_seed(9)
+    staged = [torch.randn(m, K, generator=g) for _ in range(W)]
+    gathered = torch.full((W * m, K), float("nan"))
+    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    flags[:W] = epoch  # every peer's rows are staged
+    counters = torch.zeros(W * sch.MAX_SPLITS + 1, dtype=torch.int32)
+    error = torch.zeros(8, dtype=torch.int32)
+    s = sch.ag_schedule(W, r, m, CFG.block_m, 2)
+    split_rows = torch.tensor([s.split_rows(i)[0] for i in range(s.splits)] + [m], dtype=torch.int32)
+    pull_kern.launch(peer_ptrs=torch.tensor([t.data_ptr() for t in staged], dtype=torch.int64), gathered=gathered,
+                     flags=flags, counters=counters, error=error, split_rows=split_rows, m=m, rank=r, world_size=W,
+                     epoch=epoch, timeout_s=1.0, max_splits=sch.MAX_SPLITS, config=pull_kern.INTERPRET_PULL_CONFIG,
+                     interpret=True)
+    for p in range(W):
+        rows = gathered[p * m : (p + 1) * m]
+        if p == r:
+            assert rows.isnan().all(), "the local chunk is the copy engine's, not the pull kernel's"
+        else:
+            assert torch.equal(rows, staged[p])
+        assert [flags[sch.ag_data_slot(W, p, sp)].item() for sp in range(2)] == ([0, 0] if p == r else [epoch] * 2)
+    assert error.tolist() == [0] * 8
+
+
+def test_pull_chunks_times_out_on_a_peer_that_never_stages():
+    W, r, m, K = 2, 0, 8, 16
+    gathered = torch.full((W * m, K), float("nan"))
+    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    error = torch.zeros(8, dtype=torch.int32)
+    pull_kern.launch(peer_ptrs=torch.tensor([gathered.data_ptr()] * W, dtype=torch.int64), gathered=gathered,
+                     flags=flags, counters=torch.zeros(W * sch.MAX_SPLITS + 1, dtype=torch.int32), error=error,
+                     split_rows=torch.tensor([0, m], dtype=torch.int32), m=m, rank=r, world_size=W, epoch=3,
+                     timeout_s=0.002, max_splits=sch.MAX_SPLITS, config=pull_kern.INTERPRET_PULL_CONFIG, interpret=True)
+    from fluxlite.errors import ERR_AG_STAGED
+
+    assert error[0].item() == ERR_AG_STAGED and error[2].item() == 3 and error[4].item() == 1  # code, epoch, peer
+    assert flags[sch.ag_data_slot(W, 1, 0)].item() == 0 and gathered.isnan().all()
+
+
+def _sm_producer(rank, W):
+    import fluxlite
+    from fluxlite import _fused
+
+    assert os.environ["FLUXLITE_CPU_CONSUMER"] == "torch"
+    _fused.TUNING.ag_producer = "sm"
+    g = torch.Generator().manual_seed(13)
+    for m, K, N in [(45, 64, 40), (130, 33, 24)]:
+        A, w = torch.randn(W * m, K, generator=g), torch.randn(N, K, generator=g)
+        out, gathered = fluxlite.ag_gemm(A[rank * m : (rank + 1) * m], w, impl="fused", return_gathered=True)
+        assert torch.equal(gathered, A)
+        _close(out, A.double() @ w.double().t(), torch.float32)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_fused_ag_with_the_sm_copy_producer(world_size):
+    run_ranks(_sm_producer, world_size, env={"FLUXLITE_CPU_CONSUMER": "torch"})
+
+
 def _protocol(rank, W, dtype):
     import fluxlite
+    from fluxlite import _fused
 
     assert os.environ["FLUXLITE_CPU_CONSUMER"] == "triton"
     g = torch.Generator().manual_seed(11)  # the same global operands on every rank
@@ -116,18 +211,25 @@ def _protocol(rank, W, dtype):
         A, Wt, bias = (torch.randn(W * m, K, generator=g).to(dtype), torch.randn(W * N, K, generator=g).to(dtype),
                        torch.randn(W * N, generator=g).to(dtype))
         w, b = Wt[rank * N : (rank + 1) * N], bias[rank * N : (rank + 1) * N]
-        out, gathered = fluxlite.ag_gemm(A[rank * m : (rank + 1) * m], w, b, impl="fused", return_gathered=True,
-                                         out=torch.full((W * m, N), float("nan"), dtype=dtype))
-        assert torch.equal(gathered, A)
-        _close(out, A.double() @ w.double().t() + b.double(), dtype)
+        ref = A.double() @ w.double().t() + b.double()
+        for in_place in (True, False):  # the local rows read from ``a``, or copied into the gathered buffer
+            _fused.TUNING.ag_local_in_place = in_place
+            out, gathered = fluxlite.ag_gemm(A[rank * m : (rank + 1) * m], w, b, impl="fused", return_gathered=True,
+                                             out=torch.full((W * m, N), float("nan"), dtype=dtype))
+            assert torch.equal(gathered, A)
+            _close(out, ref, dtype)
+            # Without return_gathered the rows are pushed into the peers' workspaces instead.
+            _close(fluxlite.ag_gemm(A[rank * m : (rank + 1) * m], w, b, impl="fused"), ref, dtype)
         # GEMM-RS: rank r holds K columns [r*K, (r+1)*K) of a [W*m, W*K] problem
         A2 = torch.randn(W * m, W * K, generator=g).to(dtype)
         W2 = torch.randn(N, W * K, generator=g).to(dtype)
         b2 = torch.randn(N, generator=g).to(dtype)
         cols = slice(rank * K, (rank + 1) * K)
-        out = fluxlite.gemm_rs(A2[:, cols], W2[:, cols], b2, impl="fused")
         ref = (A2.double() @ W2.double().t() + b2.double())[rank * m : (rank + 1) * m]
-        _close(out, ref, dtype)
+        for transport in kern.RS_TRANSPORTS:
+            _fused.TUNING.rs_transport = transport
+            out = fluxlite.gemm_rs(A2[:, cols], W2[:, cols], b2, impl="fused")
+            _close(out, ref, dtype)
 
 
 @pytest.mark.parametrize("world_size,dtype", [(2, torch.float32), (2, torch.bfloat16), (4, torch.float32)])

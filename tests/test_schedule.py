@@ -118,6 +118,7 @@ def test_flag_slots_never_collide(world_size):
         claim(sch.ag_data_slot(W, chunk, split), ("ag_data", chunk, split))
     for src, split in itertools.product(range(W), range(S)):
         claim(sch.rs_recv_slot(W, src, split), ("rs_recv", src, split))
+        claim(sch.rs_staged_slot(W, src, split), ("rs_staged", src, split))
     counters = [sch.rs_counter_slot(d, s) for d, s in itertools.product(range(W), range(S))]
     assert sorted(counters) == list(range(W * S)), "RS tile counters must tile [0, W*MAX_SPLITS)"
 

@@ -72,6 +72,27 @@ def wait_epoch(
 
 @triton.jit
 def signal_add(counter_ptr, value):
-    """Publish this CTA's prior stores, then add ``value`` to ``*counter_ptr`` (release, system scope)."""
+    """Publish this CTA's prior stores, then add ``value`` to ``*counter_ptr``; returns the old value.
+
+    ``acq_rel`` at system scope: the release publishes this CTA's stores, and the acquire lets the
+    CTA that makes the count complete re-publish every other CTA's stores (cumulativity) with one
+    more release, e.g. to a flag on another GPU.
+    """
     tl.debug_barrier()
-    tl.atomic_add(counter_ptr, value, sem="release", scope="sys")
+    return tl.atomic_add(counter_ptr, value, sem="acq_rel", scope="sys")
+
+
+@triton.jit
+def drain_tma_stores(INTERPRET: tl.constexpr):
+    """Wait until this thread's TMA stores are written to global memory, not only read from shared.
+
+    Triton waits for TMA stores with ``cp.async.bulk.wait_group.read``, which only frees the shared
+    memory: the global writes may still be in flight. Before a signal publishes them they must be
+    complete (``wait_group`` without ``.read``), and ordered before the generic-proxy release by a
+    proxy fence.
+    """
+    if not INTERPRET:
+        tl.inline_asm_elementwise(
+            "cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;",
+            "=r", [], dtype=tl.int32, is_pure=False, pack=1,
+        )

@@ -9,13 +9,22 @@ For every tile (row block ``i`` of the schedule, column block ``j``)::
 then the epilogue, by ``MODE``:
 
 - ``MODE_AG`` (AllGather-GEMM consumer). Row block ``i`` belongs to chunk ``c`` (rank ``c``'s rows).
-  It waits until its ``(chunk, split)`` flag reaches ``epoch`` (the producer copied those rows into
-  the gathered buffer ``A = [W*m, K]``; the local chunk first), then reads them there.
+  It waits until its ``(chunk, split)`` flag reaches ``epoch`` (the producer put those rows into
+  the gathered buffer ``A = [W*m, K]``), then reads them there. With ``A_LOCAL`` the local chunk
+  (first in the schedule) is read in place from ``a_local = a [m, K]``, with no wait.
   ``out[c*chunk_rows + row] = acc (+ bias)``. With ``world_size == 1`` nothing waits: a plain GEMM.
 - ``MODE_RS`` (GEMM-ReduceScatter). A is the local ``a: [M, K_local]``. A block of a peer's chunk
-  ``d`` stores ``acc`` (in the input dtype) into ``partial[d]`` and adds one to the
-  ``(d, split)`` counter; the producer pushes a split to rank ``d`` once its counter is full.
-  A block of the local chunk waits for every peer's ``(peer, split)`` flag, then
+  ``d`` stores ``acc`` (in the input dtype) and adds one to the ``(d, split)`` counter. Where the
+  tile goes, by ``RS_TRANSPORT``:
+
+  - ``RS_PUSH``: into the local ``partial[d]``; the producer's copy engine waits for the full
+    counter and pushes the split into ``d.recv[rank]``, then sets ``d``'s recv flag.
+  - ``RS_PULL``: into ``partial[d]`` (symmetric); the tile that completes the split sets ``d``'s
+    *staged* flag, and ``d``'s copy engine pulls the split, then sets its own recv flag.
+  - ``RS_REMOTE``: straight into ``d.recv[rank]`` over NVLink (a TMA descriptor made on the device
+    from ``peer_ptrs[d]``); the tile that completes the split sets ``d``'s recv flag.
+
+  A block of the local chunk waits for every peer's ``(peer, split)`` recv flag, then
   ``out[row] = acc + sum_p recv[p, row] (+ bias)``, summed in fp32 in a fixed order (bit-stable).
 
 The grid is persistent: ``NUM_PROGS`` programs walk tile ids ``pid, pid + NUM_PROGS, ...``
@@ -40,12 +49,16 @@ import triton
 import triton.language as tl
 
 from .. import errors
-from .flags import signal_add, wait_epoch
+from .flags import drain_tma_stores, signal_add, wait_epoch
 
 MODE_AG = tl.constexpr(1)
 MODE_RS = tl.constexpr(2)
 ERR_AG_DATA = tl.constexpr(errors.ERR_AG_DATA)  # what a timed-out wait records
 ERR_RS_PARTIAL = tl.constexpr(errors.ERR_RS_PARTIAL)
+RS_PUSH = tl.constexpr(0)  # how a GEMM-RS partial reaches its destination (see the docstring)
+RS_PULL = tl.constexpr(1)
+RS_REMOTE = tl.constexpr(2)
+RS_TRANSPORTS = {"push": 0, "pull": 1, "remote": 2}
 
 
 @triton.jit
@@ -124,12 +137,20 @@ def _store_tile(dst, tile, chunk, row0, n0, rows_ptr_base, offs_r, offs_n, mask,
 @triton.jit
 def _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r, offs_n, mask,
                   split, N, epoch, timeout_ns, MAX_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
+                  BLOCK_N: tl.constexpr, RS_TRANSPORT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """acc += sum over peers p of recv[p, row0 + r, n], each after p's (p, split) flag reaches epoch."""
     for p in range(0, world_size):
         if p != rank:
             slot = world_size + world_size * MAX_SPLITS + p * MAX_SPLITS + split
-            wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_RS_PARTIAL, slot, p, rank, split, INTERPRET)
+            err = wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_RS_PARTIAL, slot, p, rank, split,
+                             INTERPRET)
+            if RS_TRANSPORT == RS_PULL:
+                if err != 0:
+                    # Our producer's stream waits for the peers' "staged" flags, which a missing peer
+                    # never sets: release them so the stream drains and the host raises, not hangs.
+                    staged = world_size + 2 * world_size * MAX_SPLITS  # schedule.rs_staged_slot(W, 0, 0)
+                    for q in range(0, world_size * MAX_SPLITS):
+                        tl.atomic_max(flags_ptr + staged + q, epoch, sem="relaxed", scope="sys")
             if USE_TMA:
                 part = recv.load([p, row0, n0]).reshape(BLOCK_M, BLOCK_N)
             else:
@@ -139,11 +160,46 @@ def _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows,
     return acc
 
 
+@triton.jit
+def _send_partial(tile, partial, peer_ptrs, peer_flags, counters_ptr, chunk, row0, n0, split, offs_r, offs_n, mask,
+                  num_blocks, num_n, chunk_rows, N, rank, world_size, splits, epoch, MAX_SPLITS: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RS_TRANSPORT: tl.constexpr, USE_TMA: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """A peer chunk's tile: store it where ``RS_TRANSPORT`` says, count it, and let the tile that
+    completes its (chunk, split) tell the destination (pull: staged flag, remote: recv flag)."""
+    if RS_TRANSPORT == RS_REMOTE:
+        # chunk's recv buffer [W, chunk_rows, N], slot ``rank``: a peer's memory, mapped here.
+        base = tl.load(peer_ptrs + chunk).to(tl.pointer_type(tile.dtype))
+        if USE_TMA:
+            dst = tl.make_tensor_descriptor(base, shape=[world_size, chunk_rows, N], strides=[chunk_rows * N, N, 1],
+                                            block_shape=[1, BLOCK_M, BLOCK_N])
+        else:
+            dst = base
+        _store_tile(dst, tile, rank, row0, n0, rank * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
+    else:
+        _store_tile(partial, tile, chunk, row0, n0, chunk * chunk_rows, offs_r, offs_n, mask, N,
+                    BLOCK_M, BLOCK_N, USE_TMA)
+    if USE_TMA:
+        drain_tma_stores(INTERPRET)
+    done = signal_add(counters_ptr + chunk * MAX_SPLITS + split, 1)
+    if RS_TRANSPORT != RS_PUSH:
+        blocks_per_chunk = num_blocks // world_size
+        tiles = ((split + 1) * blocks_per_chunk // splits - split * blocks_per_chunk // splits) * num_n
+        if done == tiles - 1:
+            if RS_TRANSPORT == RS_PULL:
+                slot = world_size + 2 * world_size * MAX_SPLITS + rank * MAX_SPLITS + split  # schedule.rs_staged_slot
+            else:
+                slot = world_size + world_size * MAX_SPLITS + rank * MAX_SPLITS + split  # schedule.rs_recv_slot
+            flags = tl.load(peer_flags + chunk).to(tl.pointer_type(tl.int32))
+            tl.atomic_max(flags + slot, epoch, sem="release", scope="sys")
+
+
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
 # 1 and divisible by 16), or each new epoch or row count would compile a new kernel.
-@triton.jit(do_not_specialize=["num_blocks", "chunk_rows", "rank", "world_size", "epoch", "timeout_ns"])
+@triton.jit(do_not_specialize=["num_blocks", "chunk_rows", "rank", "world_size", "splits", "epoch", "timeout_ns"])
 def fused_gemm_kernel(
     a_desc,            # AG: the gathered buffer [W*m, K] (the producer fills it); RS: a [M, K_local]
+    a_local,           # AG with A_LOCAL: this rank's rows a [m, K], read in place; else unused
     b_desc,            # weight [N, K], or weight.T [K, N] when B_KMAJOR
     out,               # AG: [W*m, N] as [W, m, N]; RS: [M/W, N] as [1, M/W, N] (TMA descriptor or pointer)
     bias_ptr,          # [N] or unused
@@ -151,9 +207,11 @@ def fused_gemm_kernel(
     recv,              # RS: [W, M/W, N] peers' partials of our rows (symmetric buffer); AG: unused
     blocks_ptr,        # int32 [num_blocks, 4]: (chunk, row0, rows, split), in schedule order
     flags_ptr,         # int32 local flag array (schedule.num_flag_slots)
+    peer_flags,        # RS pull/remote: int64 [W], every rank's flag array address (mapped here); else unused
+    peer_ptrs,         # RS remote: int64 [W], every rank's recv buffer address (mapped here); else unused
     counters_ptr,      # int32 [W * MAX_SPLITS + 1], zeroed per call: RS tile counters, then the tile claim counter
     error_ptr,         # int32 [8] error record
-    num_blocks, chunk_rows, N, K, rank, world_size, epoch, timeout_ns,
+    num_blocks, chunk_rows, N, K, rank, world_size, splits, epoch, timeout_ns,
     MODE: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
@@ -164,6 +222,8 @@ def fused_gemm_kernel(
     NUM_PROGS: tl.constexpr,
     DYNAMIC: tl.constexpr,
     EARLY_REDUCE: tl.constexpr,
+    RS_TRANSPORT: tl.constexpr,
+    A_LOCAL: tl.constexpr,
     B_KMAJOR: tl.constexpr,
     USE_TMA: tl.constexpr,
     UPCAST: tl.constexpr,
@@ -172,7 +232,7 @@ def fused_gemm_kernel(
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_blocks * num_n
-    out_dtype = a_desc.dtype if USE_TMA else a_desc.dtype.element_ty
+    out_dtype = out.dtype if USE_TMA else out.dtype.element_ty
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last AG flag slot this program saw ready: no re-polling
 
@@ -206,14 +266,14 @@ def fused_gemm_kernel(
             if local_rs:
                 acc = _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r,
                                     offs_n, mask, split, N, epoch, timeout_ns, MAX_SPLITS, BLOCK_M, BLOCK_N,
-                                    USE_TMA, INTERPRET)
+                                    RS_TRANSPORT, USE_TMA, INTERPRET)
 
         if MODE == MODE_AG:
-            # Every chunk, the local one included, is read from the gathered buffer: one source
-            # descriptor keeps one pipelined main loop (two would need two sets of shared-memory
-            # stages, more than an SM has). The producer copies the local rows first.
             slot = world_size + chunk * MAX_SPLITS + split
-            if world_size > 1:
+            must_wait = world_size > 1
+            if A_LOCAL:
+                must_wait = must_wait & (chunk != rank)  # read in place from ``a``: nothing to wait for
+            if must_wait:
                 if slot != ready_slot:
                     err = wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, ERR_AG_DATA,
                                      slot, chunk, chunk, split, INTERPRET)
@@ -225,23 +285,42 @@ def fused_gemm_kernel(
                         for p in range(0, world_size):
                             tl.atomic_max(flags_ptr + p, epoch, sem="relaxed", scope="sys")
             out_row0 = chunk * chunk_rows + row0
-            acc = _mainloop(acc, a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
-                            BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
+            if A_LOCAL:
+                # The local rows straight from ``a``, the peers' from the gathered buffer, in one
+                # main loop over a descriptor made per tile: a second loop over a second
+                # descriptor would need a second set of pipeline buffers, more than an SM has.
+                a_row = out_row0
+                a_rows = world_size * chunk_rows
+                base = a_desc
+                if chunk == rank:
+                    a_row = row0
+                    a_rows = chunk_rows
+                    base = a_local
+                if USE_TMA:
+                    src = tl.make_tensor_descriptor(base, shape=[a_rows, K], strides=[K, 1],
+                                                    block_shape=[BLOCK_M, BLOCK_K])
+                else:
+                    src = base
+                acc = _mainloop(acc, src, b_desc, a_row, a_rows, n0, N, K,
+                                BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
+            else:
+                acc = _mainloop(acc, a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
+                                BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
         else:
             acc = _mainloop(acc, a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, n0, N, K,
                             BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
             out_row0 = row0
 
         if MODE == MODE_RS and chunk != rank:
-            _store_tile(partial, acc.to(out_dtype), chunk, row0, n0, chunk * chunk_rows, offs_r, offs_n, mask, N,
-                        BLOCK_M, BLOCK_N, USE_TMA)
-            signal_add(counters_ptr + chunk * MAX_SPLITS + split, 1)
+            _send_partial(acc.to(out_dtype), partial, peer_ptrs, peer_flags, counters_ptr, chunk, row0, n0, split,
+                          offs_r, offs_n, mask, num_blocks, num_n, chunk_rows, N, rank, world_size, splits, epoch,
+                          MAX_SPLITS, BLOCK_M, BLOCK_N, RS_TRANSPORT, USE_TMA, INTERPRET)
         else:
             if not EARLY_REDUCE:
                 if local_rs:
                     acc = _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r,
                                         offs_n, mask, split, N, epoch, timeout_ns, MAX_SPLITS, BLOCK_M, BLOCK_N,
-                                        USE_TMA, INTERPRET)
+                                        RS_TRANSPORT, USE_TMA, INTERPRET)
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + offs_n, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             if MODE == MODE_AG:
@@ -316,24 +395,32 @@ def launch(
     config: GemmConfig,
     max_splits: int,
     bias: torch.Tensor | None = None,
+    a_local: torch.Tensor | None = None,
     partial: torch.Tensor | None = None,
     recv: torch.Tensor | None = None,
     counters: torch.Tensor | None = None,
     dynamic: bool | None = None,
     early_reduce: bool = False,
+    splits: int = 1,
+    rs_transport: str = "push",
+    peer_flags: torch.Tensor | None = None,
+    peer_ptrs: torch.Tensor | None = None,
 ) -> None:
     """Launch :func:`fused_gemm_kernel` over the schedule's ``blocks`` (see the module docstring).
 
-    Shapes: AG: ``a`` is the gathered buffer ``[W*m, K]``, ``out [W*m, N]``. RS: ``a [M, K]``,
+    Shapes: AG: ``a`` is the gathered buffer ``[W*m, K]``, ``out [W*m, N]``; ``a_local [m, K]``
+    (optional): the local rows, read in place (``A_LOCAL``). RS: ``a [M, K]``,
     ``partial``/``recv [W, M/W, N]``, ``out [M/W, N]``. ``weight [N, K]`` in both, row-major or
-    the transpose of a row-major ``[K, N]`` (read in place).
+    the transpose of a row-major ``[K, N]`` (read in place). RS ``pull``/``remote`` also need
+    ``peer_flags`` (int64 ``[W]``, every rank's flag array) and ``remote`` needs ``peer_ptrs``
+    (int64 ``[W]``, every rank's ``recv``), both as addresses mapped in this process.
     """
     N, K = weight.shape
     interp = interpreting()
     cfg = config
     chunks = world_size if mode == MODE_AG else 1
     out3 = out.view(chunks, out.shape[0] // chunks, N)
-    extra = [t for t in (partial, recv) if t is not None]
+    extra = [t for t in (partial, recv, a_local) if t is not None]
     b_kmajor = not weight.is_contiguous()
     b = weight.t() if b_kmajor else weight  # row-major either way
     use_tma = _tma_ok(a, b, out3, *extra)
@@ -342,17 +429,27 @@ def launch(
     num_progs = max(1, min(num_progs, num_tiles))
     tile3 = [1, cfg.block_m, cfg.block_n]
     out_desc = _descriptor(out3, tile3, use_tma)
+    is_rs = mode == MODE_RS
+    if is_rs and rs_transport != "push" and peer_flags is None:
+        raise ValueError(f"rs_transport={rs_transport!r} needs peer_flags (every rank's flag array)")
+    if is_rs and rs_transport == "remote" and peer_ptrs is None:
+        raise ValueError("rs_transport='remote' needs peer_ptrs (every rank's recv buffer)")
+    if use_tma and not interp and ((is_rs and rs_transport == "remote") or (not is_rs and a_local is not None)):
+        _ensure_device_descriptor_allocator()
     fused_gemm_kernel[(num_progs,)](
-        _descriptor(a, [cfg.block_m, cfg.block_k], use_tma),
+        a if a_local is not None else _descriptor(a, [cfg.block_m, cfg.block_k], use_tma),
+        a_local if a_local is not None else a,
         _descriptor(b, [cfg.block_k, cfg.block_n] if b_kmajor else [cfg.block_n, cfg.block_k], use_tma),
         out_desc,
         bias if bias is not None else out,
         _descriptor(partial, tile3, use_tma) if partial is not None else out_desc,
         _descriptor(recv, tile3, use_tma) if recv is not None else out_desc,
         blocks, flags,
+        peer_flags if peer_flags is not None else blocks,
+        peer_ptrs if peer_ptrs is not None else blocks,
         counters if counters is not None else flags,
         error,
-        blocks.shape[0], chunk_rows, N, K, rank, world_size, epoch, int(timeout_s * 1e9),
+        blocks.shape[0], chunk_rows, N, K, rank, world_size, splits, epoch, int(timeout_s * 1e9),
         MODE=mode,
         HAS_BIAS=bias is not None,
         MAX_SPLITS=max_splits,
@@ -363,6 +460,8 @@ def launch(
         NUM_PROGS=num_progs,
         DYNAMIC=(mode == MODE_RS) if dynamic is None else dynamic,
         EARLY_REDUCE=early_reduce,
+        RS_TRANSPORT=RS_TRANSPORTS[rs_transport] if is_rs else RS_TRANSPORTS["push"],
+        A_LOCAL=not is_rs and a_local is not None,
         B_KMAJOR=b_kmajor,
         USE_TMA=use_tma,
         UPCAST=interp and a.dtype == torch.bfloat16,
@@ -370,6 +469,18 @@ def launch(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+_ALLOCATOR_SET = False
+
+
+def _ensure_device_descriptor_allocator() -> None:
+    """TMA descriptors made on the device live in per-launch global scratch that Triton asks the
+    host to allocate; give it the caching allocator (once per process)."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        _ALLOCATOR_SET = True
 
 
 _PLAIN: dict[tuple, tuple[torch.Tensor, ...]] = {}
