@@ -71,6 +71,7 @@ class Tuning:
     config: kern.GemmConfig | None = None  # kernel blocks on CUDA; None: GemmConfig()
     rs_dynamic: bool = True  # GEMM-RS claims tiles from an atomic counter (see the kernel's docstring)
     rs_early_reduce: bool = False  # GEMM-RS local tiles start from the peers' partials (kernel docstring)
+    rs_defer_publish: bool = True  # GEMM-RS counts a stored partial tile after the next main loop (kernel)
     rs_transport: str = "push"  # how GEMM-RS partials travel: "push", "pull" or "remote" (module docstring)
     ag_push: bool = True  # AG without return_gathered pushes our rows into the peers' symmetric buffers
     ag_local_in_place: bool = True  # the AG kernel reads our own rows from ``a`` (no copy, no wait)
@@ -427,6 +428,7 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
         call.launch(kern.MODE_RS, sched=sched, a=a, weight=weight, out=out, bias=bias,
                     partial=partial if partial is not None else recv, recv=recv,
                     dynamic=TUNING.rs_dynamic, early_reduce=TUNING.rs_early_reduce, rs_transport=transport,
+                    defer_publish=TUNING.rs_defer_publish,
                     peer_flags=ws.flag_ptrs(), peer_ptrs=ws.data_ptrs(call.parity))
 
     call.run(_rs_steps(ws, sched, transport, partial, recv, recv_bytes, call.parity, call.epoch, tiles_per_block),

@@ -14,18 +14,17 @@ Why each rank tunes alone
 Tuning runs no collective: a rank whose peer never arrives must get fluxlite's bounded timeout
 error, not wait in an all-reduce until the process group's timeout. So ranks may choose different
 configs (their timings differ by noise), and the choice must not change what ranks signal to each
-other:
-
-- AG-GEMM: the (chunk, split) flags the kernel waits on are set by the rank's own producer; peers
-  only signal that a whole chunk is staged. Any config works with any peer's config.
-- GEMM-RS: a destination waits for each source's (source, split) flag, and a split's rows are
-  whole row blocks, so every rank must cut its chunks with the same ``block_m``. Its candidates
-  are those with the default ``block_m`` (see :func:`candidates`).
+other: every rank cuts its chunks into splits of whole row blocks, and peers signal each other per
+(chunk, split) (AG's pushed rows, GEMM-RS's partials), so every rank must use the same
+``block_m``. All candidates share the default ``block_m``; they differ in what only the local
+kernel sees (``block_n``, stages, ``GROUP_M``).
 
 What is cached, for how long
 ----------------------------
-The chosen config, keyed by ``(op, M, K, N, dtype, b_kmajor, device name)``, in this process, for
-its lifetime (or until :func:`clear_cache`). Nothing is written to disk.
+The chosen config, keyed by ``(op, M rounded up to a power of two, K, N, dtype, b_kmajor, device
+name)``, in this process, for its lifetime (or until :func:`clear_cache`). Nothing is written to disk.
+The first call of a bucket pays the tuning (milliseconds, plus compiling each candidate once per
+process), and its peers wait for it inside their fused kernels meanwhile.
 
 Switches
 --------
@@ -62,11 +61,10 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # what 
 CANDIDATES: tuple[GemmConfig, ...] = (
     GemmConfig(),  # 128x256x64, 8 warps, 3 stages, group 8: the default, first so that it wins ties
     GemmConfig(group_m=16),  # wider L2 swizzle: more row blocks share each B column block
-    GemmConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=3, group_m=8),
-    GemmConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=3, group_m=16),
     GemmConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4, group_m=8),  # small N
 )
-"""The configs timed on CUDA, the default first (all fit Hopper's shared memory, none spills)."""
+"""The configs timed on CUDA, the default first (all fit Hopper's shared memory, none spills; all
+have the same ``block_m``, see the module docstring)."""
 
 WARMUP_CALLS = 3
 TIMED_CALLS = 20
@@ -91,14 +89,6 @@ def autotune_enabled() -> bool:
     return os.environ.get("FLUXLITE_AUTOTUNE", "1") != "0"
 
 
-def candidates(op: str) -> tuple[GemmConfig, ...]:
-    """The configs timed for ``op``: all of :data:`CANDIDATES` for AG-GEMM; for GEMM-RS those with
-    the default ``block_m``, which every rank's split boundaries depend on (module docstring)."""
-    if op == "gemm_rs":
-        return tuple(cfg for cfg in CANDIDATES if cfg.block_m == GemmConfig().block_m)
-    return CANDIDATES
-
-
 def choose_config(
     op: str,
     *,
@@ -110,7 +100,7 @@ def choose_config(
     device: torch.device,
     measure: Measure | None = None,
 ) -> GemmConfig:
-    """The fastest of :func:`candidates` for one rank's GEMM of ``op`` (cached per shape).
+    """The fastest of :data:`CANDIDATES` for one rank's GEMM of ``op`` (cached per shape bucket).
 
     ``(M, K, N)`` is the GEMM the kernel runs on each rank: ``ag_gemm``: the gathered
     ``[W*m, K] @ weight[N_local, K].T``; ``gemm_rs``: ``a[M, K_local] @ weight[N, K_local].T``.
@@ -126,14 +116,14 @@ def choose_config(
         return fused_gemm.INTERPRET_CONFIG  # the interpreter runs one fixed small config
     if not autotune_enabled():
         return GemmConfig()
-    key = (op, M, K, N, dtype, b_kmajor, _device_name(device))
+    key = (op, _bucket(M), K, N, dtype, b_kmajor, _device_name(device))
     cfg = _CACHE.get(key)
     if cfg is not None:
         return cfg
     if measure is None and torch.cuda.is_current_stream_capturing():
         return GemmConfig()  # nothing can be timed inside a capture
 
-    configs = candidates(op)
+    configs = CANDIDATES
     timings, errors = _time_candidates(configs, measure or _cuda_timer(M, K, N, dtype, b_kmajor, device))
     best = min(range(len(configs)), key=lambda i: timings[i])  # the first of equal minima
     if not math.isinf(timings[0]) and timings[best] > (1 - MIN_GAIN) * timings[0]:
@@ -148,6 +138,11 @@ def choose_config(
     log.debug("fluxlite autotune %s %s: %s (ms per candidate: %s)", op, key, cfg, timings)
     _CACHE[key] = cfg
     return cfg
+
+
+def _bucket(M: int) -> int:
+    """Rows rounded up to a power of two: calls whose M varies (ragged batches) tune once per bucket."""
+    return 1 << (M - 1).bit_length()
 
 
 def _check_args(op, M, K, N, dtype, b_kmajor, device, measure) -> torch.device:

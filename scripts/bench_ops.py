@@ -133,6 +133,9 @@ def bench_rs(M: int, K: int, N: int, args) -> dict:
         "fl_fused_default": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), config=kern.GemmConfig()),
         "fl_fused_pull": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_transport="pull"),
         "fl_fused_remote": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_transport="remote"),
+        "fl_fused_remote_now": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_transport="remote",
+                                     rs_defer_publish=False),
+        "fl_fused_now": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_defer_publish=False),
     }
     cfg = tune.choose_config("gemm_rs", M=M, K=K, N=N, dtype=a.dtype, b_kmajor=False, device=a.device)
     seq = fluxlite.gemm_rs(a, w, impl="sequential")

@@ -108,8 +108,9 @@ def test_rs_kernel_pushes_partials_counts_tiles_and_reduces():
     assert error.tolist() == [0] * 8
 
 
+@pytest.mark.parametrize("defer", [True, False], ids=["deferred", "at-once"])
 @pytest.mark.parametrize("transport", ["pull", "remote"])
-def test_rs_kernel_tells_the_destination_when_a_split_is_complete(transport):
+def test_rs_kernel_tells_the_destination_when_a_split_is_complete(transport, defer):
     """pull/remote: the tile that completes (dst, split) sets the destination's staged/recv flag;
     remote: the tiles land in the destination's recv buffer, slot ``rank``."""
     W, r, K, N, mc, epoch = 2, 0, 48, 40, 37, 6
@@ -129,6 +130,7 @@ def test_rs_kernel_tells_the_destination_when_a_split_is_complete(transport):
     kern.launch(kern.MODE_RS, a=a, weight=w, out=out, blocks=s.blocks, chunk_rows=mc, rank=r, world_size=W,
                 flags=flags, error=error, epoch=epoch, timeout_s=1.0, config=CFG, max_splits=sch.MAX_SPLITS,
                 partial=partial, recv=recv, counters=counters, splits=s.splits, rs_transport=transport,
+                defer_publish=defer,
                 peer_flags=torch.tensor([flags.data_ptr(), peer_flags.data_ptr()], dtype=torch.int64),
                 peer_ptrs=torch.tensor([recv.data_ptr(), peer_recv.data_ptr()], dtype=torch.int64))
     full = a.double() @ w.double().t()

@@ -126,7 +126,9 @@ def killed_after_creation(rank: int, W: int, out_dir: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     a, w = torch.randn(70, 12), torch.randn(5, 12)
     try:
-        fluxlite.ag_gemm(a, w, impl="fused", timeout=1.0)
+        # return_gathered: the pull path, which writes no peer's data half (the push path would
+        # overwrite the stamp read below)
+        fluxlite.ag_gemm(a, w, impl="fused", timeout=1.0, return_gathered=True)
     except fluxlite.FluxliteTimeoutError as e:
         assert e.peer == W - 1, e
     else:

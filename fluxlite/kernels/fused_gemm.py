@@ -40,7 +40,9 @@ Loads and stores go through TMA descriptors (``USE_TMA``) when rows are 16-byte 
 pointer accesses. Outputs, partials and received partials are 3-D descriptors ``[chunks,
 chunk_rows, N]``: TMA clips a ragged last block at its chunk's end, so it never writes the next
 chunk's rows (and the epilogue needs no pointer tensors: without TMA the RS kernel spills).
-``EARLY_REDUCE`` (RS) starts a local tile's accumulator from the peers' partials instead of adding
+``DEFER_PUBLISH`` (RS) counts a stored peer tile only after the program's next main loop (and before
+any wait on the peers), so the wait for its stores to land, an NVLink round trip for a remote store,
+is hidden. ``EARLY_REDUCE`` (RS) starts a local tile's accumulator from the peers' partials instead of adding
 them in the epilogue, so their loads overlap the main loop. ``UPCAST`` computes the dot in fp32 (the Triton interpreter's
 bf16 arithmetic is broken; GPU code keeps native bf16/fp16).
 """
@@ -161,12 +163,9 @@ def _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows,
 
 
 @triton.jit
-def _send_partial(tile, partial, peer_ptrs, peer_flags, counters_ptr, chunk, row0, n0, split, offs_r, offs_n, mask,
-                  num_blocks, num_n, chunk_rows, N, rank, world_size, splits, epoch, MAX_SPLITS: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RS_TRANSPORT: tl.constexpr, USE_TMA: tl.constexpr,
-                  INTERPRET: tl.constexpr):
-    """A peer chunk's tile: store it where ``RS_TRANSPORT`` says, count it, and let the tile that
-    completes its (chunk, split) tell the destination (pull: staged flag, remote: recv flag)."""
+def _store_partial(tile, partial, peer_ptrs, chunk, row0, n0, offs_r, offs_n, mask, chunk_rows, N, rank, world_size,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RS_TRANSPORT: tl.constexpr, USE_TMA: tl.constexpr):
+    """A peer chunk's tile: store it where ``RS_TRANSPORT`` says (see :func:`_publish_partial`)."""
     if RS_TRANSPORT == RS_REMOTE:
         # chunk's recv buffer [W, chunk_rows, N], slot ``rank``: a peer's memory, mapped here.
         base = tl.load(peer_ptrs + chunk).to(tl.pointer_type(tile.dtype))
@@ -179,19 +178,29 @@ def _send_partial(tile, partial, peer_ptrs, peer_flags, counters_ptr, chunk, row
     else:
         _store_tile(partial, tile, chunk, row0, n0, chunk * chunk_rows, offs_r, offs_n, mask, N,
                     BLOCK_M, BLOCK_N, USE_TMA)
-    if USE_TMA:
-        drain_tma_stores(INTERPRET)
-    done = signal_add(counters_ptr + chunk * MAX_SPLITS + split, 1)
-    if RS_TRANSPORT != RS_PUSH:
-        blocks_per_chunk = num_blocks // world_size
-        tiles = ((split + 1) * blocks_per_chunk // splits - split * blocks_per_chunk // splits) * num_n
-        if done == tiles - 1:
-            if RS_TRANSPORT == RS_PULL:
-                slot = world_size + 2 * world_size * MAX_SPLITS + rank * MAX_SPLITS + split  # schedule.rs_staged_slot
-            else:
-                slot = world_size + world_size * MAX_SPLITS + rank * MAX_SPLITS + split  # schedule.rs_recv_slot
-            flags = tl.load(peer_flags + chunk).to(tl.pointer_type(tl.int32))
-            tl.atomic_max(flags + slot, epoch, sem="release", scope="sys")
+
+
+@triton.jit
+def _publish_partial(chunk, split, peer_flags, counters_ptr, num_blocks, num_n, rank, world_size, splits, epoch,
+                     MAX_SPLITS: tl.constexpr, RS_TRANSPORT: tl.constexpr, USE_TMA: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """Once the stored tile of (chunk, split) is in memory, count it; the tile that completes the
+    split tells the destination (pull: its staged flag, remote: its recv flag; push: the producer
+    watches the counter). ``chunk < 0``: nothing to publish."""
+    if chunk >= 0:
+        if USE_TMA:
+            drain_tma_stores(INTERPRET)
+        done = signal_add(counters_ptr + chunk * MAX_SPLITS + split, 1)
+        if RS_TRANSPORT != RS_PUSH:
+            blocks_per_chunk = num_blocks // world_size
+            tiles = ((split + 1) * blocks_per_chunk // splits - split * blocks_per_chunk // splits) * num_n
+            if done == tiles - 1:
+                if RS_TRANSPORT == RS_PULL:
+                    slot = world_size + 2 * world_size * MAX_SPLITS + rank * MAX_SPLITS + split  # rs_staged_slot
+                else:
+                    slot = world_size + world_size * MAX_SPLITS + rank * MAX_SPLITS + split  # rs_recv_slot
+                flags = tl.load(peer_flags + chunk).to(tl.pointer_type(tl.int32))
+                tl.atomic_max(flags + slot, epoch, sem="release", scope="sys")
 
 
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
@@ -223,6 +232,7 @@ def fused_gemm_kernel(
     DYNAMIC: tl.constexpr,
     EARLY_REDUCE: tl.constexpr,
     RS_TRANSPORT: tl.constexpr,
+    DEFER_PUBLISH: tl.constexpr,
     A_LOCAL: tl.constexpr,
     B_KMAJOR: tl.constexpr,
     USE_TMA: tl.constexpr,
@@ -235,6 +245,15 @@ def fused_gemm_kernel(
     out_dtype = out.dtype if USE_TMA else out.dtype.element_ty
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last AG flag slot this program saw ready: no re-polling
+    # RS with DEFER_PUBLISH: the peer tile stored last, published after the next main loop, by when
+    # its stores have long landed (a remote store's completion is an NVLink round trip).
+    pending_chunk = tl.full((), -1, tl.int32)
+    pending_split = tl.full((), 0, tl.int32)
+    if A_LOCAL:
+        if USE_TMA:
+            src = tl.make_tensor_descriptor(a_local, shape=[chunk_rows, K], strides=[K, 1],
+                                            block_shape=[BLOCK_M, BLOCK_K])
+            src_is_local = tl.full((), 1, tl.int32)
 
     if DYNAMIC:
         tile = tl.atomic_add(counters_ptr + world_size * MAX_SPLITS, 1, sem="relaxed", scope="gpu")
@@ -264,6 +283,10 @@ def fused_gemm_kernel(
             # Start the local tile's accumulator from the peers' partials (pushed long ago), so
             # their loads overlap the main loop's first TMA loads instead of stalling the epilogue.
             if local_rs:
+                # Never wait on the peers while holding back what they wait on.
+                _publish_partial(pending_chunk, pending_split, peer_flags, counters_ptr, num_blocks, num_n, rank,
+                                 world_size, splits, epoch, MAX_SPLITS, RS_TRANSPORT, USE_TMA, INTERPRET)
+                pending_chunk = -1
                 acc = _add_received(acc, recv, flags_ptr, error_ptr, rank, world_size, chunk_rows, row0, n0, offs_r,
                                     offs_n, mask, split, N, epoch, timeout_ns, MAX_SPLITS, BLOCK_M, BLOCK_N,
                                     RS_TRANSPORT, USE_TMA, INTERPRET)
@@ -287,22 +310,32 @@ def fused_gemm_kernel(
             out_row0 = chunk * chunk_rows + row0
             if A_LOCAL:
                 # The local rows straight from ``a``, the peers' from the gathered buffer, in one
-                # main loop over a descriptor made per tile: a second loop over a second
+                # main loop over one descriptor variable, remade on the device only when the source
+                # changes (local chunk first: about twice per program). A second loop over a second
                 # descriptor would need a second set of pipeline buffers, more than an SM has.
+                is_local = (chunk == rank).to(tl.int32)
                 a_row = out_row0
                 a_rows = world_size * chunk_rows
-                base = a_desc
                 if chunk == rank:
                     a_row = row0
                     a_rows = chunk_rows
-                    base = a_local
                 if USE_TMA:
-                    src = tl.make_tensor_descriptor(base, shape=[a_rows, K], strides=[K, 1],
-                                                    block_shape=[BLOCK_M, BLOCK_K])
+                    if is_local != src_is_local:
+                        if is_local == 1:
+                            src = tl.make_tensor_descriptor(a_local, shape=[chunk_rows, K], strides=[K, 1],
+                                                            block_shape=[BLOCK_M, BLOCK_K])
+                        else:
+                            src = tl.make_tensor_descriptor(a_desc, shape=[world_size * chunk_rows, K],
+                                                            strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+                        src_is_local = is_local
+                    acc = _mainloop(acc, src, b_desc, a_row, a_rows, n0, N, K,
+                                    BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
                 else:
-                    src = base
-                acc = _mainloop(acc, src, b_desc, a_row, a_rows, n0, N, K,
-                                BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
+                    base = a_desc
+                    if chunk == rank:
+                        base = a_local
+                    acc = _mainloop(acc, base, b_desc, a_row, a_rows, n0, N, K,
+                                    BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
             else:
                 acc = _mainloop(acc, a_desc, b_desc, out_row0, world_size * chunk_rows, n0, N, K,
                                 BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
@@ -311,10 +344,20 @@ def fused_gemm_kernel(
                             BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
             out_row0 = row0
 
+        if MODE == MODE_RS:
+            # Before any wait on the peers (a local tile's epilogue): never hold back what they wait on.
+            _publish_partial(pending_chunk, pending_split, peer_flags, counters_ptr, num_blocks, num_n, rank,
+                             world_size, splits, epoch, MAX_SPLITS, RS_TRANSPORT, USE_TMA, INTERPRET)
+            pending_chunk = -1
         if MODE == MODE_RS and chunk != rank:
-            _send_partial(acc.to(out_dtype), partial, peer_ptrs, peer_flags, counters_ptr, chunk, row0, n0, split,
-                          offs_r, offs_n, mask, num_blocks, num_n, chunk_rows, N, rank, world_size, splits, epoch,
-                          MAX_SPLITS, BLOCK_M, BLOCK_N, RS_TRANSPORT, USE_TMA, INTERPRET)
+            _store_partial(acc.to(out_dtype), partial, peer_ptrs, chunk, row0, n0, offs_r, offs_n, mask, chunk_rows,
+                           N, rank, world_size, BLOCK_M, BLOCK_N, RS_TRANSPORT, USE_TMA)
+            if DEFER_PUBLISH:
+                pending_chunk = chunk
+                pending_split = split
+            else:
+                _publish_partial(chunk, split, peer_flags, counters_ptr, num_blocks, num_n, rank, world_size, splits,
+                                 epoch, MAX_SPLITS, RS_TRANSPORT, USE_TMA, INTERPRET)
         else:
             if not EARLY_REDUCE:
                 if local_rs:
@@ -330,6 +373,9 @@ def fused_gemm_kernel(
             _store_tile(out, acc.to(out_dtype), out_chunk, row0, n0, out_row0 - row0, offs_r, offs_n, mask, N,
                         BLOCK_M, BLOCK_N, USE_TMA)
         tile = next_tile
+    if MODE == MODE_RS:
+        _publish_partial(pending_chunk, pending_split, peer_flags, counters_ptr, num_blocks, num_n, rank, world_size,
+                         splits, epoch, MAX_SPLITS, RS_TRANSPORT, USE_TMA, INTERPRET)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,6 +449,7 @@ def launch(
     early_reduce: bool = False,
     splits: int = 1,
     rs_transport: str = "push",
+    defer_publish: bool = True,
     peer_flags: torch.Tensor | None = None,
     peer_ptrs: torch.Tensor | None = None,
 ) -> None:
@@ -461,6 +508,7 @@ def launch(
         DYNAMIC=(mode == MODE_RS) if dynamic is None else dynamic,
         EARLY_REDUCE=early_reduce,
         RS_TRANSPORT=RS_TRANSPORTS[rs_transport] if is_rs else RS_TRANSPORTS["push"],
+        DEFER_PUBLISH=is_rs and defer_publish,
         A_LOCAL=not is_rs and a_local is not None,
         B_KMAJOR=b_kmajor,
         USE_TMA=use_tma,
