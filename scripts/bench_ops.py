@@ -108,6 +108,7 @@ def bench_ag(M: int, K: int, N: int, args) -> dict:
         "fl_fused_copylocal": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), ag_push=False,
                                     ag_local_in_place=False),
         "fl_fused_sm": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), ag_producer="sm"),
+        "fl_fused_s4": tuned(lambda: fluxlite.ag_gemm(a, w, impl="fused"), config=kern.GemmConfig(num_stages=4)),
     }
     cfg = tune.choose_config("ag_gemm", M=M, K=K, N=N, dtype=a.dtype, b_kmajor=False, device=a.device)
     seq = fluxlite.ag_gemm(a, w, impl="sequential")
@@ -136,6 +137,7 @@ def bench_rs(M: int, K: int, N: int, args) -> dict:
         "fl_fused_remote_now": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_transport="remote",
                                      rs_defer_publish=False),
         "fl_fused_now": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), rs_defer_publish=False),
+        "fl_fused_s4": tuned(lambda: fluxlite.gemm_rs(a, w, impl="fused"), config=kern.GemmConfig(num_stages=4)),
     }
     cfg = tune.choose_config("gemm_rs", M=M, K=K, N=N, dtype=a.dtype, b_kmajor=False, device=a.device)
     seq = fluxlite.gemm_rs(a, w, impl="sequential")

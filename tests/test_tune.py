@@ -51,7 +51,7 @@ def fresh_cache(monkeypatch):
 
 def test_candidates():
     assert C[0] == GemmConfig()  # the default wins ties
-    assert len(set(C)) == len(C) == 3
+    assert len(set(C)) == len(C) == 4
     # Ranks tune alone and may choose differently: they must still cut chunks into the same splits.
     assert {cfg.block_m for cfg in C} == {GemmConfig().block_m}
     for cfg in C:
@@ -61,32 +61,32 @@ def test_candidates():
 
 
 def test_argmin_and_ties():
-    assert choose(FakeTimer([3.0, 2.0, 1.0])) == C[2]
+    assert choose(FakeTimer([3.0, 2.0, 2.0, 1.0])) == C[3]
     tune.clear_cache()
-    assert choose(FakeTimer([2.0, 1.0, 1.0])) == C[1]  # the earliest of equal minima
+    assert choose(FakeTimer([2.0, 1.0, 1.0, 1.0])) == C[1]  # the earliest of equal minima
     tune.clear_cache()
     assert choose(FakeTimer([1.0] * len(C))) == C[0]
 
 
 def test_default_kept_unless_clearly_faster():
     gain = tune.MIN_GAIN
-    assert choose(FakeTimer([1.0, 1.0 - 0.9 * gain, 1.1])) == C[0], "a gain within noise keeps the default"
+    assert choose(FakeTimer([1.0, 1.0 - 0.9 * gain, 1.1, 1.1])) == C[0], "a gain within noise keeps the default"
     tune.clear_cache()
-    assert choose(FakeTimer([1.0, 1.0 - 1.5 * gain, 1.1])) == C[1]
+    assert choose(FakeTimer([1.0, 1.0 - 1.5 * gain, 1.1, 1.1])) == C[1]
     tune.clear_cache()
-    assert choose(FakeTimer([None, 2.0, 1.0])) == C[2], "a default that fails is no reference"
+    assert choose(FakeTimer([None, 2.0, 1.0, 3.0])) == C[2], "a default that fails is no reference"
 
 
 def test_raising_candidate_is_skipped():
-    timer = FakeTimer([None, 5.0, 2.0])
+    timer = FakeTimer([None, 5.0, 2.0, None])
     assert choose(timer) == C[2]
     assert timer.calls == len(C)  # the candidates after a failure are still timed
 
 
 def test_nonfinite_time_is_skipped():
-    assert choose(FakeTimer([math.nan, 5.0, -1.0])) == C[1]
+    assert choose(FakeTimer([math.nan, 5.0, -1.0, 6.0])) == C[1]
     tune.clear_cache()
-    assert choose(FakeTimer([math.inf, 6.0, 5.0])) == C[2]
+    assert choose(FakeTimer([math.inf, 6.0, 5.0, 7.0])) == C[2]
 
 
 def test_all_fail_raises():
@@ -98,7 +98,7 @@ def test_all_fail_raises():
 
 
 def test_cache_per_key():
-    timer = FakeTimer([3.0, 1.0, 2.0])
+    timer = FakeTimer([3.0, 1.0, 2.0, 2.0])
     assert choose(timer) == C[1]
     assert timer.calls == len(C)
     assert choose(timer) == C[1]
@@ -118,7 +118,7 @@ def test_cache_per_key():
 
 def test_env_off_returns_default(monkeypatch):
     monkeypatch.setenv("FLUXLITE_AUTOTUNE", "0")
-    timer = FakeTimer([5.0, 1.0, 1.0])
+    timer = FakeTimer([5.0, 1.0, 1.0, 1.0])
     assert choose(timer) == GemmConfig()
     assert timer.calls == 0
 
