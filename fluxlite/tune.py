@@ -28,7 +28,10 @@ process), and its peers wait for it inside their fused kernels meanwhile.
 
 Switches
 --------
-- ``FLUXLITE_AUTOTUNE=0``: no tuning, :class:`GemmConfig()` (the default) everywhere.
+- Off unless ``FLUXLITE_AUTOTUNE=1``: :class:`GemmConfig()` everywhere. Measured on 2xH200 over
+  the ANCHORS.md shapes (BENCHMARKS.md), no candidate beat the default by the margin in the fused
+  ops, and the first call of each shape compiles and times every candidate while the peers spin
+  (tens of seconds with a cold Triton cache). Turn it on for shapes far from those.
 - Without CUDA, or under the Triton interpreter, the interpreter's fixed
   :data:`~fluxlite.kernels.fused_gemm.INTERPRET_CONFIG` is returned at once (no timing), unless the
   caller injects its own ``measure`` (the tests do).
@@ -86,8 +89,8 @@ def clear_cache() -> None:
 
 
 def autotune_enabled() -> bool:
-    """False when ``FLUXLITE_AUTOTUNE=0``: then :func:`choose_config` returns ``GemmConfig()``."""
-    return os.environ.get("FLUXLITE_AUTOTUNE", "1") != "0"
+    """True when ``FLUXLITE_AUTOTUNE=1``; otherwise :func:`choose_config` returns ``GemmConfig()``."""
+    return os.environ.get("FLUXLITE_AUTOTUNE", "0") == "1"
 
 
 def choose_config(

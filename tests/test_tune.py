@@ -43,7 +43,7 @@ def choose(measure, op: str = "ag_gemm", **shape) -> GemmConfig:
 
 @pytest.fixture(autouse=True)
 def fresh_cache(monkeypatch):
-    monkeypatch.delenv("FLUXLITE_AUTOTUNE", raising=False)
+    monkeypatch.setenv("FLUXLITE_AUTOTUNE", "1")
     tune.clear_cache()
     yield
     tune.clear_cache()
@@ -116,8 +116,12 @@ def test_cache_per_key():
     assert timer.calls == expected + len(C)
 
 
-def test_env_off_returns_default(monkeypatch):
-    monkeypatch.setenv("FLUXLITE_AUTOTUNE", "0")
+@pytest.mark.parametrize("value", ["0", None])
+def test_off_unless_asked_returns_default(monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv("FLUXLITE_AUTOTUNE")
+    else:
+        monkeypatch.setenv("FLUXLITE_AUTOTUNE", value)
     timer = FakeTimer([5.0, 1.0, 1.0, 1.0])
     assert choose(timer) == GemmConfig()
     assert timer.calls == 0

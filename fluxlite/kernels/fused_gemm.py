@@ -519,16 +519,16 @@ def launch(
     )
 
 
-_ALLOCATOR_SET = False
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _ensure_device_descriptor_allocator() -> None:
     """TMA descriptors made on the device live in per-launch global scratch that Triton asks the
-    host to allocate; give it the caching allocator (once per process)."""
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        _ALLOCATOR_SET = True
+    host to allocate; give it the caching allocator. Set on every such launch: Triton keeps the
+    allocator in a context variable, so one set on the main thread is not seen by autograd's
+    backward thread (measured: the layers' backward launches failed without it)."""
+    triton.set_allocator(_scratch)
 
 
 _PLAIN: dict[tuple, tuple[torch.Tensor, ...]] = {}
