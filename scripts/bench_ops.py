@@ -11,7 +11,9 @@ iterations, then the max over ranks):
 - ``sequential``: NCCL then cuBLAS (AG) or cuBLAS then NCCL (RS): ``impl="sequential"``;
 - ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``;
 - ``fl_gemm``: fluxlite's Triton GEMM alone (the fused kernel with nothing to wait on);
-- ``fl_fused``: fluxlite fused (``impl="fused"``).
+- ``fl_fused``: fluxlite fused (``impl="fused"``);
+- ``fl_*``: variants of fluxlite (other producers and transports, ``return_gathered``, configs), set
+  through ``fluxlite._fused.TUNING`` and printed as ratios to ``fl_fused`` after the table.
 
 and derives ``fused/cublas``, the speedup over sequential and over torch's fused op, the exposed
 communication ``fused - cublas`` and the overlap efficiency
