@@ -68,7 +68,7 @@ class Tuning:
     """Knobs the benchmarks turn to compare variants (defaults are what users get)."""
 
     splits: int | None = None  # splits per chunk; None: schedule.default_splits
-    config: kern.GemmConfig | None = None  # kernel blocks on CUDA; None: GemmConfig()
+    config: kern.GemmConfig | None = None  # CUDA kernel blocks; None: tune.choose_config
     rs_dynamic: bool = True  # GEMM-RS claims tiles from an atomic counter (see the kernel's docstring)
     rs_early_reduce: bool = False  # GEMM-RS local tiles start from the peers' partials (kernel docstring)
     rs_defer_publish: bool = True  # GEMM-RS counts a stored partial tile after the next main loop (kernel)
