@@ -108,32 +108,31 @@ def _splits(block_m: int, chunk_rows: int) -> int | None:
 # ---- producers ---------------------------------------------------------------------------------
 
 
-def _run_steps_on_thread(steps, **wait_info) -> None:
+def _run_steps(steps, signal, wait) -> None:
+    """Run producer steps in order; ``signal(flags, slot, value)`` and ``wait(flags, slot, value, info)``
+    are the device's flag operations (host stores and spins on CPU, stream memory operations on CUDA)."""
     for step in steps:
         if step[0] == KERNEL:
             step[1]()
         elif step[0] == COPY:
             step[1].copy_(step[2])
         elif step[0] == SIGNAL:
-            host_set_flag(step[1], step[2], step[3])
+            signal(*step[1:])
         else:
-            _, flags, slot, value, info = step
-            host_wait_flag(flags, slot, value, **wait_info, **info)
+            wait(*step[1:])
+
+
+def _run_steps_on_thread(steps, **wait_info) -> None:
+    _run_steps(steps, host_set_flag,
+               lambda flags, slot, value, info: host_wait_flag(flags, slot, value, **wait_info, **info))
 
 
 def _enqueue_steps_on_stream(steps, stream: torch.cuda.Stream) -> None:
     from ._cuda_driver import stream_wait_value32, stream_write_value32
 
     with torch.cuda.stream(stream):
-        for step in steps:
-            if step[0] == KERNEL:
-                step[1]()
-            elif step[0] == COPY:
-                step[1].copy_(step[2])
-            elif step[0] == SIGNAL:
-                stream_write_value32(stream, step[1].data_ptr() + 4 * step[2], step[3])
-            else:
-                stream_wait_value32(stream, step[1].data_ptr() + 4 * step[2], step[3])
+        _run_steps(steps, lambda flags, slot, value: stream_write_value32(stream, flags.data_ptr() + 4 * slot, value),
+                   lambda flags, slot, value, info: stream_wait_value32(stream, flags.data_ptr() + 4 * slot, value))
 
 
 def _ag_steps(ws, sched, a, gathered, parity: int, epoch: int, *, push: bool, local_in_place: bool,
@@ -223,7 +222,7 @@ class _Call:
     def __init__(self, ws: SymmetricWorkspace, op: str, timeout_s: float, gemm_shape: tuple[int, int, int],
                  a: torch.Tensor, weight: torch.Tensor) -> None:
         self.ws, self.op, self.timeout_s = ws, op, timeout_s
-        ws.check()  # a poisoned workspace raises before tuning runs collectives
+        ws.check()  # a poisoned workspace raises before any tuning work
         self.config = _kernel_config(ws, op, gemm_shape, a, weight)
         self.epoch = ws.next_epoch()
         self.parity = self.epoch % 2
@@ -314,11 +313,15 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     """
     W, r = ws.world_size, ws.rank
     m, K = a.shape
-    call = _Call(ws, "ag_gemm", timeout_s, (W * m, K, weight.shape[0]), a, weight)
-    sched = sch.ag_schedule(W, r, m, call.block_m, _splits(call.block_m, m))
+    # Checked before the call takes an epoch: a rank that raises later would be an epoch behind.
     producer = TUNING.ag_producer
     if producer not in ("copy_engine", "sm"):
         raise ValueError(f"Tuning.ag_producer must be 'copy_engine' or 'sm', got {producer!r}")
+    if producer == "sm" and not ws.is_cuda and cpu_consumer() == "triton":
+        raise ValueError("Tuning.ag_producer='sm' on CPU needs FLUXLITE_CPU_CONSUMER=torch: the Triton "
+                         "interpreter is not thread-safe, and producer and consumer would both run it")
+    call = _Call(ws, "ag_gemm", timeout_s, (W * m, K, weight.shape[0]), a, weight)
+    sched = sch.ag_schedule(W, r, m, call.block_m, _splits(call.block_m, m))
     push = not keep_gathered and TUNING.ag_push and producer == "copy_engine"
     in_place = TUNING.ag_local_in_place
     ws.reserve(W * a.numel() * a.element_size() if push else a.numel() * a.element_size())
@@ -349,9 +352,6 @@ def ag_gemm(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
                          interpret=not ws.is_cuda)
 
     if producer == "sm":
-        if call.consumer == "triton" and not ws.is_cuda:
-            raise ValueError("Tuning.ag_producer='sm' on CPU needs FLUXLITE_CPU_CONSUMER=torch: the Triton "
-                             "interpreter is not thread-safe, and producer and consumer would both run it")
         _warm_up_once(ws, ("pull", a.dtype, TUNING.pull), lambda: pull_peers(world_size=1))
     steps = _ag_steps(ws, sched, a, gathered, call.parity, call.epoch, push=push, local_in_place=in_place,
                       pull_peers=pull_peers if producer == "sm" else None)
@@ -380,11 +380,11 @@ def gemm_rs(ws: SymmetricWorkspace, a, weight, bias, *, timeout_s: float, out=No
     W, r = ws.world_size, ws.rank
     M = a.shape[0]
     N = weight.shape[0]
-    call = _Call(ws, "gemm_rs", timeout_s, (M, a.shape[1], N), a, weight)
-    mc = M // W
-    transport = TUNING.rs_transport
+    transport = TUNING.rs_transport  # checked before the call takes an epoch (see ag_gemm)
     if transport not in kern.RS_TRANSPORTS:
         raise ValueError(f"Tuning.rs_transport must be one of {sorted(kern.RS_TRANSPORTS)}, got {transport!r}")
+    call = _Call(ws, "gemm_rs", timeout_s, (M, a.shape[1], N), a, weight)
+    mc = M // W
     sched = sch.rs_schedule(W, r, mc, call.block_m, _splits(call.block_m, mc))
     recv_bytes = _round_up(W * mc * N * a.element_size(), 256)
     ws.reserve(recv_bytes * (2 if transport == "pull" else 1))

@@ -41,6 +41,7 @@ Switches
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -169,6 +170,7 @@ def _check_args(op, M, K, N, dtype, b_kmajor, device, measure) -> torch.device:
     return device
 
 
+@functools.lru_cache(maxsize=None)  # looked up on every fused call
 def _device_name(device: torch.device) -> str:
     # The model, not the index: every GPU of one model gives the same answer.
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
