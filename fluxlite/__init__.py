@@ -10,7 +10,7 @@ Public surface::
     fluxlite.get_workspace(group, device)             # the symmetric workspace handle
 """
 
-from .errors import FluxliteError, FluxliteTimeoutError
+from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutError
 from .flags import DEFAULT_TIMEOUT_S, set_default_timeout
 from .group import TPGroup, init, resolve_group
 from .ops import ag_gemm, gemm_rs, synchronize
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "FluxliteCallMismatchError",
     "FluxliteError",
     "FluxliteTimeoutError",
     "SymmetricWorkspace",

@@ -1,7 +1,9 @@
 """fluxlite's exceptions.
 
-Every bounded wait on a flag ends in :class:`FluxliteTimeoutError` when the peer never arrives, so a
-missing rank turns into an exception that names who waited on what, instead of a hung job.
+Every bounded wait ends in :class:`FluxliteTimeoutError` when a peer never arrives, so a missing rank
+turns into an exception that names who waited on whom, at which step and epoch, instead of a hung
+job. Ranks that arrive at the same fused call with different arguments get
+:class:`FluxliteCallMismatchError` on every rank, before any of them consumes the other's data.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ class FluxliteError(RuntimeError):
 
 
 class FluxliteTimeoutError(FluxliteError, TimeoutError):
-    """A bounded wait on a readiness flag ran out.
+    """A bounded wait ran out: a peer never signalled a flag, or never arrived at a collective step.
 
-    Attributes name the waiting ``rank``, the ``peer`` whose signal never came, the ``chunk`` (and
-    sub-chunk ``split``) the flag guards, the ``epoch`` the waiter needed and the flag ``value`` seen.
+    Attributes: ``op`` (the fused op, or the workspace step), ``what`` (what was awaited), the
+    waiting ``rank``, the ``peer`` that never arrived, the ``step`` (``"flag"`` for a wait on a
+    readiness flag, else the name of the collective step), ``epoch`` (the call number the waiter
+    needed), ``timeout_s``, and for flag waits the ``chunk`` and ``split`` the flag guards and the
+    flag value ``seen``.
     """
 
     def __init__(
@@ -25,34 +30,41 @@ class FluxliteTimeoutError(FluxliteError, TimeoutError):
         what: str,
         rank: int,
         peer: int,
-        chunk: int,
         epoch: int,
-        seen: int,
         timeout_s: float,
+        chunk: int = -1,
         split: int = 0,
+        seen: int | None = None,
+        step: str = "flag",
     ) -> None:
-        self.op, self.what = op, what
+        self.op, self.what, self.step = op, what, step
         self.rank, self.peer, self.chunk, self.split = rank, peer, chunk, split
         self.epoch, self.seen, self.timeout_s = epoch, seen, timeout_s
+        if step == "flag":
+            where = (f"(chunk {chunk}, split {split}, epoch {epoch}) but the flag holds {seen}; the peer "
+                     f"never signalled")
+        else:
+            where = f"at step '{step}' (epoch {epoch}); the peer never arrived"
         super().__init__(
-            f"fluxlite {op}: rank {rank} waited {timeout_s:g} s for {what} from peer rank {peer} "
-            f"(chunk {chunk}, split {split}, epoch {epoch}) but the flag holds {seen}; the peer "
-            f"never signalled. Every rank of the group must call the same fluxlite ops in the "
-            f"same order. The workspace is left poisoned: later fused calls on it raise."
+            f"fluxlite {op}: rank {rank} waited {timeout_s:g} s for {what} from peer rank {peer} {where}. "
+            f"Every rank of the group must call the same fluxlite ops in the same order. The workspace "
+            f"is left poisoned: later fused calls on it raise until fluxlite.release_workspaces() is "
+            f"called on every rank."
         )
 
 
-ERR_AG_DATA = 1
-"""Kernel error code: an AG-GEMM row block timed out waiting for its gathered rows."""
-ERR_RS_PARTIAL = 2
-"""Kernel error code: a GEMM-RS row block timed out waiting for a peer's partials."""
-ERR_AG_STAGED = 3
-"""Kernel error code: the SM-copy AG producer timed out waiting for a peer's staged rows."""
+class FluxliteCallMismatchError(FluxliteError):
+    """Two ranks are in different fused calls: another op, shape, dtype or option, or another epoch.
 
+    ``mine`` and ``theirs`` are the two calls' descriptions (op, rows, K, N, dtype, options, epoch).
+    Raised on every rank that sees a peer's call differ from its own, before its data is used.
+    """
 
-def timeout_from_record(rec: list[int], *, rank: int, timeout_s: float) -> FluxliteTimeoutError:
-    """The exception for a kernel's error record ``[code, slot, epoch, seen, peer, chunk, split, _]``."""
-    code, _slot, epoch, seen, peer, chunk, split, _ = rec
-    what = {ERR_AG_DATA: "gathered rows", ERR_RS_PARTIAL: "partials", ERR_AG_STAGED: "staged rows"}.get(code, f"flag (code {code})")
-    return FluxliteTimeoutError(op="fused kernel", what=what, rank=rank, peer=peer, chunk=chunk, split=split,
-                                epoch=epoch, seen=seen, timeout_s=timeout_s)
+    def __init__(self, *, rank: int, peer: int, mine: str, theirs: str) -> None:
+        self.rank, self.peer, self.mine, self.theirs = rank, peer, mine, theirs
+        super().__init__(
+            f"fluxlite: rank {rank} and peer rank {peer} are in different fused calls: rank {rank} is in "
+            f"{mine}, peer rank {peer} is in {theirs}. Every rank of the group must make the same fused "
+            f"calls, in the same order, with the same shapes. The workspace is left poisoned: call "
+            f"fluxlite.release_workspaces() on every rank before the next fused call."
+        )

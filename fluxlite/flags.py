@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from .errors import FluxliteTimeoutError
+from . import schedule as sch
+from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutError
 
 DEFAULT_TIMEOUT_S = 120.0
 _timeout_override: float | None = None
@@ -94,3 +95,22 @@ def host_wait_flag(
                 epoch=epoch, seen=seen, timeout_s=timeout_s,
             )
         os.sched_yield()
+
+
+def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout_s: float) -> FluxliteError | None:
+    """The exception for a kernel's error record (:mod:`fluxlite.kernels.flags`), or ``None`` if clear."""
+    from .kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_RS
+
+    code, slot, epoch, seen, peer, chunk = rec[:6]
+    if code == 0:
+        return None
+    if code == ERR_MISMATCH:
+        w = sch.SIG_WORDS
+        return FluxliteCallMismatchError(rank=rank, peer=peer, mine=sch.describe_signature(rec[8 + w : 8 + 2 * w]),
+                                         theirs=sch.describe_signature(rec[8 : 8 + w]))
+    what = {ERR_TIMEOUT_AG: "gathered rows", ERR_TIMEOUT_RS: "partials"}.get(code, f"a flag (code {code})")
+    if slot < world_size:
+        what = "its arrival at this call (ready flag)"
+    return FluxliteTimeoutError(op="fused kernel", what=what, rank=rank, peer=peer, chunk=chunk,
+                                split=sch.split_of_data_slot(world_size, slot), epoch=epoch, seen=seen,
+                                timeout_s=timeout_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import _fused, _sequential
+from . import _sequential, fused
 from ._validate import check_impl, check_operands, check_out, check_rows_divisible, check_timeout
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
@@ -83,8 +83,8 @@ def ag_gemm(
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
             out, gathered = _sequential.ag_gemm(tp, a, weight, bias, out)
         else:
-            ws = get_workspace(tp.group, a.device)
-            out, gathered = _fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out,
+            ws = get_workspace(tp.group, a.device, timeout=timeout_s)
+            out, gathered = fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out,
                                            keep_gathered=return_gathered)
     return (out, gathered) if return_gathered else out
 
@@ -125,8 +125,8 @@ def gemm_rs(
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
             return _sequential.gemm_rs(tp, a, weight, bias, out)
-        ws = get_workspace(tp.group, a.device)
-        return _fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out)
+        ws = get_workspace(tp.group, a.device, timeout=timeout_s)
+        return fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out)
 
 
 def synchronize(group: dist.ProcessGroup | None = None) -> None:

@@ -21,9 +21,17 @@ Order
 Flags
 -----
 All flags are int32 slots of the symmetric flag array. Call number ``e`` (the epoch) marks a slot
-ready by writing ``e``; a waiter waits for ``flag >= e``. Slots are never reset. Each op kind owns
-its own slots, and slot numbers do not depend on the split count, so a fast peer already working on
-a later call can never satisfy a wait of an earlier one with a different meaning.
+ready by writing ``e``; a waiter waits for ``flag >= e``. Slots are never reset. Slot numbers do not
+depend on the split count, and each has exactly one writer, so it only grows. At the start of a
+call a rank writes its call signature (op, shapes, dtype, options) into every peer's signature
+slots of the call's epoch parity, then sets its ``ready`` flag there; a consumer waits for a peer's
+``ready`` flag and compares the signature with its own before it waits on, or uses, that peer's
+data.
+
+Tile order
+----------
+:meth:`TileSchedule.tile_order` is the order in which the consumer claims (row block, column block)
+tiles; the kernels read it as a table and derive no order of their own.
 """
 
 from __future__ import annotations
@@ -36,36 +44,98 @@ import torch
 MAX_SPLITS = 16
 """Most splits a chunk is cut into (flag slots are laid out for this many)."""
 
+SIG_WORDS = 4
+"""int32 words of a call signature (see :func:`call_signature`)."""
+
 
 def num_flag_slots(world_size: int) -> int:
-    """Size of the symmetric int32 flag array for a group of ``world_size`` ranks."""
-    return world_size + 3 * world_size * MAX_SPLITS
+    """Size of the symmetric int32 flag array for a group of ``world_size`` ranks.
+
+    Layout: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``, then
+    ``signature[2 parities][W][SIG_WORDS]``. Every slot has exactly one writer (the peer it is
+    indexed by, or for ``pulled`` this rank's own producer), whose stores come in epoch order, so a
+    flag only ever grows.
+    """
+    return world_size + 2 * world_size * MAX_SPLITS + 2 * world_size * SIG_WORDS
 
 
-def ag_ready_slot(src: int) -> int:
-    """AG: set on rank ``r`` by peer ``src`` once ``src``'s rows sit in its staging buffer."""
+def ready_slot(src: int) -> int:
+    """Set on rank ``r`` by peer ``src`` once src has written its call signature on ``r`` (and, for
+    AG with ``return_gathered``, staged its rows for ``r`` to pull). Every consumer waits for it and
+    checks the signature before it waits on any of ``src``'s data."""
     return src
 
 
-def ag_data_slot(world_size: int, chunk: int, split: int) -> int:
-    """AG: set on rank ``r`` by its own producer once (chunk, split) sits in the gathered buffer."""
-    return world_size + chunk * MAX_SPLITS + split
+def data_slot(world_size: int, src: int, split: int) -> int:
+    """Set on rank ``r`` by peer ``src`` once split ``split`` of src's data for this call is in r's
+    memory: AG (push): src's rows in the gathered buffer; RS: src's partial of r's rows in ``recv``."""
+    return world_size + src * MAX_SPLITS + split
 
 
-def rs_recv_slot(world_size: int, src: int, split: int) -> int:
-    """RS: set on rank ``r`` by peer ``src`` once src's partial of r's split ``split`` arrived."""
+def pulled_slot(world_size: int, src: int, split: int) -> int:
+    """AG with ``return_gathered``: set on rank ``r`` by its own producer once it pulled split
+    ``split`` of peer ``src``'s staged rows into the gathered tensor."""
     return world_size + world_size * MAX_SPLITS + src * MAX_SPLITS + split
 
 
-def rs_staged_slot(world_size: int, src: int, split: int) -> int:
-    """RS, ``pull`` transport: set on rank ``r`` by peer ``src`` once src's partial of r's split
-    ``split`` sits in src's symmetric buffer, ready to be pulled."""
-    return world_size + 2 * world_size * MAX_SPLITS + src * MAX_SPLITS + split
+def signature_slot(world_size: int, parity: int, src: int) -> int:
+    """First of the ``SIG_WORDS`` slots on rank ``r`` where peer ``src`` writes the signature of its
+    call of epoch parity ``parity``, before it sets any flag of that call on ``r``."""
+    return world_size + 2 * world_size * MAX_SPLITS + (parity * world_size + src) * SIG_WORDS
 
 
-def rs_counter_slot(dst: int, split: int) -> int:
-    """RS: index into the local (non-symmetric) tile counters: tiles done for (dst chunk, split)."""
+def peer_slots() -> int:
+    """Distance between the data flags of consecutive source ranks (same split)."""
+    return MAX_SPLITS
+
+
+def split_of_data_slot(world_size: int, slot: int) -> int:
+    """The split a data or pulled flag slot guards (for error messages; 0 for a ready slot)."""
+    return 0 if slot < world_size else (slot - data_slot(world_size, 0, 0)) % MAX_SPLITS
+
+
+def counter_slot(dst: int, split: int) -> int:
+    """RS: index into the local (non-symmetric) counters: tiles done for (dst chunk, split)."""
     return dst * MAX_SPLITS + split
+
+
+def claim_slot(world_size: int) -> int:
+    """Index into the local counters of the kernel's tile-claim counter."""
+    return world_size * MAX_SPLITS
+
+
+def num_counters(world_size: int) -> int:
+    """Size of the local int32 counter array (zeroed before every call)."""
+    return world_size * MAX_SPLITS + 1
+
+
+_OP_CODES = {"ag": 1, "rs": 2}
+_DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.float64: 4}
+
+
+def call_signature(op: str, rows: int, K: int, N: int, dtype: torch.dtype, splits: int, keep_gathered: bool) -> tuple[int, ...]:
+    """The ``SIG_WORDS`` int32 words that identify a fused call: ``(op | dtype | options | splits, rows, K, N)``.
+
+    ``rows`` is AG's ``m`` (rows per rank) or RS's ``M`` (all rows). Every rank of a call must have
+    the same signature; a waiter compares a peer's with its own before it uses the peer's data.
+    """
+    head = _OP_CODES[op] | _DTYPE_CODES[dtype] << 4 | int(keep_gathered) << 8 | splits << 16
+    return head, rows, K, N
+
+
+def describe_signature(words) -> str:
+    """A readable form of :func:`call_signature`'s words, for error messages."""
+    head, rows, K, N = (int(w) for w in words)
+    if head == 0:
+        return "no fused call (no signature written)"
+    ops = {v: k for k, v in _OP_CODES.items()}
+    dtypes = {v: k for k, v in _DTYPE_CODES.items()}
+    op = {"ag": "ag_gemm", "rs": "gemm_rs"}.get(ops.get(head & 0xF, "?"), f"op code {head & 0xF}")
+    dtype = str(dtypes.get(head >> 4 & 0xF, f"dtype code {head >> 4 & 0xF}")).replace("torch.", "")
+    what = f"{op}(rows={rows}, K={K}, N={N}, {dtype}"
+    if ops.get(head & 0xF) == "ag":
+        what += f", return_gathered={bool(head >> 8 & 1)}"
+    return what + f", splits={head >> 16})"
 
 
 def default_splits(blocks_per_chunk: int, world_size: int) -> int:
@@ -119,6 +189,41 @@ class TileSchedule:
         """Iterate ``(chunk, row0, rows, split)`` tuples in run order."""
         return (tuple(int(v) for v in row) for row in self.blocks.tolist())
 
+    def kernel_blocks(self, pull: bool = False) -> torch.Tensor:
+        """int32 ``[num_blocks, 4]`` in run order, what the kernels read: ``(chunk, row0, rows, slot)``.
+
+        ``slot`` is what the block waits on or counts into. AG: the ``(chunk, split)`` data flag
+        (``pulled`` when the rows are pulled, ``pull=True``), or -1 for the local chunk (read in
+        place, no wait). RS: a peer chunk's ``(chunk, split)`` counter, or for the local chunk the
+        data flag of ``(peer 0, split)``; peer ``p``'s is ``p * peer_slots()`` further.
+        """
+        W, r = self.world_size, self.rank
+        rows = []
+        for chunk, row0, n, split in self.rows():
+            if self.op == "ag":
+                slot = -1 if chunk == r else (pulled_slot if pull else data_slot)(W, chunk, split)
+            else:
+                slot = data_slot(W, 0, split) if chunk == r else counter_slot(chunk, split)
+            rows.append((chunk, row0, n, slot))
+        return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 4)
+
+    def split_tiles(self, split: int, num_n: int) -> int:
+        """Tiles of one chunk's ``split`` when each row block has ``num_n`` column blocks."""
+        return len(self.split_blocks(split)) * num_n
+
+    def tile_order(self, num_n: int, group_m: int) -> torch.Tensor:
+        """The order in which the consumer takes tiles: int32 ``[num_blocks * num_n, 2]`` of
+        (row block index into :attr:`blocks`, column block).
+
+        Chunks are taken whole in schedule order, and within a chunk ``group_m`` row blocks at a
+        time, column block by column block (so those row blocks share each column block of the
+        weight in L2). A group never straddles two chunks. That is a liveness property, not only
+        a locality one: GEMM-RS claims tiles in this order, and the local chunk's tiles (which wait
+        for the peers) must come after every tile the peers wait for. A group that mixed the two
+        let a program hold a peer tile while it waited for the peers, who waited for that tile.
+        """
+        return _tile_order(self.world_size, self.blocks_per_chunk, num_n, group_m)
+
 
 @lru_cache(maxsize=256)
 def _build(op: str, world_size: int, rank: int, chunk_rows: int, block_m: int, splits: int | None) -> TileSchedule:
@@ -149,6 +254,19 @@ def _build(op: str, world_size: int, rank: int, chunk_rows: int, block_m: int, s
     ]
     blocks = torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 4)
     return TileSchedule(op, world_size, rank, chunk_rows, block_m, splits, order, blocks)
+
+
+@lru_cache(maxsize=256)
+def _tile_order(chunks: int, blocks_per_chunk: int, num_n: int, group_m: int) -> torch.Tensor:
+    if num_n < 1 or group_m < 1:
+        raise ValueError(f"num_n and group_m must be >= 1, got {num_n} and {group_m}")
+    order = []
+    for c in range(chunks):
+        for first in range(0, blocks_per_chunk, group_m):
+            size = min(group_m, blocks_per_chunk - first)
+            base = c * blocks_per_chunk + first
+            order += [(base + i, j) for j in range(num_n) for i in range(size)]
+    return torch.tensor(order, dtype=torch.int32).reshape(len(order), 2)
 
 
 def ag_schedule(world_size: int, rank: int, m: int, block_m: int, splits: int | None = None) -> TileSchedule:

@@ -24,18 +24,21 @@ Backends
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
 
-from . import schedule
-from .errors import FluxliteError, timeout_from_record
+from . import rendezvous, schedule
+from .errors import FluxliteError
+from .flags import exception_from_record, resolve_timeout
 from .group import TPGroup, resolve_group
 
 _ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
@@ -52,24 +55,23 @@ def shm_dir() -> str:
 class _SharedFiles:
     """CPU backend: one /dev/shm file per rank and generation, mapped by every rank."""
 
-    def __init__(self, tp: TPGroup) -> None:
-        self.tp = tp
-        tag = [uuid.uuid4().hex[:12] if tp.rank == 0 else None]
-        dist.broadcast_object_list(tag, src=dist.get_global_rank(tp.group, 0), group=tp.group)
-        self.prefix = os.path.join(shm_dir(), f"fluxlite-{tag[0]}")
-        self.generation = 0
+    def __init__(self, tp: TPGroup, key: str, timeout_s: float) -> None:
+        self.tp, self.key = tp, key
+        tag = rendezvous.broadcast_str(tp, f"{key}/tag", uuid.uuid4().hex[:12] if tp.rank == 0 else None,
+                                       timeout_s=timeout_s, op="workspace build", step="agree on shared-memory names")
+        self.prefix = os.path.join(shm_dir(), f"fluxlite-{tag}")
 
     def path(self, generation: int, rank: int) -> str:
         return f"{self.prefix}-g{generation}-r{rank}"
 
-    def allocate(self, nbytes: int) -> list[torch.Tensor]:
-        self.generation += 1
-        paths = [self.path(self.generation, p) for p in range(self.tp.world_size)]
+    def allocate(self, nbytes: int, generation: int, timeout_s: float) -> list[torch.Tensor]:
+        paths = [self.path(generation, p) for p in range(self.tp.world_size)]
         mine = paths[self.tp.rank]
         with _unlink_on_sigterm(paths):
-            return self._map_all(paths, mine, nbytes)
+            return self._map_all(paths, mine, nbytes, generation, timeout_s)
 
-    def _map_all(self, paths: list[str], mine: str, nbytes: int) -> list[torch.Tensor]:
+    def _map_all(self, paths: list[str], mine: str, nbytes: int, generation: int, timeout_s: float) -> list[torch.Tensor]:
+        step = dict(timeout_s=timeout_s, op="workspace build", epoch=0)
         try:
             fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -78,12 +80,13 @@ class _SharedFiles:
                 os.close(fd)
             local = torch.from_file(mine, shared=True, size=nbytes, dtype=torch.uint8)
             local.zero_()  # pre-fault the pages now rather than inside a timed call
-            dist.barrier(group=self.tp.group)
+            rendezvous.barrier(self.tp, f"{self.key}/g{generation}/created", step="create shared memory", **step)
             views = [
                 local if p == self.tp.rank else torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
                 for p, path in enumerate(paths)
             ]
-            dist.barrier(group=self.tp.group)  # every rank holds every mapping: the names can go
+            # Every rank holds every mapping: the names can go.
+            rendezvous.barrier(self.tp, f"{self.key}/g{generation}/mapped", step="map peers' shared memory", **step)
         except BaseException:
             for path in paths:  # a failed peer may have left its file: take every name down
                 _unlink(path)
@@ -128,23 +131,24 @@ def _unlink(path: str) -> None:
 class _SymmMem:
     """CUDA backend: torch symmetric memory."""
 
-    def __init__(self, tp: TPGroup, device: torch.device) -> None:
+    def __init__(self, tp: TPGroup, device: torch.device, key: str, timeout_s: float) -> None:
         import torch.distributed._symmetric_memory as symm_mem
 
-        self.tp, self.device, self.symm_mem = tp, device, symm_mem
+        self.tp, self.device, self.symm_mem, self.key = tp, device, symm_mem, key
         enabled = getattr(symm_mem, "is_symm_mem_enabled_for_group", lambda name: False)
         if hasattr(symm_mem, "enable_symm_mem_for_group") and not enabled(tp.name):
             symm_mem.enable_symm_mem_for_group(tp.name)
         self.handle = None
 
-    def allocate(self, nbytes: int) -> list[torch.Tensor]:
-        # Peers may still read the old buffer: every rank drains its device before anyone frees.
-        torch.cuda.synchronize(self.device)
+    def allocate(self, nbytes: int, generation: int, timeout_s: float) -> list[torch.Tensor]:
         local = self.symm_mem.empty(nbytes, dtype=torch.uint8, device=self.device)
         local.zero_()  # flags must start below every future epoch
-        torch.cuda.synchronize(self.device)
+        torch.cuda.current_stream(self.device).synchronize()
+        # rendezvous is a collective with no timeout of ours: enter it only once every rank is here.
+        step = dict(timeout_s=timeout_s, op="workspace build", epoch=0)
+        rendezvous.barrier(self.tp, f"{self.key}/g{generation}/allocated", step="allocate symmetric memory", **step)
         self.handle = self.symm_mem.rendezvous(local, self.tp.group)
-        dist.barrier(group=self.tp.group, device_ids=[self.device.index])
+        rendezvous.barrier(self.tp, f"{self.key}/g{generation}/mapped", step="map peers' symmetric memory", **step)
         return [
             local if p == self.tp.rank else self.handle.get_buffer(p, (nbytes,), torch.uint8)
             for p in range(self.tp.world_size)
@@ -154,52 +158,72 @@ class _SymmMem:
 class SymmetricWorkspace:
     """Symmetric data buffer + flag array on every rank of ``tp``, on ``device``.
 
-    Use :func:`get_workspace` rather than constructing one. All methods that allocate are
-    collective: every rank must call them in the same order with the same sizes (the ops do).
+    Use :func:`get_workspace` rather than constructing one. Building and growing are collective and
+    bounded by fluxlite's timeout: every rank must do them in the same order (the ops do), and a
+    peer that never arrives gives :class:`~fluxlite.FluxliteTimeoutError` naming it. Every growth
+    agrees on one size across ranks, so all ranks' buffers always have the same capacity and a
+    peer's copy into ours can never run past it, even when the ranks disagree about a call.
     """
 
-    def __init__(self, tp: TPGroup, device: torch.device) -> None:
+    def __init__(self, tp: TPGroup, device: torch.device, key: str, timeout_s: float) -> None:
         self.tp = tp
         self.device = device
         self.rank, self.world_size = tp.rank, tp.world_size
+        self.key = key
         self.num_flags = schedule.num_flag_slots(self.world_size)
         self._flags_bytes = _round_up(4 * self.num_flags, _ALIGN)
         self.epoch = 0
         self.capacity = 0  # data bytes per parity
+        self._generation = 0
         self._views: list[torch.Tensor] = []
         self._flags: list[torch.Tensor] = []
         self._poison: BaseException | None = None
         self._poison_raised = False
         self.is_cuda = device.type == "cuda"
+        self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
         if self.is_cuda:
-            self._backend = _SymmMem(tp, device)
+            self._backend = _SymmMem(tp, device, key, timeout_s)
             self.producer_stream = torch.cuda.Stream(device=device, priority=-1)
         else:
-            self._backend = _SharedFiles(tp)
+            self._backend = _SharedFiles(tp, key, timeout_s)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
-        # A kernel's timeout record: [code, slot, epoch, seen, peer, chunk, split, spare].
-        self.error = torch.zeros(8, dtype=torch.int32, device=device)
+        from .kernels.flags import RECORD_WORDS
+
+        self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=device)  # a kernel's failure record
         self._err_host = self._err_event = None
-        self._timeout_s = 0.0
-        self._blocks_cache: dict[tuple, torch.Tensor] = {}
-        # RS tile counters per (chunk, split), then the kernel's tile-claim counter; zeroed per call.
-        self.counters = torch.zeros(self.world_size * schedule.MAX_SPLITS + 1, dtype=torch.int32, device=device)
-        self.reserve(1 << 20)
+        self._timeout_s = timeout_s
+        self.counters = torch.zeros(schedule.num_counters(self.world_size), dtype=torch.int32, device=device)
+        self.reserve(1 << 20, timeout_s=timeout_s)
         if self.is_cuda:
             self._warm_up()
 
     # ---- sizes and growth -------------------------------------------------------------------
-    def reserve(self, nbytes_per_parity: int) -> None:
-        """Make each parity half hold at least ``nbytes_per_parity`` bytes (collective when it grows)."""
+    def reserve(self, nbytes_per_parity: int, *, timeout_s: float | None = None) -> None:
+        """Make each parity half hold at least ``nbytes_per_parity`` bytes (collective when it grows).
+
+        The ranks agree on the largest request, so every rank's buffer has the same capacity.
+        """
         if nbytes_per_parity <= self.capacity:
             return
-        capacity = _round_up(max(nbytes_per_parity, 2 * self.capacity), 1 << 20)
-        self._views = self._backend.allocate(self._flags_bytes + 2 * capacity)
+        timeout_s = resolve_timeout(timeout_s)
+        self._generation += 1
+        try:
+            # Every rank's device is done with the old buffers before the exchange below, so once it
+            # returns no rank's copy engine can still read or write a buffer that is about to go.
+            self._drain(timeout_s)
+            wanted = rendezvous.all_gather_int(
+                self.tp, f"{self.key}/g{self._generation}/size", nbytes_per_parity, timeout_s=timeout_s,
+                op="workspace growth" if self.capacity else "workspace build", step="agree on the workspace size",
+                epoch=self.epoch)
+            capacity = _round_up(max(max(wanted), 2 * self.capacity), 1 << 20)
+            self._views = []
+            self._views = self._backend.allocate(self._flags_bytes + 2 * capacity, self._generation, timeout_s)
+        except BaseException as exc:
+            self.poison(exc)
+            raise
         # Flag arrays are read on every call: make their views once per allocation.
         self._flags = [v[: 4 * self.num_flags].view(torch.int32) for v in self._views]
         self.capacity = capacity
-        self._ptr_cache = None
-        self._data_ptr_cache: dict[tuple[int, int], torch.Tensor] = {}
 
     # ---- views --------------------------------------------------------------------------------
     def flags(self, rank: int) -> torch.Tensor:
@@ -213,38 +237,6 @@ class SymmetricWorkspace:
             raise ValueError(f"data view [{offset}, {offset + nbytes}) is outside the reserved {self.capacity} bytes")
         start = self._flags_bytes + parity * self.capacity + offset
         return self._views[rank][start : start + nbytes].view(dtype).view(shape)
-
-    def flag_ptrs(self) -> torch.Tensor:
-        """int64 ``[W]`` on the workspace's device: the address of every rank's flag array."""
-        if self._ptr_cache is None:
-            ptrs = [f.data_ptr() for f in self._flags]
-            self._ptr_cache = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
-        return self._ptr_cache
-
-    def data_ptrs(self, parity: int, offset: int = 0) -> torch.Tensor:
-        """int64 ``[W]`` on the workspace's device: every rank's data half ``parity``, ``offset`` bytes in."""
-        key = (parity, offset)
-        if key not in self._data_ptr_cache:
-            start = self._flags_bytes + parity * self.capacity + offset
-            ptrs = [view.data_ptr() + start for view in self._views]
-            self._data_ptr_cache[key] = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
-        return self._data_ptr_cache[key]
-
-    def device_blocks(self, sched: schedule.TileSchedule) -> torch.Tensor:
-        """The schedule's block table on this workspace's device (cached per schedule)."""
-        return self._device_table("blocks", sched, lambda: sched.blocks)
-
-    def device_split_rows(self, sched: schedule.TileSchedule) -> torch.Tensor:
-        """int32 ``[splits + 1]``: split ``s`` covers rows ``[t[s], t[s+1])`` of a chunk (cached)."""
-        return self._device_table("split_rows", sched, lambda: torch.tensor(
-            [sched.split_rows(s)[0] for s in range(sched.splits)] + [sched.chunk_rows], dtype=torch.int32))
-
-    def _device_table(self, kind: str, sched: schedule.TileSchedule, make) -> torch.Tensor:
-        key = (kind, sched.op, sched.world_size, sched.rank, sched.chunk_rows, sched.block_m, sched.splits)
-        table = self._blocks_cache.get(key)
-        if table is None:
-            table = self._blocks_cache[key] = make().to(self.device)
-        return table
 
     # ---- epochs and failure -------------------------------------------------------------------
     def next_epoch(self) -> int:
@@ -265,8 +257,8 @@ class SymmetricWorkspace:
             self._poison, self._poison_raised = exc, raised
 
     def check(self) -> None:
-        """Raise if an earlier call failed, including a timeout a GPU kernel recorded and that has
-        become visible without blocking (see :meth:`note_kernel_launch`)."""
+        """Raise if an earlier call failed, including a failure a GPU kernel recorded that has become
+        visible without blocking (see :meth:`note_kernel_launch`)."""
         if self.is_cuda and self._poison is None and self._err_event is not None and self._err_event.query():
             self._poison_from_record(self._err_host.tolist())
         if self._poison is None:
@@ -274,33 +266,60 @@ class SymmetricWorkspace:
         if not self._poison_raised:
             self._poison_raised = True
             raise self._poison
-        raise FluxliteError(f"fluxlite workspace is poisoned by an earlier failure: {self._poison}") from self._poison
+        raise FluxliteError(
+            f"fluxlite workspace is poisoned by an earlier failure: {self._poison} -- call "
+            f"fluxlite.release_workspaces() on every rank, then retry"
+        ) from self._poison
 
     def read_kernel_error(self, timeout_s: float) -> None:
-        """Read the kernel error record now (blocking); a recorded timeout poisons the workspace."""
+        """Read the kernel error record now (blocking); a recorded failure poisons the workspace."""
         self._timeout_s = timeout_s
         self._poison_from_record(self.error.tolist())
 
     def _poison_from_record(self, rec: list[int]) -> None:
-        if rec[0] != 0:
-            self.poison(timeout_from_record(rec, rank=self.rank, timeout_s=self._timeout_s), raised=False)
+        exc = exception_from_record(rec, rank=self.rank, world_size=self.world_size, timeout_s=self._timeout_s)
+        if exc is not None:
+            self.poison(exc, raised=False)
 
     def note_kernel_launch(self, timeout_s: float) -> None:
         """After a fused launch on CUDA: copy the error record to pinned memory without blocking,
-        so the next call (or :meth:`synchronize`) raises a timeout that the kernel recorded."""
+        so the next call (or :meth:`synchronize`) raises a failure that the kernel recorded."""
         self._timeout_s = timeout_s
         if self._err_event is None:
-            self._err_host = torch.zeros(8, dtype=torch.int32, pin_memory=True)
+            self._err_host = torch.zeros(self.error.numel(), dtype=torch.int32, pin_memory=True)
             self._err_event = torch.cuda.Event()
         self._err_host.copy_(self.error, non_blocking=True)
         self._err_event.record()
 
     def synchronize(self) -> None:
-        """Wait for this workspace's device work; raise the failure of any earlier call."""
+        """Wait (bounded) for this workspace's device work; raise the failure of any earlier call."""
         if self.is_cuda:
-            torch.cuda.synchronize(self.device)
+            self._drain(self._timeout_s or resolve_timeout(None))
             self._poison_from_record(self.error.tolist())
         self.check()
+
+    def _drain(self, timeout_s: float) -> None:
+        """CUDA: wait until the caller's stream and the producer stream are idle, bounded.
+
+        Every stream wait fluxlite enqueues ends when a bounded kernel ends, so this returns within
+        about one timeout; past two, the device is stuck and the error says so.
+        """
+        if not self.is_cuda:
+            return
+        events = []
+        for stream in (torch.cuda.current_stream(self.device), self.producer_stream):
+            event = torch.cuda.Event()
+            event.record(stream)
+            events.append(event)
+        deadline = time.monotonic() + 2 * timeout_s + 5.0
+        delay = 1e-5
+        while not all(e.query() for e in events):
+            if time.monotonic() > deadline:
+                raise FluxliteError(
+                    f"fluxlite: rank {self.rank}'s device work on {self.device} did not finish within "
+                    f"{2 * timeout_s + 5.0:g} s; the GPU is stuck and this process must be restarted")
+            time.sleep(delay)  # a bounded poll of device completion, not a synchronisation between ranks
+            delay = min(2 * delay, 1e-3)
 
     # ---- producers ------------------------------------------------------------------------------
     def submit(self, fn, *args, **kwargs):
@@ -308,7 +327,8 @@ class SymmetricWorkspace:
         return self._executor.submit(fn, *args, **kwargs)
 
     def _warm_up(self) -> None:
-        """Run every producer-side operation once while nothing spins (see _cuda_driver)."""
+        """Run every producer-side operation once while nothing spins: with lazy module loading, the
+        first launch of a kernel beside a spinning consumer can deadlock (ANCHORS.md)."""
         from . import _cuda_driver
 
         stream = self.producer_stream
@@ -320,13 +340,18 @@ class SymmetricWorkspace:
             word = self.counters.data_ptr()
             _cuda_driver.stream_write_value32(stream, word, 0)
             _cuda_driver.stream_wait_value32(stream, word, 0)
-        stream.synchronize()
-        torch.cuda.synchronize(self.device)
+        self._drain(self._timeout_s)
 
-    def close(self) -> None:
-        if not self.is_cuda:
-            self._executor.shutdown(wait=True)
-        self._views, self._flags = [], []
+    def close(self, timeout_s: float | None = None) -> None:
+        """Let go of the buffers once no work of ours can touch them (bounded; see :meth:`_drain`)."""
+        timeout_s = resolve_timeout(timeout_s)
+        try:
+            if self.is_cuda:
+                self._drain(timeout_s)
+            else:
+                self._executor.shutdown(wait=True)  # its waits end at their deadlines
+        finally:
+            self._views, self._flags, self.plans = [], [], {}
 
 
 def _numel(shape) -> int:
@@ -341,20 +366,48 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 
 _WORKSPACES: dict[tuple[int, str], SymmetricWorkspace] = {}
+# Keys of the store-based collectives: ``s{release count}/{device type}/w{workspaces made}``. Every
+# rank follows the same sequence of builds and releases, so the keys agree without communication,
+# and a failed build never leaves a key that a later build could mistake for an arrival.
+_SESSION = itertools.count()
+_session = next(_SESSION)
+_BUILT: dict[tuple[str, str], int] = {}
 
 
-def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device | str | None = None) -> SymmetricWorkspace:
-    """The cached workspace of (group, device); created (collectively) on first use."""
+def _check_device(tp: TPGroup, device) -> torch.device:
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"device must be a torch.device or a device string, got {device!r}") from exc
+    if device.type not in tp.device_types:
+        raise ValueError(
+            f"device: the process group's backend serves only {sorted(tp.device_types)} tensors, got "
+            f"{device}; use a group whose backend handles {device.type}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device} needs CUDA, but this torch build or machine has none")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device.index != torch.cuda.current_device():
+            raise ValueError(f"device: expected the current CUDA device cuda:{torch.cuda.current_device()}, "
+                             f"got {device}; call torch.cuda.set_device({device.index}) first")
+    return device
+
+
+def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device | str | None = None,
+                  *, timeout: float | None = None) -> SymmetricWorkspace:
+    """The cached workspace of (group, device); created (collectively, bounded by ``timeout``) on
+    first use. ``device`` defaults to the current CUDA device when the group serves CUDA, else CPU."""
     tp = resolve_group(group)
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if "cuda" in tp.device_types and torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _check_device(tp, device)
     key = (id(tp.group), str(device))
     ws = _WORKSPACES.get(key)
     if ws is None:
-        ws = SymmetricWorkspace(tp, device)
+        n = _BUILT.get((tp.name, device.type), 0)
+        _BUILT[(tp.name, device.type)] = n + 1
+        ws = SymmetricWorkspace(tp, device, f"s{_session}/{device.type}/w{n}", resolve_timeout(timeout))
         _WORKSPACES[key] = ws
     return ws
 
@@ -364,8 +417,22 @@ def workspaces_of(group: dist.ProcessGroup) -> list[SymmetricWorkspace]:
     return [ws for (gid, _), ws in _WORKSPACES.items() if gid == id(group)]
 
 
-def release_workspaces() -> None:
-    """Drop every cached workspace (call on every rank, e.g. before destroying the process group)."""
+def release_workspaces(timeout: float | None = None) -> None:
+    """Drop every cached workspace. Call it on every rank: before destroying the process group, and
+    after any fluxlite error, to recover (the next fused call builds a fresh workspace).
+
+    It first waits (bounded by ``timeout``) until no device work or producer thread of ours can
+    still touch the buffers.
+    """
+    global _session
+    errors = []
     for ws in _WORKSPACES.values():
-        ws.close()
+        try:
+            ws.close(timeout)
+        except BaseException as exc:  # release the rest all the same
+            errors.append(exc)
     _WORKSPACES.clear()
+    _BUILT.clear()
+    _session = next(_SESSION)
+    if errors:
+        raise errors[0]

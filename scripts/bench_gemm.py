@@ -17,7 +17,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from fluxlite.kernels.fused_gemm import GemmConfig, gemm  # noqa: E402
+from fluxlite.kernels.ag_gemm import gemm  # noqa: E402
+from fluxlite.kernels.gemm_core import GemmConfig  # noqa: E402
 
 SHAPES = [(8192, 8192, 14336), (8192, 14336, 8192), (8192, 8192, 5120), (16384, 8192, 4096), (8192, 5120, 8192),
           (16384, 4096, 8192)]

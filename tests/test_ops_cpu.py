@@ -22,15 +22,12 @@ import torch
 import torch.distributed as dist
 
 import fluxlite
-from fluxlite import _fused
-
-CPU_BLOCK_M = _fused.CPU_BLOCK_M
+from fluxlite.fused.call import CPU_BLOCK_M
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, poison_workspace, randn, rs_reference
 
 IMPLS = ("sequential", "fused", "auto")
-RS_TRANSPORTS = ("fused-pull", "fused-remote")  # GEMM-RS "fused" with the other ways partials travel
 DTYPES = (torch.float32, torch.bfloat16)
 SEED = int(os.environ.get("FLUXLITE_TEST_SEED", "20261122"))
 
@@ -92,11 +89,10 @@ def _rs_cases(rank, W, gen, failures):
             for with_bias in (False, True):
                 b = bias if with_bias else None
                 ref = rs_reference(a_parts, w_parts, b, rank)
-                for impl, use_out in itertools.product(IMPLS + RS_TRANSPORTS, (False, True)):
+                for impl, use_out in itertools.product(IMPLS, (False, True)):
                     name = f"gemm_rs W={W} r={rank} M={M} K={K} N={N} {dtype} bias={with_bias} impl={impl} out={use_out}"
                     out = _poison(W, (mc, N), dtype, use_out)
-                    _fused.TUNING.rs_transport = impl.partition("fused-")[2] or "push"
-                    res = fluxlite.gemm_rs(a, weight, b, impl=impl.partition("-")[0], out=out)
+                    res = fluxlite.gemm_rs(a, weight, b, impl=impl, out=out)
                     _check_out(name, res, out, failures)
                     check(name, res, ref, dtype, failures)
 

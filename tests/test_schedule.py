@@ -113,14 +113,30 @@ def test_flag_slots_never_collide(world_size):
         slots[slot] = owner
 
     for src in range(W):
-        claim(sch.ag_ready_slot(src), ("ag_ready", src))
-    for chunk, split in itertools.product(range(W), range(S)):
-        claim(sch.ag_data_slot(W, chunk, split), ("ag_data", chunk, split))
+        claim(sch.ready_slot(src), ("ready", src))
     for src, split in itertools.product(range(W), range(S)):
-        claim(sch.rs_recv_slot(W, src, split), ("rs_recv", src, split))
-        claim(sch.rs_staged_slot(W, src, split), ("rs_staged", src, split))
-    counters = [sch.rs_counter_slot(d, s) for d, s in itertools.product(range(W), range(S))]
-    assert sorted(counters) == list(range(W * S)), "RS tile counters must tile [0, W*MAX_SPLITS)"
+        claim(sch.data_slot(W, src, split), ("data", src, split))
+        claim(sch.pulled_slot(W, src, split), ("pulled", src, split))
+        assert sch.split_of_data_slot(W, sch.data_slot(W, src, split)) == split
+        assert sch.split_of_data_slot(W, sch.pulled_slot(W, src, split)) == split
+        assert sch.data_slot(W, src, split) == sch.data_slot(W, 0, split) + src * sch.peer_slots()
+    for parity, src, word in itertools.product(range(2), range(W), range(sch.SIG_WORDS)):
+        claim(sch.signature_slot(W, parity, src) + word, ("signature", parity, src, word))
+    assert len(slots) == sch.num_flag_slots(W), "the flag array has slots nobody uses"
+    counters = [sch.counter_slot(d, s) for d, s in itertools.product(range(W), range(S))] + [sch.claim_slot(W)]
+    assert sorted(counters) == list(range(sch.num_counters(W))), "counters must tile the counter array"
+
+
+def test_call_signature_round_trips_and_tells_calls_apart():
+    sig = sch.call_signature("ag", 16, 24, 40, torch.bfloat16, 3, True)
+    assert len(sig) == sch.SIG_WORDS and all(-(2**31) <= w < 2**31 for w in sig)
+    assert sch.describe_signature(sig) == "ag_gemm(rows=16, K=24, N=40, bfloat16, return_gathered=True, splits=3)"
+    assert sch.describe_signature(sch.call_signature("rs", 64, 8, 9, torch.float32, 1, False)) == \
+        "gemm_rs(rows=64, K=8, N=9, float32, splits=1)"
+    variants = {sch.call_signature(op, rows, 24, 40, dt, sp, keep)
+                for op in ("ag", "rs") for rows in (16, 17) for dt in (torch.bfloat16, torch.float16)
+                for sp in (1, 2) for keep in (False, True)}
+    assert len(variants) == 32, "two different calls share a signature"
 
 
 def test_default_splits():

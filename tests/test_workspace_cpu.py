@@ -147,7 +147,9 @@ def killed_while_allocating(rank: int, W: int, out_dir: str) -> None:
             f.write(prefix)
     dist.barrier()
     if rank == W - 1:
-        real_barrier = dist.barrier
+        from fluxlite import rendezvous
+
+        real_barrier = rendezvous.barrier
 
         def die_at_barrier(*args, **kwargs):
             with open(os.path.join(out_dir, "present-at-kill"), "w") as f:
@@ -155,11 +157,11 @@ def killed_while_allocating(rank: int, W: int, out_dir: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
             return real_barrier(*args, **kwargs)
 
-        dist.barrier = die_at_barrier  # the first barrier inside _SharedFiles.allocate
+        rendezvous.barrier = die_at_barrier  # the first barrier inside _SharedFiles.allocate
     try:
-        ws.reserve(4 * ws.capacity)
-    except Exception:  # gloo reports the dead peer (or times out)
-        pass
+        ws.reserve(4 * ws.capacity, timeout_s=3.0)
+    except fluxlite.FluxliteTimeoutError as e:  # the dead peer never arrives at the barrier
+        assert e.peer == W - 1 and e.step != "flag", e
     else:
         raise AssertionError("growth succeeded with a dead peer")
 

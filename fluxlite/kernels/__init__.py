@@ -1,2 +1,2 @@
-"""Triton kernels, one concern per file: ``flags`` (bounded epoch waits and signals) and
-``fused_gemm`` (the persistent GEMM that waits on or signals them)."""
+"""Triton kernels: the shared GEMM core (``gemm_core``), one consumer kernel per fused op
+(``ag_gemm``, ``gemm_rs``), and the device-side flag protocol (``flags``)."""

@@ -1,14 +1,20 @@
-"""Device-side flag protocol: a bounded acquire-wait on an epoch flag, and a release-signal.
+"""Device-side flag protocol: a bounded acquire-wait on an epoch flag, the peer's call-signature
+check that follows it, a release-signal, and the error record.
 
 Math of the protocol
 --------------------
 A flag slot holds the epoch of the last call that made its data ready. Call ``e`` waits for
 ``flag >= e``; it never resets a slot, so no barrier separates calls. A waiter gives up after
 ``timeout_ns`` (``%globaltimer`` on the GPU; a spin count under the Triton interpreter, which has no
-inline PTX), records ``(code, slot, epoch, seen, peer, chunk, split)`` in the error record once
-(first failure wins), and returns. Every later wait of the launch sees the record and returns at
-once, so a missing peer costs one timeout, not one per tile. The host turns the record into
-:class:`fluxlite.FluxliteTimeoutError`.
+inline PTX), records what it waited for in the error record once (first failure wins), and returns.
+Once the flag is set, the waiter compares the peer's call signature (written before the flag) with
+its own; a difference is recorded as :data:`ERR_MISMATCH`. Every later wait of the launch sees the
+record and returns at once, so a missing or disagreeing peer costs one timeout, not one per tile.
+The host turns the record into :class:`fluxlite.FluxliteTimeoutError` or
+:class:`fluxlite.FluxliteCallMismatchError`.
+
+Error record (int32 ``[RECORD_WORDS]``): ``code, slot, epoch, seen, peer, chunk, spare, spare``,
+then (mismatch only) the peer's ``SIG_WORDS`` signature words and this rank's.
 
 Ordering: the spinning load is an ``acquire`` at system scope (the data was written by another GPU's
 copy engine or SMs), and a CTA barrier follows it so every thread's later loads come after it. A
@@ -20,23 +26,35 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import globaltimer
 
+ERR_TIMEOUT_AG = 1
+"""An AG-GEMM row block timed out waiting for a peer's rows."""
+ERR_TIMEOUT_RS = 2
+"""A GEMM-RS row block timed out waiting for a peer's partials."""
+ERR_MISMATCH = 4
+"""A peer's call signature differs from this rank's."""
+RECORD_WORDS = 16
+SIG_WORDS = tl.constexpr(4)  # fluxlite.schedule.SIG_WORDS
+
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
 """What one spin costs under the Triton interpreter (measured 150-250 us), to bound it in time."""
 
 
 @triton.jit
-def wait_epoch(
-    flag_ptr,
-    epoch,
-    error_ptr,
-    timeout_ns,
-    code: tl.constexpr,
-    slot,
-    peer,
-    chunk,
-    split,
-    INTERPRET: tl.constexpr,
-):
+def _record(error_ptr, code, slot, epoch, seen, peer, chunk):
+    """Write the error record unless an earlier failure already did (first failure wins).
+    Returns 1 when this call wrote it."""
+    won = tl.atomic_cas(error_ptr, 0, code, sem="relaxed", scope="gpu") == 0
+    if won:
+        tl.store(error_ptr + 1, slot)
+        tl.store(error_ptr + 2, epoch)
+        tl.store(error_ptr + 3, seen)
+        tl.store(error_ptr + 4, peer)
+        tl.store(error_ptr + 5, chunk)
+    return won.to(tl.int32)
+
+
+@triton.jit
+def wait_epoch(flag_ptr, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
     """Spin until ``*flag_ptr >= epoch`` (acquire, system scope), bounded by ``timeout_ns``.
 
     Returns the error code in force afterwards: 0 when the flag is ready.
@@ -55,18 +73,41 @@ def wait_epoch(
         else:
             elapsed = globaltimer() - start
         if elapsed > timeout_ns:
-            if tl.atomic_cas(error_ptr, 0, code, sem="relaxed", scope="gpu") == 0:
-                tl.store(error_ptr + 1, slot)
-                tl.store(error_ptr + 2, epoch)
-                tl.store(error_ptr + 3, seen)
-                tl.store(error_ptr + 4, peer)
-                tl.store(error_ptr + 5, chunk)
-                tl.store(error_ptr + 6, split)
+            _record(error_ptr, code, slot, epoch, seen, peer, chunk)
             err = tl.full((), code, tl.int32)
         else:
             seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
             err = tl.atomic_add(error_ptr, 0, sem="relaxed", scope="gpu")
     tl.debug_barrier()
+    return err
+
+
+@triton.jit
+def wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk,
+              INTERPRET: tl.constexpr):
+    """Wait for ``peer``'s data behind ``flags_ptr[slot]`` for call ``epoch``, bounded:
+
+    1. ``peer``'s ready flag (slot ``peer``, schedule.ready_slot): it has written its signature here;
+    2. its signature (at ``flags_ptr[sig_base + peer * SIG_WORDS]``) equals ours (``sig_ptr``);
+    3. the data flag ``slot``.
+
+    Checking the signature before the data flag means a peer in another call is reported at once,
+    whichever flags that call sets. Returns the error code in force: 0 when the data may be used.
+    """
+    err = wait_epoch(flags_ptr + peer, epoch, error_ptr, timeout_ns, code, peer, peer, chunk, INTERPRET)
+    if err == 0:
+        theirs = flags_ptr + sig_base + peer * SIG_WORDS
+        differ = tl.full((), 0, tl.int32)
+        for w in tl.static_range(SIG_WORDS):
+            differ |= (tl.load(theirs + w, volatile=True) != tl.load(sig_ptr + w)).to(tl.int32)
+        if differ != 0:
+            if _record(error_ptr, ERR_MISMATCH, slot, epoch, epoch, peer, chunk) == 1:
+                for w in tl.static_range(SIG_WORDS):
+                    tl.store(error_ptr + 8 + w, tl.load(theirs + w, volatile=True))
+                    tl.store(error_ptr + 8 + SIG_WORDS + w, tl.load(sig_ptr + w))
+            err = tl.full((), ERR_MISMATCH, tl.int32)
+    if err == 0:
+        err = wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
     return err
 
 

@@ -1,0 +1,180 @@
+"""One fused call: its epoch, deadline and call signature; the producer beside the consumer; the
+join; and the failure handling shared by both ops.
+
+Call agreement: before a rank sets any flag of call ``e`` on a peer, its producer writes the call's
+signature (:func:`fluxlite.schedule.call_signature`) into that peer's signature slots of parity
+``e % 2``. A consumer that finds a peer's flag set compares the peer's signature with its own before
+it uses the data (:meth:`Call.wait_peer` on CPU, :func:`fluxlite.kernels.flags.wait_peer` on GPU),
+so ranks in different calls raise :class:`~fluxlite.FluxliteCallMismatchError` instead of reading
+each other's bytes as something else. It costs one small copy per peer and call, no collective and
+no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .. import schedule as sch
+from ..errors import FluxliteCallMismatchError, FluxliteError
+from ..flags import host_wait_flag
+from ..kernels import gemm_core
+from ..workspace import SymmetricWorkspace
+from . import producer
+
+CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
+
+
+def cpu_consumer() -> str:
+    """CPU consumer: ``torch`` (default; per-block matmul) or ``triton`` (the GPU kernel, interpreted)."""
+    name = os.environ.get("FLUXLITE_CPU_CONSUMER", "torch")
+    if name not in ("torch", "triton"):
+        raise ValueError(f"FLUXLITE_CPU_CONSUMER must be 'torch' or 'triton', got {name!r}")
+    return name
+
+
+def consumer_of(ws: SymmetricWorkspace) -> str:
+    return "triton" if ws.is_cuda else cpu_consumer()
+
+
+def block_m_of(consumer: str, config: gemm_core.GemmConfig) -> int:
+    return config.block_m if consumer == "triton" else CPU_BLOCK_M
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call of one (op, shapes, dtype, options) needs that does not change from call to call:
+    the schedule, the kernel's tables on the device, the call signature, the kernel config."""
+
+    sched: sch.TileSchedule
+    config: gemm_core.GemmConfig
+    consumer: str
+    num_n: int  # column blocks per row block (1 for the CPU torch consumer)
+    signature: tuple[int, ...]
+    signature_dev: torch.Tensor  # int32 [SIG_WORDS] on the workspace's device
+    blocks: torch.Tensor  # schedule.kernel_blocks() on the device
+    tiles: torch.Tensor  # schedule.tile_order() on the device
+
+
+def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool) -> Plan:
+    """The cached plan of this call on ``ws`` (built on first use). ``rows``: AG's ``m``, RS's ``M``."""
+    consumer = consumer_of(ws)
+    key = (op, rows, K, N, dtype, keep_gathered, consumer)
+    plan = ws.plans.get(key)
+    if plan is None:
+        config = gemm_core.default_config()
+        block_m = block_m_of(consumer, config)
+        W, r = ws.world_size, ws.rank
+        sched = sch.ag_schedule(W, r, rows, block_m) if op == "ag" else sch.rs_schedule(W, r, rows // W, block_m)
+        num_n = -(-N // config.block_n) if consumer == "triton" else 1
+        signature = sch.call_signature(op, rows, K, N, dtype, sched.splits, keep_gathered)
+        dev = ws.device
+        plan = Plan(sched, config, consumer, num_n, signature,
+                    torch.tensor(signature, dtype=torch.int32, device=dev),
+                    sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
+                    sched.tile_order(num_n, config.group_m).to(dev))
+        ws.plans[key] = plan
+    return plan
+
+
+class Call:
+    """One fused call on ``ws``: takes the next epoch; runs a producer program beside a consumer."""
+
+    def __init__(self, ws: SymmetricWorkspace, op: str, plan: Plan, timeout_s: float) -> None:
+        self.ws, self.op, self.plan, self.timeout_s = ws, op, plan, timeout_s
+        self.epoch = ws.next_epoch()
+        self.parity = self.epoch % 2
+        self.deadline = time.monotonic() + timeout_s
+        self.failed: BaseException | None = None  # the first failure of the producer or the consumer
+        # Stream-ordered before the producer's first step (its stream waits on the caller's stream).
+        ws.counters.zero_()
+
+    @property
+    def signature_base(self) -> int:
+        return sch.signature_slot(self.ws.world_size, self.parity, 0)
+
+    def signature_steps(self) -> list:
+        """Producer steps that copy this call's signature to every peer."""
+        ws, W, r = self.ws, self.ws.world_size, self.ws.rank
+        at = sch.signature_slot(W, self.parity, r)
+        return [(producer.COPY, ws.flags(p)[at : at + sch.SIG_WORDS], self.plan.signature_dev)
+                for p in self.plan.sched.peers()]
+
+    def arrival_steps(self) -> list:
+        """The signature copies, then our ``ready`` flag on every peer (a flag write fences first, so
+        the signature is seen before it). AG with ``return_gathered`` sets ``ready`` itself, once its
+        rows are staged, after :meth:`signature_steps`."""
+        return self.signature_steps() + [(producer.SIGNAL, self.ws.flags(p), sch.ready_slot(self.ws.rank), self.epoch)
+                                         for p in self.plan.sched.peers()]
+
+    def wait_info(self) -> dict:
+        return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank,
+                    abort=self._abort_if_failed)
+
+    def _abort_if_failed(self) -> None:
+        if self.failed is not None:
+            raise FluxliteError(f"fluxlite {self.op}: the other side of this call failed: {self.failed}")
+
+    def wait_peer(self, slot: int, *, peer: int, chunk: int, split: int, what: str) -> None:
+        """CPU consumer: wait for ``peer``'s ready flag, check its call signature against ours, then
+        wait for the data flag ``slot`` (see :func:`fluxlite.kernels.flags.wait_peer`)."""
+        ws = self.ws
+        flags = ws.flags(ws.rank)
+        host_wait_flag(flags, sch.ready_slot(peer), self.epoch, what="its arrival at this call (ready flag)",
+                       peer=peer, chunk=chunk, split=split, **self.wait_info())
+        at = sch.signature_slot(ws.world_size, self.parity, peer)
+        theirs = tuple(flags[at : at + sch.SIG_WORDS].tolist())
+        if theirs != self.plan.signature:
+            raise FluxliteCallMismatchError(rank=ws.rank, peer=peer, mine=sch.describe_signature(self.plan.signature),
+                                            theirs=sch.describe_signature(theirs))
+        host_wait_flag(flags, slot, self.epoch, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
+
+    def run(self, steps: list, consume) -> None:
+        """Run the producer ``steps`` (thread or stream) beside ``consume()``; join; raise any failure.
+
+        On CUDA the producer's steps up to its first wait are queued before the kernel (its first
+        copies start while the kernel is being launched), the rest after it. A stream wait blocks
+        everything queued behind it when streams share a hardware queue (always so with
+        ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets; by chance otherwise), so no wait may sit
+        in front of the kernel: RS's producer waits on the kernel's own counters, and AG's pull
+        waits on a peer that may never come, where only the kernel's bounded wait (which then
+        releases the producer) ends the call.
+        """
+        ws = self.ws
+        if ws.is_cuda:
+            main = torch.cuda.current_stream(ws.device)
+            ws.producer_stream.wait_stream(main)
+            split = producer.first_wait(steps)
+            producer.enqueue_on_stream(steps[:split], ws.producer_stream)
+            consume()
+            producer.enqueue_on_stream(steps[split:], ws.producer_stream)
+            main.wait_stream(ws.producer_stream)
+            ws.note_kernel_launch(self.timeout_s)
+            if os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"):
+                ws.synchronize()
+            return
+        future = ws.submit(self._produce_on_thread, steps)
+        try:
+            consume()
+            if self.plan.consumer == "triton":
+                ws.read_kernel_error(self.timeout_s)  # the interpreted kernel's record, at once
+                ws.check()
+        except BaseException as exc:
+            self.failed = self.failed or exc
+            future.exception()  # the producer's waits end at the deadline, or at once now
+            ws.poison(exc)
+            raise
+        exc = future.exception()
+        if exc is not None:
+            ws.poison(exc)
+            raise exc
+
+    def _produce_on_thread(self, steps: list) -> None:
+        try:
+            producer.run_on_thread(steps, **self.wait_info())
+        except BaseException as exc:
+            self.failed = self.failed or exc
+            raise

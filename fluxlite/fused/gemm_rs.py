@@ -1,0 +1,89 @@
+"""Fused GEMM-ReduceScatter: the producer program, the CPU consumer and the GPU launch.
+
+Rank ``r``, call ``e``, ``mc = M / W`` rows per chunk; ``recv: [W, mc, N]`` is symmetric::
+
+    consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
+              blocks of our chunk: for every peer p: wait ready[p], check its signature, wait (p, s);
+                                   out = A @ W.T + sum_p recv[p] + b      (fp32, fixed peer order)
+    producer: every peer d: d.signature[r] <- ours; d.ready[r] = e
+              for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
+                                             d.recv[r] <- partial[d] rows of s; d.flag (r, s) = e
+
+The producer only ever waits on this rank's own counters, which the consumer always completes
+(a kernel whose own wait timed out still computes and counts every peer tile).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import schedule as sch
+from ..flags import host_set_flag
+from ..kernels import gemm_rs as kernel
+from ..workspace import SymmetricWorkspace
+from .call import Call, get_plan
+from .producer import COPY, SIGNAL, WAIT
+
+
+def _steps(call: Call, partial: torch.Tensor, recv_shape: tuple[int, int, int]) -> list:
+    ws, sched, e = call.ws, call.plan.sched, call.epoch
+    W, r = ws.world_size, ws.rank
+    steps = call.arrival_steps()
+    for d in sched.peers():
+        dest = ws.data(d, call.parity, recv_shape, partial.dtype)[r]
+        for s in range(sched.splits):
+            lo, hi = sched.split_rows(s)
+            steps += [
+                (WAIT, ws.counters, sch.counter_slot(d, s), sched.split_tiles(s, call.plan.num_n),
+                 dict(what="local partial tiles", peer=r, chunk=d, split=s)),
+                (COPY, dest[lo:hi], partial[d, lo:hi]),
+                (SIGNAL, ws.flags(d), sch.data_slot(W, r, s), e),
+            ]
+    return steps
+
+
+def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+            timeout_s: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``."""
+    W, r = ws.world_size, ws.rank
+    M, K = a.shape
+    N = weight.shape[0]
+    mc = M // W
+    ws.check()
+    plan = get_plan(ws, "rs", M, K, N, a.dtype, False)
+    ws.reserve(W * mc * N * a.element_size())
+    call = Call(ws, "gemm_rs", plan, timeout_s)
+    sched = plan.sched
+    recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows
+    partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
+    if out is None:
+        out = a.new_empty((mc, N))
+    acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
+
+    def consume_torch() -> None:
+        done = [0] * ws.counters.numel()
+        for chunk, row0, rows, split in sched.rows():
+            src = a[chunk * mc + row0 : chunk * mc + row0 + rows]
+            if chunk != r:
+                torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
+                slot = sch.counter_slot(chunk, split)
+                done[slot] += 1
+                host_set_flag(ws.counters, slot, done[slot])
+                continue
+            acc = (src @ weight.t()).to(acc_dtype)
+            for p in sched.peers():
+                call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
+                acc += recv[p, row0 : row0 + rows]
+            if bias is not None:
+                acc += bias
+            out[row0 : row0 + rows] = acc
+
+    def consume_triton() -> None:
+        kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv, blocks=plan.blocks,
+                      tiles=plan.tiles, flags=ws.flags(r), sig=plan.signature_dev, counters=ws.counters,
+                      error=ws.error, rank=r, world_size=W, epoch=call.epoch, sig_base=call.signature_base,
+                      claim_slot=sch.claim_slot(W), peer_slots=sch.peer_slots(), timeout_s=timeout_s,
+                      config=plan.config)
+
+    call.run(_steps(call, partial, (W, mc, N)), consume_triton if plan.consumer == "triton" else consume_torch)
+    return out

@@ -1,0 +1,188 @@
+"""The GEMM core shared by the fused kernels: tile claiming, the pipelined main loop, the epilogue
+and the tile store. Each fused op (``ag_gemm.py``, ``gemm_rs.py``) adds its waits and signals on top.
+
+Math
+----
+For a tile (row block ``i`` of the schedule, column block ``j``)::
+
+    acc[r, c] = sum_k A[row(i) + r, k] * B[j*BLOCK_N + c, k]      (B: [N, K], nn.Linear layout; fp32)
+    out       = epilogue(acc) = (acc + bias[c]).to(out dtype)
+
+The grid is persistent: each program claims tile ids from an atomic counter, in the order of the
+schedule's tile table (:meth:`fluxlite.schedule.TileSchedule.tile_order`), until none are left.
+Claiming (rather than striding by program id) means a tile is only ever held by a running program,
+so a kernel that waits on peers cannot deadlock when some of its programs are not resident.
+
+Loads go through TMA descriptors (``USE_TMA``) when rows are 16-byte aligned, else masked pointer
+loads. ``B_KMAJOR``: the weight is given as ``B.T`` (``[K, N]`` row-major, a backward's ``W.t()``),
+read in place. ``UPCAST`` computes the dot in fp32 (the Triton interpreter's bf16 arithmetic is
+broken; GPU code keeps native bf16/fp16).
+"""
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def claim_tile(counters_ptr, claim_slot):
+    """The next tile id of this launch (ids run 0, 1, 2, ... across all programs)."""
+    return tl.atomic_add(counters_ptr + claim_slot, 1, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def tile_coords(tiles_ptr, blocks_ptr, tile):
+    """Tile id -> ``(chunk, row0, rows, slot, column block)`` from the schedule's tables."""
+    i = tl.load(tiles_ptr + 2 * tile)
+    j = tl.load(tiles_ptr + 2 * tile + 1)
+    chunk = tl.load(blocks_ptr + 4 * i)
+    row0 = tl.load(blocks_ptr + 4 * i + 1)
+    rows = tl.load(blocks_ptr + 4 * i + 2)
+    slot = tl.load(blocks_ptr + 4 * i + 3)
+    return chunk, row0, rows, slot, j
+
+
+@triton.jit
+def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, n0, N, K,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """acc += A[a_row : a_row + BLOCK_M, :] @ B[n0 : n0 + BLOCK_N, :].T in fp32.
+
+    With USE_TMA the descriptors zero-fill out-of-range rows/columns; otherwise ``a_desc``/``b_desc``
+    are plain pointers to contiguous row-major tensors, ``A`` having ``a_row_limit`` rows.
+    """
+    if USE_TMA:
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([a_row, k * BLOCK_K])
+            if B_KMAJOR:
+                b = b_desc.load([k * BLOCK_K, n0])
+            else:
+                b = b_desc.load([n0, k * BLOCK_K]).T
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc)
+    else:
+        offs_m = a_row + tl.arange(0, BLOCK_M)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        m_ok = offs_m < a_row_limit
+        n_ok = offs_n < N
+        a_ptrs = a_desc + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
+        if B_KMAJOR:
+            b_ptrs = b_desc + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
+            b_step = BLOCK_K * N
+        else:
+            b_ptrs = b_desc + offs_n.to(tl.int64)[None, :] * K + offs_k[:, None]
+            b_step = BLOCK_K
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            k_ok = (k * BLOCK_K + offs_k) < K
+            a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K
+            b_ptrs += b_step
+    return acc
+
+
+@triton.jit
+def epilogue(acc, bias_ptr, offs_n, col_ok, HAS_BIAS: tl.constexpr):
+    """The one epilogue of every fused op, applied to the fp32 accumulator before the output cast:
+    ``acc + bias``. (Row scales and activations go here, in this order: scale, bias, activation.)"""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
+def store_tile(dst, tile, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask, N, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    """dst[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] = tile (rows past the chunk are dropped).
+
+    TMA: ``dst`` is a 3-D descriptor over ``[chunks, chunk_rows, N]``, which clips the rows at the
+    chunk's end. Pointers: ``dst`` points at the flat ``[rows, N]`` array and ``chunk_row_base`` is
+    the chunk's first row.
+    """
+    if USE_TMA:
+        dst.store([chunk, row0, n0], tile.reshape(1, BLOCK_M, BLOCK_N))
+    else:
+        rows64 = (chunk_row_base + row0 + offs_r).to(tl.int64)
+        tl.store(dst + rows64[:, None] * N + offs_n[None, :], tile, mask=mask)
+
+
+# ---- host side -----------------------------------------------------------------------------------
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Block sizes and launch shape of the fused kernels."""
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    num_progs: int = 0  # 0: one program per SM (GPU), 2 under the interpreter
+
+
+INTERPRET_CONFIG = GemmConfig(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, num_progs=2)
+
+
+def default_config() -> GemmConfig:
+    """128x256x64, 8 warps, 3 stages on GPU (ANCHORS.md: 98-105% of cuBLAS); tiny blocks under the
+    interpreter, whose cost is per program and K step."""
+    return INTERPRET_CONFIG if interpreting() else GemmConfig()
+
+
+@lru_cache(maxsize=None)
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def num_programs(config: GemmConfig, num_tiles: int, device: torch.device) -> int:
+    return max(1, min(config.num_progs or sm_count(device), num_tiles))
+
+
+def tma_ok(*tensors: torch.Tensor) -> bool:
+    """TMA needs 16-byte aligned bases and row strides."""
+    return all(t.data_ptr() % 16 == 0 and (t.stride(-2) * t.element_size()) % 16 == 0 for t in tensors)
+
+
+def descriptor(t: torch.Tensor, block: list[int], use_tma: bool):
+    """A host-made TMA descriptor over ``t`` with ``block`` tiles, or ``t`` itself for pointer loads."""
+    return TensorDescriptor.from_tensor(t, block) if use_tma else t
+
+
+def weight_operand(weight: torch.Tensor, config: GemmConfig, use_tma: bool):
+    """``(operand, b_kmajor)``: the weight ``[N, K]`` as the kernel reads it. A transposed weight
+    (``W.t()`` of a row-major ``[K, N]``) is read in place, K-major."""
+    b_kmajor = not weight.is_contiguous()
+    b = weight.t() if b_kmajor else weight
+    block = [config.block_k, config.block_n] if b_kmajor else [config.block_n, config.block_k]
+    return descriptor(b, block, use_tma), b_kmajor
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_device_descriptor_allocator() -> None:
+    """TMA descriptors made on the device live in per-launch global scratch that Triton asks the
+    host to allocate; give it the caching allocator. Set on every such launch: Triton keeps the
+    allocator in a context variable, so one set on the main thread is not seen by autograd's
+    backward thread (measured: the layers' backward launches failed without it)."""
+    triton.set_allocator(_scratch)
