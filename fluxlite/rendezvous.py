@@ -43,15 +43,18 @@ def group_store(tp: TPGroup) -> dist.Store:
     return dist.PrefixStore(f"fluxlite/{tp.group.group_name}", dist.distributed_c10d._get_default_store())
 
 
-def _missing(store: dist.Store, keys: dict[int, str], deadline: float) -> list[int]:
+def _missing(store: dist.Store, keys: dict[int, str], deadline: float, abort=None) -> list[int]:
     """Poll until every key of ``keys`` (rank -> key) exists or ``deadline`` (monotonic) passes.
 
     Returns the ranks whose keys are still missing at the deadline, lowest first; ``[]`` if all
     arrived. A key that lands between the last poll and the deadline still counts as arrived.
+    ``abort`` (optional) is called on every poll and may raise to end the wait early.
     """
     wanted = list(keys.values())
     delay = _FIRST_POLL_S
     while not store.check(wanted):
+        if abort is not None:
+            abort()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return sorted(r for r, k in keys.items() if not store.check([k]))
@@ -62,22 +65,23 @@ def _missing(store: dist.Store, keys: dict[int, str], deadline: float) -> list[i
 
 def _await_ranks(
     tp: TPGroup, store: dist.Store, key: str, ranks: Iterable[int], *, timeout_s: float, op: str, step: str,
-    epoch: int,
+    epoch: int, abort=None,
 ) -> None:
     """Wait for ``f"{key}/{r}"`` of every ``r`` in ``ranks``; raise naming the lowest one missing."""
-    missing = _missing(store, {r: f"{key}/{r}" for r in ranks}, time.monotonic() + timeout_s)
+    missing = _missing(store, {r: f"{key}/{r}" for r in ranks}, time.monotonic() + timeout_s, abort)
     if missing:
         raise FluxliteTimeoutError(op=op, what=f"arrival at {step}", rank=tp.rank, peer=missing[0],
                                    epoch=epoch, timeout_s=timeout_s, step=step)
 
 
 def _arrive(
-    tp: TPGroup, key: str, value: str, *, timeout_s: float, op: str, step: str, epoch: int,
+    tp: TPGroup, key: str, value: str, *, timeout_s: float, op: str, step: str, epoch: int, abort=None,
 ) -> dist.Store:
     """Publish ``value`` as ``f"{key}/{rank}"``, then wait for every rank's; returns the store."""
     store = group_store(tp)
     store.set(f"{key}/{tp.rank}", value)
-    _await_ranks(tp, store, key, range(tp.world_size), timeout_s=timeout_s, op=op, step=step, epoch=epoch)
+    _await_ranks(tp, store, key, range(tp.world_size), timeout_s=timeout_s, op=op, step=step, epoch=epoch,
+                 abort=abort)
     return store
 
 
@@ -115,15 +119,15 @@ def broadcast_str(
 
 
 def all_gather_int(
-    tp: TPGroup, key: str, value: int, *, timeout_s: float, op: str, step: str, epoch: int = 0,
+    tp: TPGroup, key: str, value: int, *, timeout_s: float, op: str, step: str, epoch: int = 0, abort=None,
 ) -> list[int]:
     """Every rank contributes ``value``; every rank gets the list of all of them, in group-rank order.
 
     Also a barrier. Raises FluxliteTimeoutError naming the lowest rank whose value has not come
-    after ``timeout_s``.
+    after ``timeout_s``. ``abort`` (optional) is called while waiting and may raise to give up early.
     """
     value = operator.index(value)  # an int, not a float that str() would publish as "3.0"
     if tp.world_size == 1:
         return [value]
-    store = _arrive(tp, key, str(value), timeout_s=timeout_s, op=op, step=step, epoch=epoch)
+    store = _arrive(tp, key, str(value), timeout_s=timeout_s, op=op, step=step, epoch=epoch, abort=abort)
     return [int(store.get(f"{key}/{r}")) for r in range(tp.world_size)]

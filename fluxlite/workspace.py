@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from . import rendezvous, schedule
-from .errors import FluxliteError
+from .errors import FluxliteCallMismatchError, FluxliteError
 from .flags import exception_from_record, resolve_timeout
 from .group import TPGroup, resolve_group
 
@@ -198,10 +198,16 @@ class SymmetricWorkspace:
             self._warm_up()
 
     # ---- sizes and growth -------------------------------------------------------------------
-    def reserve(self, nbytes_per_parity: int, *, timeout_s: float | None = None) -> None:
+    def reserve(self, nbytes_per_parity: int, *, timeout_s: float | None = None,
+                announce: tuple[int, ...] | None = None) -> None:
         """Make each parity half hold at least ``nbytes_per_parity`` bytes (collective when it grows).
 
         The ranks agree on the largest request, so every rank's buffer has the same capacity.
+        ``announce``: the signature of the fused call that needs the room. Before it waits for the
+        peers, a growing rank writes it, with its ready flag for the next epoch, into every peer's
+        flags, and while it waits it watches the peers' ready flags: a peer that is in that call
+        without growing (it disagrees about the shapes) and this rank both raise
+        :class:`~fluxlite.FluxliteCallMismatchError` at once instead of timing out.
         """
         if nbytes_per_parity <= self.capacity:
             return
@@ -211,10 +217,14 @@ class SymmetricWorkspace:
             # Every rank's device is done with the old buffers before the exchange below, so once it
             # returns no rank's copy engine can still read or write a buffer that is about to go.
             self._drain(timeout_s)
+            abort = None
+            if announce is not None and self.capacity:
+                self._announce(announce)
+                abort = lambda: self._raise_if_peer_in_another_call(announce)  # noqa: E731
             wanted = rendezvous.all_gather_int(
                 self.tp, f"{self.key}/g{self._generation}/size", nbytes_per_parity, timeout_s=timeout_s,
                 op="workspace growth" if self.capacity else "workspace build", step="agree on the workspace size",
-                epoch=self.epoch)
+                epoch=self.epoch, abort=abort)
             capacity = _round_up(max(max(wanted), 2 * self.capacity), 1 << 20)
             self._views = []
             self._views = self._backend.allocate(self._flags_bytes + 2 * capacity, self._generation, timeout_s)
@@ -224,6 +234,33 @@ class SymmetricWorkspace:
         # Flag arrays are read on every call: make their views once per allocation.
         self._flags = [v[: 4 * self.num_flags].view(torch.int32) for v in self._views]
         self.capacity = capacity
+
+    def _announce(self, signature: tuple[int, ...]) -> None:
+        """Write ``signature`` and the ready flag of the next epoch into every peer's flags (after
+        :meth:`_drain`, so no call of ours that could still read those slots is in flight)."""
+        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
+        at = schedule.signature_slot(self.world_size, parity, self.rank)
+        words = torch.tensor(signature, dtype=torch.int32)
+        for p in range(self.world_size):
+            if p != self.rank:
+                self._flags[p][at : at + schedule.SIG_WORDS].copy_(words)
+                if self.is_cuda:
+                    torch.cuda.current_stream(self.device).synchronize()  # the signature lands before the flag
+                self._flags[p][schedule.ready_slot(self.rank)] = epoch
+        if self.is_cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def _raise_if_peer_in_another_call(self, signature: tuple[int, ...]) -> None:
+        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
+        mine = self._flags[self.rank]
+        for p in range(self.world_size):
+            if p != self.rank and int(mine[schedule.ready_slot(p)]) >= epoch:
+                at = schedule.signature_slot(self.world_size, parity, p)
+                theirs = tuple(mine[at : at + schedule.SIG_WORDS].tolist())
+                if theirs != tuple(signature):
+                    raise FluxliteCallMismatchError(
+                        rank=self.rank, peer=p, theirs=schedule.describe_signature(theirs),
+                        mine=f"{schedule.describe_signature(signature)}, which grows the workspace")
 
     # ---- views --------------------------------------------------------------------------------
     def flags(self, rank: int) -> torch.Tensor:

@@ -70,7 +70,7 @@ def ag_gemm(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
     ws.check()  # a poisoned workspace raises before it could enter a collective growth
     plan = get_plan(ws, "ag", m, K, N, a.dtype, keep_gathered)
     push = not keep_gathered
-    ws.reserve((W if push else 1) * a.numel() * a.element_size())
+    ws.reserve((W if push else 1) * a.numel() * a.element_size(), timeout_s=timeout_s, announce=plan.signature)
     call = Call(ws, "ag_gemm", plan, timeout_s)
     sched = plan.sched
     gathered = ws.data(r, call.parity, (W * m, K), a.dtype) if push else a.new_empty((W * m, K))

@@ -165,8 +165,11 @@ class Call:
         except BaseException as exc:
             self.failed = self.failed or exc
             future.exception()  # the producer's waits end at the deadline, or at once now
-            ws.poison(exc)
-            raise
+            # Raise the first failure: a producer's timeout reaches the consumer as an abort.
+            ws.poison(self.failed)
+            if self.failed is exc:
+                raise
+            raise self.failed from None
         exc = future.exception()
         if exc is not None:
             ws.poison(exc)

@@ -51,7 +51,7 @@ def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
     mc = M // W
     ws.check()
     plan = get_plan(ws, "rs", M, K, N, a.dtype, False)
-    ws.reserve(W * mc * N * a.element_size())
+    ws.reserve(W * mc * N * a.element_size(), timeout_s=timeout_s, announce=plan.signature)
     call = Call(ws, "gemm_rs", plan, timeout_s)
     sched = plan.sched
     recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from . import gemm_core as core
-from .flags import ERR_TIMEOUT_AG, wait_peer
+from .flags import TIMEOUT_AG, wait_peer
 
 
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
@@ -66,7 +66,7 @@ def ag_gemm_kernel(
         mask = (offs_r < rows)[:, None] & col_ok[None, :]
         if slot >= 0:
             if slot != ready_slot:
-                err = wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, ERR_TIMEOUT_AG,
+                err = wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_AG,
                                 chunk, chunk, INTERPRET)
                 if err == 0:
                     ready_slot = slot

@@ -33,6 +33,10 @@ ERR_TIMEOUT_RS = 2
 ERR_MISMATCH = 4
 """A peer's call signature differs from this rank's."""
 RECORD_WORDS = 16
+# The same codes as constexprs, for use inside kernels (a kernel reads only constexpr globals).
+TIMEOUT_AG = tl.constexpr(ERR_TIMEOUT_AG)
+TIMEOUT_RS = tl.constexpr(ERR_TIMEOUT_RS)
+MISMATCH = tl.constexpr(ERR_MISMATCH)
 SIG_WORDS = tl.constexpr(4)  # fluxlite.schedule.SIG_WORDS
 
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
@@ -101,11 +105,11 @@ def wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, 
         for w in tl.static_range(SIG_WORDS):
             differ |= (tl.load(theirs + w, volatile=True) != tl.load(sig_ptr + w)).to(tl.int32)
         if differ != 0:
-            if _record(error_ptr, ERR_MISMATCH, slot, epoch, epoch, peer, chunk) == 1:
+            if _record(error_ptr, MISMATCH, slot, epoch, epoch, peer, chunk) == 1:
                 for w in tl.static_range(SIG_WORDS):
                     tl.store(error_ptr + 8 + w, tl.load(theirs + w, volatile=True))
                     tl.store(error_ptr + 8 + SIG_WORDS + w, tl.load(sig_ptr + w))
-            err = tl.full((), ERR_MISMATCH, tl.int32)
+            err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
         err = wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
     return err

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from . import gemm_core as core
-from .flags import ERR_TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
+from .flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
 
 
 @triton.jit
@@ -89,7 +89,7 @@ def gemm_rs_kernel(
             for p in range(0, world_size):
                 if p != rank:
                     wait_peer(flags_ptr, slot + p * PEER_SLOTS, epoch, sig_base, sig_ptr, error_ptr, timeout_ns,
-                              ERR_TIMEOUT_RS, p, chunk, INTERPRET)
+                              TIMEOUT_RS, p, chunk, INTERPRET)
                     if USE_TMA:
                         part = recv.load([p, row0, n0]).reshape(BLOCK_M, BLOCK_N)
                     else:
