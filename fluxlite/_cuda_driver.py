@@ -1,16 +1,23 @@
-"""Stream memory operations from the CUDA driver (``cuStreamWriteValue32``/``cuStreamWaitValue32``).
+"""The few CUDA driver calls the producer makes, called directly (ctypes on ``libcuda``) on raw
+addresses and stream handles, so that a fused call's dozen copies and flag operations cost a
+microsecond or two each rather than a torch dispatch each.
 
-They run on the stream's front end, not on an SM: a producer stream built only of copies and these
-operations never needs an SM that a spinning persistent GEMM holds, and never loads a module (the
-first-call deadlock that lazy module loading causes in ANCHORS.md cannot happen on it).
-
-A write with default flags fences system-wide before it stores, so a flag written after a copy on
-the same stream is seen only after the copied data.
+- ``cuStreamWriteValue32`` / ``cuStreamWaitValue32``: stream memory operations. They run on the
+  stream's front end, not on an SM, so a producer stream built only of copies and these operations
+  never needs an SM that a spinning persistent GEMM holds, and never loads a module (the first-call
+  deadlock that lazy module loading causes in ANCHORS.md cannot happen on it). A write with default
+  flags fences system-wide before it stores, so a flag written after a copy on the same stream is
+  seen only after the copied data.
+- ``cuMemcpyAsync``: a copy between any two addresses this context can reach (unified addressing;
+  peers' symmetric memory is mapped here), on the copy engine.
+- ``cuMemsetD32Async``, ``cuEventRecord``, ``cuStreamWaitEvent``: zeroing the counters and ordering
+  the producer stream after the caller's.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from functools import lru_cache
 
 import torch
@@ -18,15 +25,26 @@ import torch
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 _WRITE_DEFAULT = 0x0  # with a system-wide memory barrier before the write
 
+_P, _U64, _U32, _UINT, _SZ = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint, ctypes.c_size_t
+_SIGNATURES = {
+    # name: (argtypes, entry points to try; CUDA >= 11.7 exports the stream memops as *_v2)
+    "cuStreamWaitValue32": ([_P, _U64, _U32, _UINT], ("cuStreamWaitValue32_v2", "cuStreamWaitValue32")),
+    "cuStreamWriteValue32": ([_P, _U64, _U32, _UINT], ("cuStreamWriteValue32_v2", "cuStreamWriteValue32")),
+    "cuMemcpyAsync": ([_U64, _U64, _SZ, _P], ("cuMemcpyAsync",)),
+    "cuMemsetD32Async": ([_U64, _UINT, _SZ, _P], ("cuMemsetD32Async",)),
+    "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
+    "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
+    "cuCtxGetCurrent": ([ctypes.POINTER(_P)], ("cuCtxGetCurrent",)),
+}
+
 
 @lru_cache(maxsize=1)
-def _driver():
+def _driver() -> dict:
     lib = ctypes.CDLL("libcuda.so.1")
     fns = {}
-    for name in ("cuStreamWaitValue32", "cuStreamWriteValue32"):
-        # CUDA >= 11.7 exports the stream memop entry points as *_v2.
-        fn = getattr(lib, name + "_v2", None) or getattr(lib, name)
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+    for name, (argtypes, symbols) in _SIGNATURES.items():
+        fn = next(getattr(lib, s) for s in symbols if hasattr(lib, s))
+        fn.argtypes = argtypes
         fn.restype = ctypes.c_int
         fns[name] = fn
     return fns
@@ -37,18 +55,56 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"fluxlite: {what} failed with CUresult {rc}")
 
 
-def stream_write_value32(stream: torch.cuda.Stream, address: int, value: int) -> None:
-    """Enqueue on ``stream``: fence, then store the 32-bit ``value`` at device ``address``."""
-    _check(_driver()["cuStreamWriteValue32"](stream.cuda_stream, address, value & 0xFFFFFFFF, _WRITE_DEFAULT),
+_bound = threading.local()
+
+
+def ensure_context(device_index: int) -> None:
+    """Make CUDA's primary context of ``device_index`` current on this thread, as the runtime does
+    lazily on a thread's first runtime call. A driver call on a thread that never made one (e.g.
+    autograd's backward thread, before its first kernel) fails with CUDA_ERROR_INVALID_CONTEXT."""
+    if getattr(_bound, "device", None) == device_index:
+        return
+    ctx = _P()
+    _check(_driver()["cuCtxGetCurrent"](ctypes.byref(ctx)), "cuCtxGetCurrent")
+    if not ctx.value:
+        torch.cuda.set_device(device_index)  # cudaSetDevice makes the primary context current
+        _check(_driver()["cuCtxGetCurrent"](ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            raise RuntimeError(f"fluxlite: no CUDA context could be made current for cuda:{device_index}")
+    _bound.device = device_index
+
+
+def stream_write_value32(stream: int, address: int, value: int) -> None:
+    """Enqueue on the raw ``stream`` handle: fence, then store the 32-bit ``value`` at ``address``."""
+    _check(_driver()["cuStreamWriteValue32"](stream, address, value & 0xFFFFFFFF, _WRITE_DEFAULT),
            "cuStreamWriteValue32")
 
 
-def stream_wait_value32(stream: torch.cuda.Stream, address: int, value: int) -> None:
+def stream_wait_value32(stream: int, address: int, value: int) -> None:
     """Enqueue on ``stream``: block later work until the int32 at ``address`` is >= ``value``.
 
     The wait itself has no timeout. fluxlite only waits this way on values that a bounded kernel
     always produces (its own GEMM's counters), or that the consumer kernel releases when its own
-    bounded wait times out, so a missing peer cannot leave the stream blocked.
+    bounded wait ends, so a missing peer cannot leave the stream blocked.
     """
-    _check(_driver()["cuStreamWaitValue32"](stream.cuda_stream, address, value & 0xFFFFFFFF, _WAIT_GEQ),
+    _check(_driver()["cuStreamWaitValue32"](stream, address, value & 0xFFFFFFFF, _WAIT_GEQ),
            "cuStreamWaitValue32")
+
+
+def memcpy_async(stream: int, dst: int, src: int, nbytes: int) -> None:
+    """Enqueue on ``stream``: copy ``nbytes`` from address ``src`` to address ``dst``."""
+    _check(_driver()["cuMemcpyAsync"](dst, src, nbytes, stream), "cuMemcpyAsync")
+
+
+def memset32_async(stream: int, address: int, value: int, count: int) -> None:
+    """Enqueue on ``stream``: store the 32-bit ``value`` into ``count`` words from ``address``."""
+    _check(_driver()["cuMemsetD32Async"](address, value & 0xFFFFFFFF, count, stream), "cuMemsetD32Async")
+
+
+def event_record(event: int, stream: int) -> None:
+    _check(_driver()["cuEventRecord"](event, stream), "cuEventRecord")
+
+
+def stream_wait_event(stream: int, event: int) -> None:
+    """Enqueue on ``stream``: later work waits until ``event`` (recorded on another stream) completes."""
+    _check(_driver()["cuStreamWaitEvent"](stream, event, 0), "cuStreamWaitEvent")

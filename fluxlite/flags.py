@@ -51,38 +51,32 @@ def resolve_timeout(timeout: float | None) -> float:
     return float(timeout)
 
 
-def _word(flags: torch.Tensor, slot: int) -> ctypes.c_int32:
-    return ctypes.c_int32.from_address(flags.data_ptr() + 4 * slot)
+def flag_address(flags: torch.Tensor, slot: int) -> int:
+    """The address of int32 ``flags[slot]``."""
+    return flags.data_ptr() + 4 * slot
+
+
+def host_store(address: int, value: int) -> None:
+    """Store the int32 ``value`` at a host ``address`` (possibly in a peer's mapping)."""
+    ctypes.c_int32.from_address(address).value = value
 
 
 def host_set_flag(flags: torch.Tensor, slot: int, epoch: int) -> None:
     """Store ``epoch`` into int32 ``flags[slot]`` (a host tensor, possibly a peer's mapping)."""
-    _word(flags, slot).value = epoch
+    host_store(flag_address(flags, slot), epoch)
 
 
-def host_wait_flag(
-    flags: torch.Tensor,
-    slot: int,
-    epoch: int,
-    *,
-    deadline: float,
-    timeout_s: float,
-    op: str,
-    what: str,
-    rank: int,
-    peer: int,
-    chunk: int,
-    split: int = 0,
-    abort=None,
-) -> None:
-    """Spin until ``flags[slot] >= epoch``; raise :class:`FluxliteTimeoutError` past ``deadline``.
+def host_wait(address: int, epoch: int, *, deadline: float, timeout_s: float, op: str, what: str, rank: int,
+              peer: int, chunk: int, split: int = 0, abort=None) -> None:
+    """Spin until the int32 at host ``address`` is ``>= epoch``; raise :class:`FluxliteTimeoutError`
+    past ``deadline``.
 
     ``abort`` (optional) is called on every spin and may raise to end the wait early: the consumer
     uses it to fail at once when the producer that would set the flag has failed.
     Yields the CPU between reads: with more ranks than cores, pure spinning starves the peer that
     would set the flag.
     """
-    word = _word(flags, slot)
+    word = ctypes.c_int32.from_address(address)
     while True:
         seen = word.value
         if seen >= epoch:
@@ -95,6 +89,11 @@ def host_wait_flag(
                 epoch=epoch, seen=seen, timeout_s=timeout_s,
             )
         os.sched_yield()
+
+
+def host_wait_flag(flags: torch.Tensor, slot: int, epoch: int, **kwargs) -> None:
+    """:func:`host_wait` on int32 ``flags[slot]``."""
+    host_wait(flag_address(flags, slot), epoch, **kwargs)
 
 
 def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout_s: float) -> FluxliteError | None:

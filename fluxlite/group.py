@@ -41,10 +41,14 @@ def _device_types(group: dist.ProcessGroup) -> frozenset[str]:
     return frozenset(types)
 
 
+_RESOLVED: dict[int, TPGroup] = {}
+
+
 def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
     """The TP group: ``group`` if given, else the default process group.
 
-    Raises ``ValueError`` if torch.distributed is not initialised.
+    Raises ``ValueError`` if torch.distributed is not initialised. The answer is cached per group
+    (each call of an op resolves its group); :func:`forget_groups` drops the cache.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError(
@@ -54,14 +58,24 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         )
     if group is None:
         group = dist.group.WORLD
+    tp = _RESOLVED.get(id(group))
+    if tp is not None and tp.group is group:
+        return tp
     if not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
-    return TPGroup(
+    tp = TPGroup(
         group=group,
         rank=dist.get_rank(group),
         world_size=dist.get_world_size(group),
         device_types=_device_types(group),
     )
+    _RESOLVED[id(group)] = tp
+    return tp
+
+
+def forget_groups() -> None:
+    """Drop the cached group resolutions (the cache holds the groups alive)."""
+    _RESOLVED.clear()
 
 
 def init(backend: str | None = None) -> TPGroup:

@@ -39,7 +39,7 @@ import torch.distributed as dist
 from . import rendezvous, schedule
 from .errors import FluxliteCallMismatchError, FluxliteError
 from .flags import exception_from_record, resolve_timeout
-from .group import TPGroup, resolve_group
+from .group import TPGroup, forget_groups, resolve_group
 
 _ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
 
@@ -181,9 +181,15 @@ class SymmetricWorkspace:
         self._poison_raised = False
         self.is_cuda = device.type == "cuda"
         self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
+        self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
         if self.is_cuda:
             self._backend = _SymmMem(tp, device, key, timeout_s)
             self.producer_stream = torch.cuda.Stream(device=device, priority=-1)
+            self.producer_handle = self.producer_stream.cuda_stream
+            # Reused by every call to order the producer stream after the caller's and back.
+            self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
+            for event in (self.call_start, self.call_end):
+                event.record(self.producer_stream)  # creates the event, so it has a raw handle
         else:
             self._backend = _SharedFiles(tp, key, timeout_s)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
@@ -231,9 +237,12 @@ class SymmetricWorkspace:
         except BaseException as exc:
             self.poison(exc)
             raise
-        # Flag arrays are read on every call: make their views once per allocation.
+        # Flag arrays and addresses are used on every call: make them once per allocation.
         self._flags = [v[: 4 * self.num_flags].view(torch.int32) for v in self._views]
         self.capacity = capacity
+        self._flag_addrs = [v.data_ptr() for v in self._views]
+        self._data_addrs = [[v.data_ptr() + self._flags_bytes + parity * capacity for v in self._views]
+                            for parity in (0, 1)]
 
     def _announce(self, signature: tuple[int, ...]) -> None:
         """Write ``signature`` and the ready flag of the next epoch into every peer's flags (after
@@ -266,6 +275,14 @@ class SymmetricWorkspace:
     def flags(self, rank: int) -> torch.Tensor:
         """int32 ``[num_flags]``: the flag array of ``rank`` (a peer's is a mapping of its memory)."""
         return self._flags[rank]
+
+    def flag_addr(self, rank: int, slot: int = 0) -> int:
+        """The address (mapped here) of int32 slot ``slot`` of ``rank``'s flag array."""
+        return self._flag_addrs[rank] + 4 * slot
+
+    def data_addr(self, rank: int, parity: int) -> int:
+        """The address (mapped here) of ``rank``'s data half ``parity``."""
+        return self._data_addrs[parity][rank]
 
     def data(self, rank: int, parity: int, shape: tuple[int, ...], dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
         """A ``shape``/``dtype`` view of ``rank``'s data half ``parity``, ``offset`` bytes in."""
@@ -318,15 +335,18 @@ class SymmetricWorkspace:
         if exc is not None:
             self.poison(exc, raised=False)
 
-    def note_kernel_launch(self, timeout_s: float) -> None:
+    def note_kernel_launch(self, timeout_s: float, stream: int) -> None:
         """After a fused launch on CUDA: copy the error record to pinned memory without blocking,
         so the next call (or :meth:`synchronize`) raises a failure that the kernel recorded."""
+        from . import _cuda_driver as cu
+
         self._timeout_s = timeout_s
         if self._err_event is None:
             self._err_host = torch.zeros(self.error.numel(), dtype=torch.int32, pin_memory=True)
             self._err_event = torch.cuda.Event()
-        self._err_host.copy_(self.error, non_blocking=True)
-        self._err_event.record()
+            self._err_event.record()  # creates the event, so it has a raw handle
+        cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * self.error.numel())
+        cu.event_record(self._err_event.cuda_event, stream)
 
     def synchronize(self) -> None:
         """Wait (bounded) for this workspace's device work; raise the failure of any earlier call."""
@@ -375,8 +395,11 @@ class SymmetricWorkspace:
             peer = self.data((self.rank + 1) % self.world_size, 0, (64,), torch.uint8)
             scratch[0].copy_(peer)
             word = self.counters.data_ptr()
-            _cuda_driver.stream_write_value32(stream, word, 0)
-            _cuda_driver.stream_wait_value32(stream, word, 0)
+            handle = stream.cuda_stream
+            _cuda_driver.stream_write_value32(handle, word, 0)
+            _cuda_driver.stream_wait_value32(handle, word, 0)
+            _cuda_driver.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
+            _cuda_driver.memset32_async(handle, scratch.data_ptr(), 0, 16)
         self._drain(self._timeout_s)
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -436,6 +459,10 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
     """The cached workspace of (group, device); created (collectively, bounded by ``timeout``) on
     first use. ``device`` defaults to the current CUDA device when the group serves CUDA, else CPU."""
     tp = resolve_group(group)
+    if isinstance(device, torch.device) and device.index is not None or device == "cpu":
+        ws = _WORKSPACES.get((id(tp.group), str(device)))  # the ops' path: a tensor's device, already checked
+        if ws is not None:
+            return ws
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if "cuda" in tp.device_types and torch.cuda.is_available() else torch.device("cpu")
     device = _check_device(tp, device)
@@ -470,6 +497,7 @@ def release_workspaces(timeout: float | None = None) -> None:
             errors.append(exc)
     _WORKSPACES.clear()
     _BUILT.clear()
+    forget_groups()
     _session = next(_SESSION)
     if errors:
         raise errors[0]

@@ -7,6 +7,7 @@ true first call (no warm-up, default lazy module loading).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -25,6 +26,9 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 
 def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
     os.environ.update(env)
+    # A rank still running this long before the harness kills it prints every thread's stack:
+    # a hang then says where it is.
+    faulthandler.dump_traceback_later(float(env["FLUXLITE_DUMP_AFTER_S"]), exit=False)
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             device_id=torch.device("cuda", rank))
@@ -46,7 +50,10 @@ def run_gpu_ranks(fn, world_size: int = 2, *args, env: dict | None = None, limit
     """Run ``fn`` on ``world_size`` GPU ranks; fail (and kill them) if they are not done in ``limit_s``."""
     if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
         pytest.skip(f"needs {world_size} CUDA GPUs")
-    env = {**SAFE_ENV, "FLUXLITE_TIMEOUT_S": "60", **(env or {})}
+    env = {**SAFE_ENV, "FLUXLITE_TIMEOUT_S": "60", "FLUXLITE_DUMP_AFTER_S": str(max(5.0, limit_s - 20)),
+           **(env or {})}
+    if os.environ.get("FLUXLITE_DUMP_AFTER_S"):
+        env["FLUXLITE_DUMP_AFTER_S"] = os.environ["FLUXLITE_DUMP_AFTER_S"]
     ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, env), nprocs=world_size,
                              join=False, start_method="spawn")
     deadline = time.monotonic() + limit_s

@@ -70,7 +70,7 @@ def _ag_launch(a_local, gathered, w, flags, sig, error, epoch, timeout_s, out, r
     ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, flags=flags,
                    sig=torch.tensor(sig, dtype=torch.int32), counters=torch.zeros(sch.num_counters(W), dtype=torch.int32),
                    error=error, rank=rank, world_size=W, epoch=epoch, sig_base=sch.signature_slot(W, epoch % 2, 0),
-                   claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=CFG, **_tables(s, w.shape[0]))
+                   claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]))
     return s
 
 
@@ -141,7 +141,7 @@ def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, 
     rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv, flags=flags,
                    sig=torch.tensor(sig, dtype=torch.int32), counters=counters, error=error, rank=r, world_size=W,
                    epoch=epoch, sig_base=sch.signature_slot(W, epoch % 2, 0), claim_slot=sch.claim_slot(W),
-                   peer_slots=sch.peer_slots(), timeout_s=1.0, config=CFG, **_tables(s, w.shape[0]))
+                   peer_slots=sch.peer_slots(), timeout_s=1.0, config=CFG, cache={}, **_tables(s, w.shape[0]))
     return s
 
 

@@ -194,3 +194,29 @@ def _back_to_back(rank: int, W: int) -> None:
 @pytest.mark.timeout(120)
 def test_200_back_to_back_calls_grow_and_reuse_the_workspace():
     run_ranks(_back_to_back, 2)
+
+
+def _plan_reuse(rank, W):
+    gen = torch.Generator().manual_seed(7)
+    ws = None
+    shapes = [(40, 24, 16), (41, 24, 16), (40, 24, 17), (40, 25, 16)]  # each differs in one of m, N, K
+    for rep in range(3):
+        for m, K, N in shapes:
+            f32 = torch.float32
+            a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
+            out = fluxlite.ag_gemm(a_full[rank * m : (rank + 1) * m], w, impl="fused")
+            failures = []
+            check(f"ag m={m} K={K} N={N} rep={rep}", out, ag_reference(a_full, w, None), torch.float32, failures)
+            a_parts = [randn(gen, W * m, K, dtype=f32) for _ in range(W)]
+            out = fluxlite.gemm_rs(a_parts[rank], w, impl="fused")
+            check(f"rs m={m} K={K} N={N} rep={rep}", out, rs_reference(a_parts, [w] * W, None, rank), torch.float32,
+                  failures)
+            assert not failures, failures
+        ws = fluxlite.get_workspace()
+        # The first round builds one plan per (op, shape); later rounds build nothing.
+        assert ws.plan_builds == 2 * len(shapes), (rep, ws.plan_builds)
+        assert len(ws.plans) == 2 * len(shapes)
+
+
+def test_call_plans_are_built_once_and_never_collide():
+    run_ranks(_plan_reuse, 2)

@@ -29,31 +29,31 @@ from .producer import COPY, SIGNAL, WAIT
 
 
 def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool) -> list:
-    ws, sched, e = call.ws, call.plan.sched, call.epoch
+    ws, plan, e, parity = call.ws, call.plan, call.epoch, call.parity
     W, r = ws.world_size, ws.rank
-    m, K = a.shape
+    m = a.shape[0]
+    row = a.shape[1] * a.element_size()
+    src = a.data_ptr()
     if push:
         steps = call.arrival_steps()
         # Peer p reads our chunk after its own: p = r-1 reaches it first, then r-2, ...
-        for p in sorted(sched.peers(), key=lambda p: (r - p) % W):
-            dest = ws.data(p, call.parity, (W * m, K), a.dtype)
-            for s in range(sched.splits):
-                lo, hi = sched.split_rows(s)
-                steps += [(COPY, dest[r * m + lo : r * m + hi], a[lo:hi]),
-                          (SIGNAL, ws.flags(p), sch.data_slot(W, r, s), e)]
+        for p in sorted(plan.sched.peers(), key=lambda p: (r - p) % W):
+            dest = ws.data_addr(p, parity) + r * m * row
+            for s, (lo, hi) in enumerate(plan.split_rows):
+                steps += [(COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
+                          (SIGNAL, ws.flag_addr(p, sch.data_slot(W, r, s)), e)]
         return steps
-    mine = ws.flags(r)
+    dst = gathered.data_ptr()
     steps = call.signature_steps()
-    steps.append((COPY, ws.data(r, call.parity, (m, K), a.dtype), a))
-    steps += [(SIGNAL, ws.flags(p), sch.ready_slot(r), e) for p in sched.peers()]
-    steps.append((COPY, gathered[r * m : (r + 1) * m], a))  # only for the caller: nothing waits on it
-    for p in sched.peers():
-        steps.append((WAIT, mine, sch.ready_slot(p), e, dict(what="staged rows", peer=p, chunk=p)))
-        staged = ws.data(p, call.parity, (m, K), a.dtype)
-        for s in range(sched.splits):
-            lo, hi = sched.split_rows(s)
-            steps += [(COPY, gathered[p * m + lo : p * m + hi], staged[lo:hi]),
-                      (SIGNAL, mine, sch.pulled_slot(W, p, s), e)]
+    steps.append((COPY, ws.data_addr(r, parity), src, m * row))  # staged for the peers to pull
+    steps += [(SIGNAL, ws.flag_addr(p, sch.ready_slot(r)), e) for p in plan.sched.peers()]
+    steps.append((COPY, dst + r * m * row, src, m * row))  # only for the caller: nothing waits on it
+    for p in plan.sched.peers():
+        steps.append((WAIT, ws.flag_addr(r, sch.ready_slot(p)), e, dict(what="staged rows", peer=p, chunk=p)))
+        staged = ws.data_addr(p, parity)
+        for s, (lo, hi) in enumerate(plan.split_rows):
+            steps += [(COPY, dst + (p * m + lo) * row, staged + lo * row, (hi - lo) * row),
+                      (SIGNAL, ws.flag_addr(r, sch.pulled_slot(W, p, s)), e)]
     return steps
 
 
@@ -91,7 +91,7 @@ def ag_gemm(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
         kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, blocks=plan.blocks,
                       tiles=plan.tiles, flags=ws.flags(r), sig=plan.signature_dev, counters=ws.counters,
                       error=ws.error, rank=r, world_size=W, epoch=call.epoch, sig_base=call.signature_base,
-                      claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=plan.config)
+                      claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=plan.config, cache=plan.kernels)
 
     call.run(_steps(call, a, gathered, push), consume_triton if plan.consumer == "triton" else consume_torch)
     return out, (None if push else gathered)

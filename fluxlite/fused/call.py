@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import host_wait_flag
@@ -57,6 +58,8 @@ class Plan:
     signature_dev: torch.Tensor  # int32 [SIG_WORDS] on the workspace's device
     blocks: torch.Tensor  # schedule.kernel_blocks() on the device
     tiles: torch.Tensor  # schedule.tile_order() on the device
+    split_rows: tuple[tuple[int, int], ...]  # rows [lo, hi) of a chunk that each split covers
+    kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
 
 
 def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool) -> Plan:
@@ -75,7 +78,9 @@ def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: 
         plan = Plan(sched, config, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
-                    sched.tile_order(num_n, config.group_m).to(dev))
+                    sched.tile_order(num_n, config.group_m).to(dev),
+                    tuple(sched.split_rows(s) for s in range(sched.splits)), {})
+        ws.plan_builds += 1
         ws.plans[key] = plan
     return plan
 
@@ -90,7 +95,12 @@ class Call:
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
         # Stream-ordered before the producer's first step (its stream waits on the caller's stream).
-        ws.counters.zero_()
+        if ws.is_cuda:
+            cu.ensure_context(ws.device.index)
+            self.stream = torch._C._cuda_getCurrentRawStream(ws.device.index)
+            cu.memset32_async(self.stream, ws.counters.data_ptr(), 0, ws.counters.numel())
+        else:
+            ws.counters.zero_()
 
     @property
     def signature_base(self) -> int:
@@ -100,14 +110,15 @@ class Call:
         """Producer steps that copy this call's signature to every peer."""
         ws, W, r = self.ws, self.ws.world_size, self.ws.rank
         at = sch.signature_slot(W, self.parity, r)
-        return [(producer.COPY, ws.flags(p)[at : at + sch.SIG_WORDS], self.plan.signature_dev)
-                for p in self.plan.sched.peers()]
+        src, nbytes = self.plan.signature_dev.data_ptr(), 4 * sch.SIG_WORDS
+        return [(producer.COPY, ws.flag_addr(p, at), src, nbytes) for p in self.plan.sched.peers()]
 
     def arrival_steps(self) -> list:
         """The signature copies, then our ``ready`` flag on every peer (a flag write fences first, so
         the signature is seen before it). AG with ``return_gathered`` sets ``ready`` itself, once its
         rows are staged, after :meth:`signature_steps`."""
-        return self.signature_steps() + [(producer.SIGNAL, self.ws.flags(p), sch.ready_slot(self.ws.rank), self.epoch)
+        ws, ready = self.ws, sch.ready_slot(self.ws.rank)
+        return self.signature_steps() + [(producer.SIGNAL, ws.flag_addr(p, ready), self.epoch)
                                          for p in self.plan.sched.peers()]
 
     def wait_info(self) -> dict:
@@ -145,14 +156,16 @@ class Call:
         """
         ws = self.ws
         if ws.is_cuda:
-            main = torch.cuda.current_stream(ws.device)
-            ws.producer_stream.wait_stream(main)
+            main, side = self.stream, ws.producer_handle
+            cu.event_record(ws.call_start.cuda_event, main)
+            cu.stream_wait_event(side, ws.call_start.cuda_event)
             split = producer.first_wait(steps)
-            producer.enqueue_on_stream(steps[:split], ws.producer_stream)
+            producer.enqueue_on_stream(steps[:split], side)
             consume()
-            producer.enqueue_on_stream(steps[split:], ws.producer_stream)
-            main.wait_stream(ws.producer_stream)
-            ws.note_kernel_launch(self.timeout_s)
+            producer.enqueue_on_stream(steps[split:], side)
+            cu.event_record(ws.call_end.cuda_event, side)
+            cu.stream_wait_event(main, ws.call_end.cuda_event)
+            ws.note_kernel_launch(self.timeout_s, main)
             if os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"):
                 ws.synchronize()
             return

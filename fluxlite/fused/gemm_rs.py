@@ -25,19 +25,22 @@ from .call import Call, get_plan
 from .producer import COPY, SIGNAL, WAIT
 
 
-def _steps(call: Call, partial: torch.Tensor, recv_shape: tuple[int, int, int]) -> list:
-    ws, sched, e = call.ws, call.plan.sched, call.epoch
+def _steps(call: Call, partial: torch.Tensor) -> list:
+    ws, plan, e, parity = call.ws, call.plan, call.epoch, call.parity
     W, r = ws.world_size, ws.rank
+    _, mc, N = partial.shape
+    row = N * partial.element_size()
+    counters = ws.counters.data_ptr()
     steps = call.arrival_steps()
-    for d in sched.peers():
-        dest = ws.data(d, call.parity, recv_shape, partial.dtype)[r]
-        for s in range(sched.splits):
-            lo, hi = sched.split_rows(s)
+    for d in plan.sched.peers():
+        dest = ws.data_addr(d, parity) + r * mc * row  # d's recv[r]
+        src = partial.data_ptr() + d * mc * row  # our partial[d]
+        for s, (lo, hi) in enumerate(plan.split_rows):
             steps += [
-                (WAIT, ws.counters, sch.counter_slot(d, s), sched.split_tiles(s, call.plan.num_n),
+                (WAIT, counters + 4 * sch.counter_slot(d, s), plan.sched.split_tiles(s, plan.num_n),
                  dict(what="local partial tiles", peer=r, chunk=d, split=s)),
-                (COPY, dest[lo:hi], partial[d, lo:hi]),
-                (SIGNAL, ws.flags(d), sch.data_slot(W, r, s), e),
+                (COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
+                (SIGNAL, ws.flag_addr(d, sch.data_slot(W, r, s)), e),
             ]
     return steps
 
@@ -83,7 +86,7 @@ def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
                       tiles=plan.tiles, flags=ws.flags(r), sig=plan.signature_dev, counters=ws.counters,
                       error=ws.error, rank=r, world_size=W, epoch=call.epoch, sig_base=call.signature_base,
                       claim_slot=sch.claim_slot(W), peer_slots=sch.peer_slots(), timeout_s=timeout_s,
-                      config=plan.config)
+                      config=plan.config, cache=plan.kernels)
 
-    call.run(_steps(call, partial, (W, mc, N)), consume_triton if plan.consumer == "triton" else consume_torch)
+    call.run(_steps(call, partial), consume_triton if plan.consumer == "triton" else consume_torch)
     return out

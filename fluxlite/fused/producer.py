@@ -1,20 +1,26 @@
 """The producer: a program of copies and flag operations that moves one fused call's data, run
 beside the consumer GEMM. One program, two devices:
 
-- CPU: a worker thread. ``signal`` stores to a mapped int32; ``wait`` spins with the call's deadline.
+- CPU: a worker thread. ``copy`` is a memmove between mapped addresses, ``signal`` a store to a
+  mapped int32, ``wait`` a spin with the call's deadline.
 - CUDA: a high-priority side stream. ``copy`` is a copy-engine copy (peers' memory is mapped),
   ``signal`` is ``cuStreamWriteValue32`` (which fences first), ``wait`` is ``cuStreamWaitValue32``.
   No SM is needed, so a persistent GEMM that holds every SM can never starve its own producer.
 
-A program is a list of steps: ``(COPY, dst, src)``, ``(SIGNAL, flags, slot, value)`` and
-``(WAIT, flags, slot, value, info)``, where ``info`` names what the wait is for (error messages).
+A program is a list of steps on raw addresses (built per call from the plan's address tables, so
+a step costs a driver call, not a tensor view and a torch dispatch):
+``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)`` and ``(WAIT, address, value, info)``,
+where ``info`` names what the wait is for (error messages).
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
-from ..flags import host_set_flag, host_wait_flag
+from .. import _cuda_driver as cu
+from ..flags import host_store, host_wait
 
 COPY, SIGNAL, WAIT = "copy", "signal", "wait"
 
@@ -24,28 +30,24 @@ def first_wait(steps: list) -> int:
     return next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
 
 
-def _run(steps, signal, wait) -> None:
-    for step in steps:
-        if step[0] == COPY:
-            step[1].copy_(step[2])
-        elif step[0] == SIGNAL:
-            signal(*step[1:])
-        else:
-            wait(*step[1:])
-
-
 def run_on_thread(steps: list, **wait_info) -> None:
     """Run ``steps`` here (the CPU producer thread); every wait bounded by ``wait_info['deadline']``."""
-    with torch.no_grad():  # grad mode is per thread: the caller's no_grad does not reach here
-        _run(steps, host_set_flag,
-             lambda flags, slot, value, info: host_wait_flag(flags, slot, value, **wait_info, **info))
+    with torch.no_grad():
+        for step in steps:
+            if step[0] == COPY:
+                ctypes.memmove(step[1], step[2], step[3])
+            elif step[0] == SIGNAL:
+                host_store(step[1], step[2])
+            else:
+                host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def enqueue_on_stream(steps: list, stream: torch.cuda.Stream) -> None:
-    """Enqueue ``steps`` on ``stream`` (CUDA); returns at once."""
-    from .._cuda_driver import stream_wait_value32, stream_write_value32
-
-    with torch.cuda.stream(stream):
-        _run(steps,
-             lambda flags, slot, value: stream_write_value32(stream, flags.data_ptr() + 4 * slot, value),
-             lambda flags, slot, value, info: stream_wait_value32(stream, flags.data_ptr() + 4 * slot, value))
+def enqueue_on_stream(steps: list, stream: int) -> None:
+    """Enqueue ``steps`` on the raw CUDA ``stream`` handle; returns at once."""
+    for step in steps:
+        if step[0] == COPY:
+            cu.memcpy_async(stream, step[1], step[2], step[3])
+        elif step[0] == SIGNAL:
+            cu.stream_write_value32(stream, step[1], step[2])
+        else:
+            cu.stream_wait_value32(stream, step[1], step[2])

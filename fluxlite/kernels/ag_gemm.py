@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from . import gemm_core as core
+from . import launch as direct
 from .flags import TIMEOUT_AG, wait_peer
 
 
@@ -109,10 +110,12 @@ def ag_gemm_kernel(
 def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
            bias: torch.Tensor | None, blocks: torch.Tensor, tiles: torch.Tensor, flags: torch.Tensor,
            sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, rank: int, world_size: int,
-           epoch: int, sig_base: int, claim_slot: int, timeout_s: float, config: core.GemmConfig) -> None:
+           epoch: int, sig_base: int, claim_slot: int, timeout_s: float, config: core.GemmConfig,
+           cache: dict) -> None:
     """Launch :func:`ag_gemm_kernel`. ``a_local: [m, K]``, ``gathered: [W*m, K]``, ``weight: [N, K]``
     (row-major, or the transpose of a row-major ``[K, N]``), ``out: [W*m, N]``; the tables and flag
-    arguments come from the call plan (see the kernel's argument comments)."""
+    arguments come from the call plan (see the kernel's argument comments), ``cache`` keeps its
+    compiled kernels (:mod:`fluxlite.kernels.launch`)."""
     m, K = a_local.shape
     N = weight.shape[0]
     out3 = out.view(world_size, m, N)
@@ -122,17 +125,19 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
         core.ensure_device_descriptor_allocator()
     b, b_kmajor = core.weight_operand(weight, config, use_tma)
     num_tiles = tiles.shape[0]
-    ag_gemm_kernel[(core.num_programs(config, num_tiles, a_local.device),)](
-        a_local, gathered, b, core.descriptor(out3, [1, config.block_m, config.block_n], use_tma),
-        bias if bias is not None else out, blocks, tiles, flags, sig, counters, error,
-        num_tiles, m, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9),
-        HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        B_KMAJOR=b_kmajor, USE_TMA=use_tma, UPCAST=interp and a_local.dtype == torch.bfloat16, INTERPRET=interp,
+    direct.launch(
+        ag_gemm_kernel, cache, core.num_programs(config, num_tiles, a_local.device),
+        (a_local, gathered, b, core.descriptor(out3, [1, config.block_m, config.block_n], use_tma),
+         bias if bias is not None else out, blocks, tiles, flags, sig, counters, error,
+         num_tiles, m, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9)),
+        dict(HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+             B_KMAJOR=b_kmajor, USE_TMA=use_tma, UPCAST=interp and a_local.dtype == torch.bfloat16, INTERPRET=interp),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
 
 
 _PLAIN: dict[tuple, tuple[torch.Tensor, ...]] = {}
+_COMPILED: dict = {}
 
 
 def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -161,5 +166,5 @@ def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     counters.zero_()
     launch(a_local=a, gathered=a, weight=weight, out=out, bias=bias, blocks=blocks, tiles=tiles, flags=flags,
            sig=sig, counters=counters, error=error, rank=0, world_size=1, epoch=1, sig_base=0,
-           claim_slot=claim_slot(1), timeout_s=1.0, config=cfg)
+           claim_slot=claim_slot(1), timeout_s=1.0, config=cfg, cache=_COMPILED)
     return out

@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from . import gemm_core as core
+from . import launch as direct
 from .flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
 
 
@@ -107,10 +108,10 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, rank: int,
            world_size: int, epoch: int, sig_base: int, claim_slot: int, peer_slots: int, timeout_s: float,
-           config: core.GemmConfig) -> None:
+           config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
     of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; the tables and
-    flag arguments come from the call plan."""
+    flag arguments come from the call plan, ``cache`` keeps its compiled kernels."""
     M, K = a.shape
     N = weight.shape[0]
     mc = M // world_size
@@ -120,13 +121,14 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
     b, b_kmajor = core.weight_operand(weight, config, use_tma)
     tile3 = [1, config.block_m, config.block_n]
     num_tiles = tiles.shape[0]
-    gemm_rs_kernel[(core.num_programs(config, num_tiles, a.device),)](
-        core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, tile3, use_tma),
-        bias if bias is not None else out, core.descriptor(partial, tile3, use_tma),
-        core.descriptor(recv, tile3, use_tma), blocks, tiles, flags, sig, counters, error,
-        num_tiles, mc, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9),
-        PEER_SLOTS=peer_slots, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
-        UPCAST=interp and a.dtype == torch.bfloat16, INTERPRET=interp,
+    direct.launch(
+        gemm_rs_kernel, cache, core.num_programs(config, num_tiles, a.device),
+        (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, tile3, use_tma),
+         bias if bias is not None else out, core.descriptor(partial, tile3, use_tma),
+         core.descriptor(recv, tile3, use_tma), blocks, tiles, flags, sig, counters, error,
+         num_tiles, mc, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9)),
+        dict(PEER_SLOTS=peer_slots, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+             BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
+             UPCAST=interp and a.dtype == torch.bfloat16, INTERPRET=interp),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
