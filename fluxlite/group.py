@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -70,12 +72,35 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         device_types=_device_types(group),
     )
     _RESOLVED[id(group)] = tp
+    if "cpu" in tp.device_types:
+        _drain_gloo_at_exit()
     return tp
 
 
 def forget_groups() -> None:
     """Drop the cached group resolutions (the cache holds the groups alive)."""
     _RESOLVED.clear()
+
+
+# A c10d gloo worker thread lets go of a finished collective only after the caller's wait() has
+# returned, and letting go takes the GIL: the work holds Python-wrapped tensors (torch keeps a
+# tensor's PyObject alive while C++ holds the tensor and drops it under the GIL) and the caller's
+# thread-local state (in a backward: the Python context autograd stashes there). When a script ends
+# right after a collective (the layers' last backward), CPython may be finalizing by then, and
+# CPython < 3.14 ends a thread that asks for the GIL then with pthread_exit: inside the work's
+# noexcept destructor, that is std::terminate ("terminate called without an active exception",
+# SIGABRT) after a clean run. atexit handlers run before finalization starts: release the GIL there
+# for long enough that the workers finish. (The groups outlive destroy_process_group() while the
+# layers hold them, so their threads are never joined before exit.)
+_EXIT_GRACE_S = 0.05
+_exit_hook_registered = False
+
+
+def _drain_gloo_at_exit() -> None:
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        _exit_hook_registered = True
+        atexit.register(time.sleep, _EXIT_GRACE_S)
 
 
 def init(backend: str | None = None) -> TPGroup:
