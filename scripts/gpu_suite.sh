@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   scripts/gpu_suite.sh [env|tests|gemm|bench|layers|all ...]     (default: all)
-# Each part is bounded; `all` takes about 8 minutes on 2xH200. Logs and JSON go to $OUT (the device
+#   scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|all ...]     (default: all)
+# Each part is bounded; `all` takes about 10 minutes on 2xH200. Carry megatron-core's cp312 wheel
+# in .whl/ (device tool: carry [".whl"]) for the Megatron GPU test. Logs and JSON go to $OUT (the device
 # tool's output folder) or ./gpu_out. Megatron's GPU comparison needs megatron-core: with no network,
 # carry its wheel in .whl/ (see BENCHMARKS.md); it is installed to /tmp/site here if present.
 set -uo pipefail
@@ -30,6 +31,11 @@ if want env; then
 fi
 if want tests; then
   timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=0 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  status=$((status | PIPESTATUS[0]))
+fi
+if want profile; then
+  timeout 90 torchrun --standalone --nproc-per-node 2 scripts/profile_host.py --top 18 2>&1 | tee "$OUT/profile_host.log" \
+    | grep -v '^W1' | head -30
   status=$((status | PIPESTATUS[0]))
 fi
 if want gemm; then
