@@ -70,3 +70,25 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     if diff != diff:
         return float("inf")
     return diff / max(ref.double().norm().item(), 1e-30)
+
+
+def dev() -> torch.device:
+    """This rank's CUDA device."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def ag_reference(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None):
+    """float32 ``all_gather(a) @ w.T (+ b)`` and the gathered rows (NCCL all-gather)."""
+    gathered = torch.empty((dist.get_world_size() * a.shape[0], a.shape[1]), dtype=a.dtype, device=a.device)
+    dist.all_gather_into_tensor(gathered, a)
+    ref = gathered.float() @ w.float().t()
+    return (ref + b.float() if b is not None else ref), gathered
+
+
+def rs_reference(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """float32 rows ``[r*M/W, (r+1)*M/W)`` of ``sum_ranks(a @ w.T) (+ b)`` (NCCL all-reduce)."""
+    full = a.float() @ w.float().t()
+    dist.all_reduce(full)
+    mc = a.shape[0] // dist.get_world_size()
+    ref = full[dist.get_rank() * mc : (dist.get_rank() + 1) * mc]
+    return ref + b.float() if b is not None else ref

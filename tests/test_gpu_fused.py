@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from .gpu_utils import rel_err, run_gpu_ranks
+from .gpu_utils import ag_reference as _ag_reference, dev as _dev, rs_reference as _rs_reference, rel_err, run_gpu_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -28,23 +28,7 @@ RS_SHAPES = [(8192, 14336, 8192), (8192, 5120, 8192), (4096, 14336, 8192), (1638
              (2000, 1376, 5120), (8200, 1376, 5120), (154, 256, 200)]
 
 
-def _dev() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
 
-
-def _ag_reference(a, w, b):
-    gathered = torch.empty((dist.get_world_size() * a.shape[0], a.shape[1]), dtype=a.dtype, device=a.device)
-    dist.all_gather_into_tensor(gathered, a)
-    ref = gathered.float() @ w.float().t()
-    return (ref + b.float() if b is not None else ref), gathered
-
-
-def _rs_reference(a, w, b):
-    full = a.float() @ w.float().t()
-    dist.all_reduce(full)
-    mc = a.shape[0] // dist.get_world_size()
-    ref = full[dist.get_rank() * mc : (dist.get_rank() + 1) * mc]
-    return ref + b.float() if b is not None else ref
 
 
 def _check_ag(m, K, N, with_bias, gen):

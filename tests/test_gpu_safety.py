@@ -26,7 +26,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from .gpu_utils import rel_err, run_gpu_ranks
+from .gpu_utils import ag_reference as _ag_reference, dev as _dev, rs_reference as _rs_reference, rel_err, run_gpu_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -36,27 +36,7 @@ NAN = float("nan")
 SEED = int(os.environ.get("FLUXLITE_TEST_SEED", "20251123"))
 
 
-def _dev() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
 
-
-def _ag_reference(a, w, b):
-    """float32 ``all_gather(a) @ w.T (+ b)`` and the gathered bf16 rows."""
-    gathered = torch.empty((dist.get_world_size() * a.shape[0], a.shape[1]), dtype=a.dtype, device=a.device)
-    dist.all_gather_into_tensor(gathered, a)
-    ref = gathered.float() @ w.float().t()
-    if b is not None:
-        ref += b.float()
-    return ref, gathered
-
-
-def _rs_reference(a, w, b):
-    """float32 rows ``[r*M/W, (r+1)*M/W)`` of ``sum_ranks(a @ w.T) (+ b)``."""
-    full = a.float() @ w.float().t()
-    dist.all_reduce(full)
-    mc = a.shape[0] // dist.get_world_size()
-    ref = full[dist.get_rank() * mc : (dist.get_rank() + 1) * mc]
-    return ref + b.float() if b is not None else ref
 
 
 def _rel_err32(out: torch.Tensor, ref: torch.Tensor) -> float:
