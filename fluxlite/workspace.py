@@ -294,8 +294,7 @@ class SymmetricWorkspace:
 
     # ---- epochs and failure -------------------------------------------------------------------
     def next_epoch(self) -> int:
-        """Start a call: raise if an earlier call failed, else return the new epoch."""
-        self.check()
+        """Start a call (after :meth:`check`, which the ops make before they may grow): the new epoch."""
         self.epoch += 1
         if self.epoch >= 2**31 - 1:
             raise FluxliteError("fluxlite workspace epoch overflowed int32; release and recreate the workspace")

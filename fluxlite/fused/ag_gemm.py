@@ -88,10 +88,7 @@ def ag_gemm(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
             linear_into(out[rows_], gathered[rows_], weight, bias)
 
     def consume_triton() -> None:
-        kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, blocks=plan.blocks,
-                      tiles=plan.tiles, flags=ws.flags(r), sig=plan.signature_dev, counters=ws.counters,
-                      error=ws.error, rank=r, world_size=W, epoch=call.epoch, sig_base=call.signature_base,
-                      claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=plan.config, cache=plan.kernels)
+        kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, **call.kernel_args())
 
     call.run(_steps(call, a, gathered, push), consume_triton if plan.consumer == "triton" else consume_torch)
     return out, (None if push else gathered)

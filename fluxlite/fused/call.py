@@ -121,6 +121,14 @@ class Call:
         return self.signature_steps() + [(producer.SIGNAL, ws.flag_addr(p, ready), self.epoch)
                                          for p in self.plan.sched.peers()]
 
+    def kernel_args(self) -> dict:
+        """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
+        ws, plan = self.ws, self.plan
+        return dict(blocks=plan.blocks, tiles=plan.tiles, flags=ws.flags(ws.rank), sig=plan.signature_dev,
+                    counters=ws.counters, error=ws.error, rank=ws.rank, world_size=ws.world_size,
+                    epoch=self.epoch, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
+                    timeout_s=self.timeout_s, config=plan.config, cache=plan.kernels)
+
     def wait_info(self) -> dict:
         return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank,
                     abort=self._abort_if_failed)

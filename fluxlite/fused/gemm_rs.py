@@ -82,11 +82,8 @@ def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
             out[row0 : row0 + rows] = acc
 
     def consume_triton() -> None:
-        kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv, blocks=plan.blocks,
-                      tiles=plan.tiles, flags=ws.flags(r), sig=plan.signature_dev, counters=ws.counters,
-                      error=ws.error, rank=r, world_size=W, epoch=call.epoch, sig_base=call.signature_base,
-                      claim_slot=sch.claim_slot(W), peer_slots=sch.peer_slots(), timeout_s=timeout_s,
-                      config=plan.config, cache=plan.kernels)
+        kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
+                      peer_slots=sch.peer_slots(), **call.kernel_args())
 
     call.run(_steps(call, partial), consume_triton if plan.consumer == "triton" else consume_torch)
     return out
