@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .epilogue import PLAIN, Epilogue
+from .epilogue import apply as apply_epilogue
 from .group import TPGroup
 
 
@@ -44,15 +46,34 @@ def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor,
     return torch.matmul(x, weight.t(), out=out)
 
 
-def ag_gemm(tp: TPGroup, a, weight, bias, out=None):
-    """``(all_gather(a) @ weight.T (+ bias), all_gather(a))``; ``a: [m, K]``, ``weight: [N_local, K]``."""
+def epilogue_linear(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    ep: Epilogue = PLAIN, row_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``ep(x @ weight.T)`` (:mod:`fluxlite.epilogue`; ``row_scale: [rows]``), written into ``out``
+    when given. A plain epilogue is one ``addmm``; any other applies the epilogue to the product in
+    fp32 (the product itself is rounded to ``x.dtype`` first, unlike the kernels' accumulator)."""
+    if ep == PLAIN:
+        return linear_into(out, x, weight, bias)
+    y = apply_epilogue(x @ weight.t(), ep, bias, row_scale, x.dtype)
+    if out is None:
+        return y
+    return out.copy_(y)
+
+
+def ag_gemm(tp: TPGroup, a, weight, bias, out=None, ep: Epilogue = PLAIN, row_scale=None):
+    """``(ep(all_gather(a) @ weight.T), all_gather(a))``; ``a: [m, K]``, ``weight: [N_local, K]``,
+    ``row_scale: [m]`` (gathered with the rows)."""
     gathered = all_gather_rows(a, tp)
-    return linear_into(out, gathered, weight, bias), gathered
+    scales = None if row_scale is None else all_gather_rows(row_scale, tp)
+    return epilogue_linear(out, gathered, weight, bias, ep, scales), gathered
 
 
-def gemm_rs(tp: TPGroup, a, weight, bias, out=None):
-    """``reduce_scatter(a @ weight.T) (+ bias)``; ``a: [M, K_local]``, ``weight: [N, K_local]``."""
+def gemm_rs(tp: TPGroup, a, weight, bias, out=None, ep: Epilogue = PLAIN):
+    """``ep(reduce_scatter(a @ weight.T))``; ``a: [M, K_local]``, ``weight: [N, K_local]``; the bias
+    (and ``ep.scale``) apply once, after the reduction."""
     reduced = reduce_scatter_rows(a @ weight.t(), tp)
+    if ep != PLAIN:
+        reduced = apply_epilogue(reduced, ep, bias, None, a.dtype)
+        bias = None
     if out is None:
         out = reduced
     else:

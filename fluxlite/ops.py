@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import _sequential, fused
+from . import _sequential, epilogue, fused
 from ._validate import check_impl, check_operands, check_out, check_rows_divisible, check_timeout
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
@@ -53,18 +53,26 @@ def ag_gemm(
     return_gathered: bool = False,
     timeout: float | None = None,
     out: torch.Tensor | None = None,
+    activation: str | None = None,
+    row_scale: torch.Tensor | None = None,
+    scale: float | None = None,
 ):
-    """All-gather rows of ``a`` across the group, then multiply by ``weight.T`` (+ ``bias``).
+    """All-gather rows of ``a`` across the group, multiply by ``weight.T``, apply the epilogue:
+    ``act(scale * row_scale[i] * (all_gather(a) @ weight.T)[i] + bias)`` (:mod:`fluxlite.epilogue`).
 
     Args:
         a: ``[m, K]``, this rank's rows.
-        weight: ``[N_local, K]`` (``nn.Linear`` layout), this rank's output columns.
-        bias: ``[N_local]`` or ``None``.
+        weight: ``[N_local, K]`` (``nn.Linear`` layout), this rank's output columns; ``[2*N_local, K]``
+            (gate rows, then up rows) for ``activation="swiglu"``.
+        bias: ``[weight.shape[0]]`` or ``None``.
         group: the TP group (default: the default process group).
         impl: ``"sequential"`` (collective, then matmul), ``"fused"`` (tile protocol) or ``"auto"``.
         return_gathered: also return the gathered input ``[W*m, K]`` (rank-major rows).
         timeout: seconds any flag wait may take (default: ``FLUXLITE_TIMEOUT_S`` or 120).
         out: optional ``[W*m, N_local]`` tensor to write the result into.
+        activation: ``None``, ``"gelu"``, ``"gelu_tanh"``, ``"silu"`` or ``"swiglu"``.
+        row_scale: ``[m]`` fp32 scales of this rank's rows (gathered with them), or ``None``.
+        scale: a scalar multiplier of the product, or ``None`` (1).
 
     Returns:
         ``[W*m, N_local]`` in ``a.dtype``, or ``(out, gathered)`` when ``return_gathered``.
@@ -73,19 +81,24 @@ def ag_gemm(
     check_timeout(timeout)
     tp = resolve_group(group)
     a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
+    ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
+                        weight_rows=weight.shape[0], like=a)
+    if ep.gated:
+        weight = weight.contiguous()  # the kernels read gate and up rows of a row-major weight
     W = tp.world_size
-    check_out("ag_gemm", out, (W * a.shape[0], weight.shape[0]), a)
+    check_out("ag_gemm", out, (W * a.shape[0], ep.out_features(weight.shape[0])), a)
     chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])  # per-rank GEMM FLOPs
     timeout_s = resolve_timeout(timeout)
     if chosen == "fused":
         _check_fused_dtype("ag_gemm", a)
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
-            out, gathered = _sequential.ag_gemm(tp, a, weight, bias, out)
+            out, gathered = _sequential.ag_gemm(tp, a, weight, bias, out, ep, row_scale)
         else:
             ws = get_workspace(tp.group, a.device, timeout=timeout_s)
             out, gathered = fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out,
-                                           keep_gathered=return_gathered)
+                                           keep_gathered=return_gathered, ep=ep,
+                                           row_scale=None if row_scale is None else row_scale.contiguous())
     return (out, gathered) if return_gathered else out
 
 
@@ -98,8 +111,10 @@ def gemm_rs(
     impl: str = "auto",
     timeout: float | None = None,
     out: torch.Tensor | None = None,
+    scale: float | None = None,
 ) -> torch.Tensor:
-    """Multiply ``a`` by ``weight.T``, reduce-scatter the rows across the group, add ``bias`` once.
+    """Multiply ``a`` by ``weight.T``, reduce-scatter the rows across the group, then
+    ``scale * reduced + bias`` (once, after the reduction).
 
     Args:
         a: ``[M, K_local]``, this rank's slice of the reduction dim; ``M`` divisible by the group size.
@@ -107,6 +122,7 @@ def gemm_rs(
         bias: ``[N]`` or ``None``; added once, after the reduction.
         group, impl, timeout: as in :func:`ag_gemm`.
         out: optional ``[M/W, N]`` tensor to write the result into.
+        scale: a scalar multiplier of the reduced product, or ``None`` (1).
 
     Returns:
         ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
@@ -115,6 +131,8 @@ def gemm_rs(
     check_timeout(timeout)
     tp = resolve_group(group)
     a, weight, bias = check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
+    ep = epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
+                        weight_rows=weight.shape[0], like=a)
     W = tp.world_size
     check_rows_divisible("gemm_rs", a.shape[0], W)
     check_out("gemm_rs", out, (a.shape[0] // W, weight.shape[0]), a)
@@ -124,9 +142,9 @@ def gemm_rs(
         _check_fused_dtype("gemm_rs", a)
     with torch.no_grad():
         if chosen == "sequential" or W == 1 or a.shape[0] == 0:
-            return _sequential.gemm_rs(tp, a, weight, bias, out)
+            return _sequential.gemm_rs(tp, a, weight, bias, out, ep)
         ws = get_workspace(tp.group, a.device, timeout=timeout_s)
-        return fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out)
+        return fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep)
 
 
 def synchronize(group: dist.ProcessGroup | None = None) -> None:

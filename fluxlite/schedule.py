@@ -113,13 +113,16 @@ _OP_CODES = {"ag": 1, "rs": 2}
 _DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.float64: 4}
 
 
-def call_signature(op: str, rows: int, K: int, N: int, dtype: torch.dtype, splits: int, keep_gathered: bool) -> tuple[int, ...]:
+def call_signature(op: str, rows: int, K: int, N: int, dtype: torch.dtype, splits: int, keep_gathered: bool,
+                   row_scaled: bool = False) -> tuple[int, ...]:
     """The ``SIG_WORDS`` int32 words that identify a fused call: ``(op | dtype | options | splits, rows, K, N)``.
 
     ``rows`` is AG's ``m`` (rows per rank) or RS's ``M`` (all rows). Every rank of a call must have
-    the same signature; a waiter compares a peer's with its own before it uses the peer's data.
+    the same signature; a waiter compares a peer's with its own before it uses the peer's data. The
+    options are what changes the data exchanged: AG's ``return_gathered`` (pull or push) and
+    ``row_scaled`` (row scales travel with the rows).
     """
-    head = _OP_CODES[op] | _DTYPE_CODES[dtype] << 4 | int(keep_gathered) << 8 | splits << 16
+    head = _OP_CODES[op] | _DTYPE_CODES[dtype] << 4 | int(keep_gathered) << 8 | int(row_scaled) << 9 | splits << 16
     return head, rows, K, N
 
 
@@ -134,7 +137,7 @@ def describe_signature(words) -> str:
     dtype = str(dtypes.get(head >> 4 & 0xF, f"dtype code {head >> 4 & 0xF}")).replace("torch.", "")
     what = f"{op}(rows={rows}, K={K}, N={N}, {dtype}"
     if ops.get(head & 0xF) == "ag":
-        what += f", return_gathered={bool(head >> 8 & 1)}"
+        what += f", return_gathered={bool(head >> 8 & 1)}, row_scale={bool(head >> 9 & 1)}"
     return what + f", splits={head >> 16})"
 
 

@@ -41,7 +41,7 @@ from .errors import FluxliteCallMismatchError, FluxliteError
 from .flags import exception_from_record, resolve_timeout
 from .group import TPGroup, forget_groups, resolve_group
 
-_ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
+DATA_ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
 
 
 def _round_up(n: int, to: int) -> int:
@@ -171,7 +171,7 @@ class SymmetricWorkspace:
         self.rank, self.world_size = tp.rank, tp.world_size
         self.key = key
         self.num_flags = schedule.num_flag_slots(self.world_size)
-        self._flags_bytes = _round_up(4 * self.num_flags, _ALIGN)
+        self._flags_bytes = _round_up(4 * self.num_flags, DATA_ALIGN)
         self.epoch = 0
         self.capacity = 0  # data bytes per parity
         self._generation = 0
@@ -287,7 +287,7 @@ class SymmetricWorkspace:
     def data(self, rank: int, parity: int, shape: tuple[int, ...], dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
         """A ``shape``/``dtype`` view of ``rank``'s data half ``parity``, ``offset`` bytes in."""
         nbytes = _numel(shape) * _itemsize(dtype)
-        if offset % _ALIGN or offset + nbytes > self.capacity:
+        if offset % DATA_ALIGN or offset + nbytes > self.capacity:
             raise ValueError(f"data view [{offset}, {offset + nbytes}) is outside the reserved {self.capacity} bytes")
         start = self._flags_bytes + parity * self.capacity + offset
         return self._views[rank][start : start + nbytes].view(dtype).view(shape)

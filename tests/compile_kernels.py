@@ -37,8 +37,9 @@ def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig):
 
 def variants(dtype: str, config: gemm_core.GemmConfig):
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    scalars = {n: "i32" for n in INTS} | {"timeout_ns": "i64"}
+    scalars = {n: "i32" for n in INTS} | {"timeout_ns": "i64", "scale": "fp32"}
     tables = {n: "*i32" for n in ("blocks_ptr", "tiles_ptr", "flags_ptr", "sig_ptr", "counters_ptr", "error_ptr")}
+    scales = dict(scale_local="*fp32", scale_gathered="*fp32")
     for use_tma, kmajor, bias in itertools.product((True, False), (False, True), (False, True)):
         def desc(shape):
             return f"tensordesc<{dtype}[{', '.join(map(str, shape))}]>" if use_tma else f"*{dtype}"
@@ -47,11 +48,20 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
         b = desc([bk, bn] if kmajor else [bn, bk])
         tile = desc([1, bm, bn])
         name = f"tma={use_tma} kmajor={kmajor} bias={bias}"
-        ag = dict(scalars, **tables, a_local=f"*{dtype}", gathered=f"*{dtype}", b_desc=b, out=tile, bias_ptr=f"*{dtype}")
-        yield f"ag_gemm {name}", ag_gemm.ag_gemm_kernel, ag, consts
+        ag = dict(scalars, **tables, **scales, a_local=f"*{dtype}", gathered=f"*{dtype}", b_desc=b, out=tile,
+                  bias_ptr=f"*{dtype}")
+        yield f"ag_gemm {name}", ag_gemm.ag_gemm_kernel, ag, dict(consts, ROW_SCALED=False, ACTIVATION=0)
         rs = dict(scalars, **tables, a_desc=desc([bm, bk]), b_desc=b, out=tile, bias_ptr=f"*{dtype}", partial=tile,
                   recv=tile)
         yield f"gemm_rs {name}", gemm_rs.gemm_rs_kernel, rs, dict(consts, PEER_SLOTS=16)
+        if kmajor or not bias:
+            continue
+        # The epilogue switches: every activation with a row scale (SwiGLU reads the gated weight).
+        for act in range(1, 5):
+            gated = act == 4
+            ag_ep = dict(ag, b_desc=desc([2, bn // 2, bk]) if gated else b, out=desc([1, bm, bn // 2]) if gated else tile)
+            yield (f"ag_gemm {name} row_scaled activation={act}", ag_gemm.ag_gemm_kernel, ag_ep,
+                   dict(consts, ROW_SCALED=True, ACTIVATION=act))
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from fluxlite import schedule as sch
+from fluxlite.epilogue import PLAIN
 from fluxlite.flags import exception_from_record
 from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
@@ -67,7 +68,8 @@ def _flags_with_signature(W, sig, parity, peers, words=None):
 def _ag_launch(a_local, gathered, w, flags, sig, error, epoch, timeout_s, out, rank=0):
     W = gathered.shape[0] // a_local.shape[0]
     s = sch.ag_schedule(W, rank, a_local.shape[0], CFG.block_m, 2)
-    ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, flags=flags,
+    ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, ep=PLAIN, scale_local=None,
+                   scale_gathered=None, flags=flags,
                    sig=torch.tensor(sig, dtype=torch.int32), counters=torch.zeros(sch.num_counters(W), dtype=torch.int32),
                    error=error, rank=rank, world_size=W, epoch=epoch, sig_base=sch.signature_slot(W, epoch % 2, 0),
                    claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]))
@@ -141,7 +143,8 @@ def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, 
     rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv, flags=flags,
                    sig=torch.tensor(sig, dtype=torch.int32), counters=counters, error=error, rank=r, world_size=W,
                    epoch=epoch, sig_base=sch.signature_slot(W, epoch % 2, 0), claim_slot=sch.claim_slot(W),
-                   peer_slots=sch.peer_slots(), timeout_s=1.0, config=CFG, cache={}, **_tables(s, w.shape[0]))
+                   peer_slots=sch.peer_slots(), timeout_s=1.0, ep=PLAIN, config=CFG, cache={},
+                   **_tables(s, w.shape[0]))
     return s
 
 

@@ -130,7 +130,7 @@ def test_flag_slots_never_collide(world_size):
 def test_call_signature_round_trips_and_tells_calls_apart():
     sig = sch.call_signature("ag", 16, 24, 40, torch.bfloat16, 3, True)
     assert len(sig) == sch.SIG_WORDS and all(-(2**31) <= w < 2**31 for w in sig)
-    assert sch.describe_signature(sig) == "ag_gemm(rows=16, K=24, N=40, bfloat16, return_gathered=True, splits=3)"
+    assert sch.describe_signature(sig) == "ag_gemm(rows=16, K=24, N=40, bfloat16, return_gathered=True, row_scale=False, splits=3)"
     assert sch.describe_signature(sch.call_signature("rs", 64, 8, 9, torch.float32, 1, False)) == \
         "gemm_rs(rows=64, K=8, N=9, float32, splits=1)"
     variants = {sch.call_signature(op, rows, 24, 40, dt, sp, keep)

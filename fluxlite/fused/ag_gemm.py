@@ -13,7 +13,11 @@ and each peer's from ``gathered`` once that peer's (chunk, split) flag is set::
                 for p in r+1, r+2, ...: wait ready[p] >= e
                                         gathered[p] <- p.staging, split by split, pulled (p, s) = e
     consumer: for each row block (schedule order): a peer's block waits for the peer's ready flag,
-              checks its signature, waits for the (chunk, split) flag; out = A @ W.T + b
+              checks its signature, waits for the (chunk, split) flag; out = epilogue(A @ W.T)
+
+With a row scale (the deferred norm's 1/sigma, :mod:`fluxlite.epilogue`) each rank's ``[m]`` fp32
+scales travel with its rows: pushed into the peers' scale area before the first split's flag, or
+staged beside the staged rows and pulled before the first split.
 """
 
 from __future__ import annotations
@@ -21,14 +25,22 @@ from __future__ import annotations
 import torch
 
 from .. import schedule as sch
-from .._sequential import linear_into
+from .._sequential import epilogue_linear
+from ..epilogue import PLAIN, Epilogue
 from ..kernels import ag_gemm as kernel
-from ..workspace import SymmetricWorkspace
+from ..kernels.gemm_core import GemmConfig
+from ..workspace import DATA_ALIGN, SymmetricWorkspace
 from .call import Call, get_plan
 from .producer import COPY, SIGNAL, WAIT
 
 
-def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool) -> list:
+def _scales_offset(rows: int, row_bytes: int) -> int:
+    """Where the row scales sit in a data half: after ``rows`` rows, aligned as a workspace view."""
+    return -(-rows * row_bytes // DATA_ALIGN) * DATA_ALIGN
+
+
+def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
+           scale_gathered: torch.Tensor | None) -> list:
     ws, plan, e, parity = call.ws, call.plan, call.epoch, call.parity
     W, r = ws.world_size, ws.rank
     m = a.shape[0]
@@ -39,18 +51,26 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool) -> l
         # Peer p reads our chunk after its own: p = r-1 reaches it first, then r-2, ...
         for p in sorted(plan.sched.peers(), key=lambda p: (r - p) % W):
             dest = ws.data_addr(p, parity) + r * m * row
+            if row_scale is not None:  # before the first split's flag, which orders it for the peer
+                steps.append((COPY, ws.data_addr(p, parity) + _scales_offset(W * m, row) + 4 * r * m,
+                              row_scale.data_ptr(), 4 * m))
             for s, (lo, hi) in enumerate(plan.split_rows):
                 steps += [(COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
                           (SIGNAL, ws.flag_addr(p, sch.data_slot(W, r, s)), e)]
         return steps
     dst = gathered.data_ptr()
+    staged_scales = _scales_offset(m, row)
     steps = call.signature_steps()
     steps.append((COPY, ws.data_addr(r, parity), src, m * row))  # staged for the peers to pull
+    if row_scale is not None:
+        steps.append((COPY, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
     steps += [(SIGNAL, ws.flag_addr(p, sch.ready_slot(r)), e) for p in plan.sched.peers()]
     steps.append((COPY, dst + r * m * row, src, m * row))  # only for the caller: nothing waits on it
     for p in plan.sched.peers():
         steps.append((WAIT, ws.flag_addr(r, sch.ready_slot(p)), e, dict(what="staged rows", peer=p, chunk=p)))
         staged = ws.data_addr(p, parity)
+        if row_scale is not None:
+            steps.append((COPY, scale_gathered.data_ptr() + 4 * p * m, staged + staged_scales, 4 * m))
         for s, (lo, hi) in enumerate(plan.split_rows):
             steps += [(COPY, dst + (p * m + lo) * row, staged + lo * row, (hi - lo) * row),
                       (SIGNAL, ws.flag_addr(r, sch.pulled_slot(W, p, s)), e)]
@@ -58,37 +78,49 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool) -> l
 
 
 def ag_gemm(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
-            timeout_s: float, out: torch.Tensor | None = None, keep_gathered: bool = True):
-    """Fused AG-GEMM. ``a: [m, K]``, ``weight: [N_local, K]`` -> ``([W*m, N_local], gathered [W*m, K])``.
+            timeout_s: float, out: torch.Tensor | None = None, keep_gathered: bool = True, ep: Epilogue = PLAIN,
+            row_scale: torch.Tensor | None = None, config: GemmConfig | None = None):
+    """Fused AG-GEMM. ``a: [m, K]``, ``weight: [N, K]`` (``[2N, K]`` for SwiGLU), ``row_scale: [m]``
+    fp32 when ``ep.row_scaled`` -> ``([W*m, N], gathered [W*m, K])``, ``out = ep(gathered @ weight.T)``.
 
     ``keep_gathered=False``: the caller does not keep the gathered input, so the rows are pushed
     into the peers' workspaces (one copy fewer); the second item is then ``None``.
     """
     W, r = ws.world_size, ws.rank
     m, K = a.shape
-    N = weight.shape[0]
     ws.check()  # a poisoned workspace raises before it could enter a collective growth
-    plan = get_plan(ws, "ag", m, K, N, a.dtype, keep_gathered)
+    plan = get_plan(ws, "ag", m, K, weight.shape[0], a.dtype, keep_gathered, ep, config)
     push = not keep_gathered
-    ws.reserve((W if push else 1) * a.numel() * a.element_size(), timeout_s=timeout_s, announce=plan.signature)
+    row = K * a.element_size()
+    rows_here = W * m if push else m
+    ws.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0), timeout_s=timeout_s,
+               announce=plan.signature)
     call = Call(ws, "ag_gemm", plan, timeout_s)
     sched = plan.sched
     gathered = ws.data(r, call.parity, (W * m, K), a.dtype) if push else a.new_empty((W * m, K))
+    scale_gathered = None
+    if ep.row_scaled:
+        scale_gathered = (ws.data(r, call.parity, (W * m,), torch.float32, offset=_scales_offset(W * m, row))
+                          if push else row_scale.new_empty(W * m))
     if out is None:
-        out = a.new_empty((W * m, N))
+        out = a.new_empty((W * m, ep.out_features(weight.shape[0])))
 
     def consume_torch() -> None:
         for chunk, row0, rows, split in sched.rows():
             rows_ = slice(chunk * m + row0, chunk * m + row0 + rows)
             if chunk == r:
-                linear_into(out[rows_], a[row0 : row0 + rows], weight, bias)
+                scales = None if row_scale is None else row_scale[row0 : row0 + rows]
+                epilogue_linear(out[rows_], a[row0 : row0 + rows], weight, bias, ep, scales)
                 continue
             slot = (sch.data_slot if push else sch.pulled_slot)(W, chunk, split)
             call.wait_peer(slot, peer=chunk, chunk=chunk, split=split, what="gathered rows")
-            linear_into(out[rows_], gathered[rows_], weight, bias)
+            scales = None if scale_gathered is None else scale_gathered[rows_]
+            epilogue_linear(out[rows_], gathered[rows_], weight, bias, ep, scales)
 
     def consume_triton() -> None:
-        kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, **call.kernel_args())
+        kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
+                      scale_local=row_scale, scale_gathered=scale_gathered, **call.kernel_args())
 
-    call.run(_steps(call, a, gathered, push), consume_triton if plan.consumer == "triton" else consume_torch)
+    steps = _steps(call, a, gathered, push, row_scale, scale_gathered)
+    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch)
     return out, (None if push else gathered)

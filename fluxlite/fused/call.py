@@ -20,6 +20,7 @@ import torch
 
 from .. import _cuda_driver as cu
 from .. import schedule as sch
+from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import host_wait_flag
 from ..kernels import gemm_core
@@ -52,6 +53,7 @@ class Plan:
 
     sched: sch.TileSchedule
     config: gemm_core.GemmConfig
+    ep: Epilogue
     consumer: str
     num_n: int  # column blocks per row block (1 for the CPU torch consumer)
     signature: tuple[int, ...]
@@ -62,20 +64,22 @@ class Plan:
     kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
 
 
-def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool) -> Plan:
-    """The cached plan of this call on ``ws`` (built on first use). ``rows``: AG's ``m``, RS's ``M``."""
+def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool,
+             ep: Epilogue = PLAIN, config: gemm_core.GemmConfig | None = None) -> Plan:
+    """The cached plan of this call on ``ws`` (built on first use). ``rows``: AG's ``m``, RS's ``M``;
+    ``N``: the weight's rows; ``config``: the kernel's (default: :func:`gemm_core.default_config`)."""
     consumer = consumer_of(ws)
-    key = (op, rows, K, N, dtype, keep_gathered, consumer)
+    config = config or gemm_core.default_config()
+    key = (op, rows, K, N, dtype, keep_gathered, ep, config, consumer)
     plan = ws.plans.get(key)
     if plan is None:
-        config = gemm_core.default_config()
         block_m = block_m_of(consumer, config)
         W, r = ws.world_size, ws.rank
         sched = sch.ag_schedule(W, r, rows, block_m) if op == "ag" else sch.rs_schedule(W, r, rows // W, block_m)
-        num_n = -(-N // config.block_n) if consumer == "triton" else 1
-        signature = sch.call_signature(op, rows, K, N, dtype, sched.splits, keep_gathered)
+        num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
+        signature = sch.call_signature(op, rows, K, N, dtype, sched.splits, keep_gathered, ep.row_scaled)
         dev = ws.device
-        plan = Plan(sched, config, consumer, num_n, signature,
+        plan = Plan(sched, config, ep, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
                     sched.tile_order(num_n, config.group_m).to(dev),

@@ -4,7 +4,7 @@ Rank ``r``, call ``e``, ``mc = M / W`` rows per chunk; ``recv: [W, mc, N]`` is s
 
     consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
               blocks of our chunk: for every peer p: wait ready[p], check its signature, wait (p, s);
-                                   out = A @ W.T + sum_p recv[p] + b      (fp32, fixed peer order)
+                                   out = scale * (A @ W.T + sum_p recv[p]) + b      (fp32, fixed peer order)
     producer: every peer d: d.signature[r] <- ours; d.ready[r] = e
               for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
                                              d.recv[r] <- partial[d] rows of s; d.flag (r, s) = e
@@ -18,8 +18,11 @@ from __future__ import annotations
 import torch
 
 from .. import schedule as sch
+from ..epilogue import PLAIN, Epilogue
+from ..epilogue import apply as apply_epilogue
 from ..flags import host_set_flag
 from ..kernels import gemm_rs as kernel
+from ..kernels.gemm_core import GemmConfig
 from ..workspace import SymmetricWorkspace
 from .call import Call, get_plan
 from .producer import COPY, SIGNAL, WAIT
@@ -46,14 +49,16 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
 
 
 def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
-            timeout_s: float, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``."""
+            timeout_s: float, out: torch.Tensor | None = None, ep: Epilogue = PLAIN,
+            config: GemmConfig | None = None) -> torch.Tensor:
+    """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``; ``ep`` (a scale
+    only) applies to the reduced sum, with the bias."""
     W, r = ws.world_size, ws.rank
     M, K = a.shape
     N = weight.shape[0]
     mc = M // W
     ws.check()
-    plan = get_plan(ws, "rs", M, K, N, a.dtype, False)
+    plan = get_plan(ws, "rs", M, K, N, a.dtype, False, ep, config)
     ws.reserve(W * mc * N * a.element_size(), timeout_s=timeout_s, announce=plan.signature)
     call = Call(ws, "gemm_rs", plan, timeout_s)
     sched = plan.sched
@@ -77,13 +82,11 @@ def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
             for p in sched.peers():
                 call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
                 acc += recv[p, row0 : row0 + rows]
-            if bias is not None:
-                acc += bias
-            out[row0 : row0 + rows] = acc
+            out[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, out.dtype)
 
     def consume_triton() -> None:
         kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
-                      peer_slots=sch.peer_slots(), **call.kernel_args())
+                      peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
 
     call.run(_steps(call, partial), consume_triton if plan.consumer == "triton" else consume_torch)
     return out

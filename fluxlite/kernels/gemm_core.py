@@ -6,7 +6,7 @@ Math
 For a tile (row block ``i`` of the schedule, column block ``j``)::
 
     acc[r, c] = sum_k A[row(i) + r, k] * B[j*BLOCK_N + c, k]      (B: [N, K], nn.Linear layout; fp32)
-    out       = epilogue(acc) = (acc + bias[c]).to(out dtype)
+    out       = epilogue(acc) = act(scale * row_scale[r] * acc + bias[c]).to(out dtype)   (fluxlite.epilogue)
 
 The grid is persistent: each program claims tile ids from an atomic counter, in the order of the
 schedule's tile table (:meth:`fluxlite.schedule.TileSchedule.tile_order`), until none are left.
@@ -48,42 +48,61 @@ def tile_coords(tiles_ptr, blocks_ptr, tile):
 
 
 @triton.jit
-def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, n0, N, K,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
-    """acc += A[a_row : a_row + BLOCK_M, :] @ B[n0 : n0 + BLOCK_N, :].T in fp32.
+def weight_rows(j, N, BLOCK_N: tl.constexpr, GATED: tl.constexpr):
+    """The weight rows feeding the accumulator's ``BLOCK_N`` columns for output column block ``j``,
+    and their mask. ``N``: output columns. Gated (SwiGLU), the weight is ``[2*N, K]`` (gate rows,
+    then up rows) and an output block is ``BLOCK_N // 2`` wide: accumulator column ``c`` takes gate
+    row ``j*BLOCK_N/2 + c`` for the first half, and the matching up row ``+ N`` for the second."""
+    c = tl.arange(0, BLOCK_N)
+    if GATED:
+        col = j * (BLOCK_N // 2) + c % (BLOCK_N // 2)
+        rows = col + (c // (BLOCK_N // 2)) * N
+    else:
+        col = j * BLOCK_N + c
+        rows = col
+    return rows, col < N
 
-    With USE_TMA the descriptors zero-fill out-of-range rows/columns; otherwise ``a_desc``/``b_desc``
-    are plain pointers to contiguous row-major tensors, ``A`` having ``a_row_limit`` rows.
+
+@triton.jit
+def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, j, N, K,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             B_KMAJOR: tl.constexpr, GATED: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """acc += A[a_row : a_row + BLOCK_M, :] @ B[weight_rows(j)].T in fp32.
+
+    With USE_TMA the descriptors zero-fill out-of-range rows/columns (gated: ``b_desc`` is 3-D over
+    the weight as ``[2, N, K]``, so one load brings the gate and up rows together); otherwise
+    ``a_desc``/``b_desc`` are plain pointers to contiguous row-major tensors, ``A`` having
+    ``a_row_limit`` rows. ``N``: output columns (``B`` has ``N`` rows, or ``2*N`` gated).
     """
     if USE_TMA:
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([a_row, k * BLOCK_K])
             if B_KMAJOR:
-                b = b_desc.load([k * BLOCK_K, n0])
+                b = b_desc.load([k * BLOCK_K, j * BLOCK_N])
+            elif GATED:
+                b = b_desc.load([0, j * (BLOCK_N // 2), k * BLOCK_K]).reshape(BLOCK_N, BLOCK_K).T
             else:
-                b = b_desc.load([n0, k * BLOCK_K]).T
+                b = b_desc.load([j * BLOCK_N, k * BLOCK_K]).T
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc)
     else:
         offs_m = a_row + tl.arange(0, BLOCK_M)
-        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_w, w_ok = weight_rows(j, N, BLOCK_N, GATED)
         offs_k = tl.arange(0, BLOCK_K)
         m_ok = offs_m < a_row_limit
-        n_ok = offs_n < N
         a_ptrs = a_desc + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
         if B_KMAJOR:
-            b_ptrs = b_desc + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
+            b_ptrs = b_desc + offs_k.to(tl.int64)[:, None] * N + offs_w[None, :]
             b_step = BLOCK_K * N
         else:
-            b_ptrs = b_desc + offs_n.to(tl.int64)[None, :] * K + offs_k[:, None]
+            b_ptrs = b_desc + offs_w.to(tl.int64)[None, :] * K + offs_k[:, None]
             b_step = BLOCK_K
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             k_ok = (k * BLOCK_K + offs_k) < K
             a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None] & w_ok[None, :], other=0.0)
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -94,12 +113,38 @@ def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, n0, N, K,
 
 
 @triton.jit
-def epilogue(acc, bias_ptr, offs_n, col_ok, HAS_BIAS: tl.constexpr):
-    """The one epilogue of every fused op, applied to the fp32 accumulator before the output cast:
-    ``acc + bias``. (Row scales and activations go here, in this order: scale, bias, activation.)"""
+def activate(x, ACTIVATION: tl.constexpr):
+    """Elementwise activation by code (``fluxlite.epilogue.ACTIVATION_CODES``): 0 none, 1 GELU (erf),
+    2 GELU (tanh form, as ``x * sigmoid(2u)``, since ``0.5 * (1 + tanh(u)) == sigmoid(2u)``), 3 SiLU."""
+    if ACTIVATION == 1:
+        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACTIVATION == 2:
+        x = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+    elif ACTIVATION == 3:
+        x = x * tl.sigmoid(x)
+    return x
+
+
+@triton.jit
+def epilogue(acc, scale, row_scale_ptr, offs_r, row_ok, bias_ptr, offs_w, w_ok,
+             HAS_BIAS: tl.constexpr, ROW_SCALED: tl.constexpr, ACTIVATION: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The one epilogue of every fused op (``fluxlite.epilogue``), on the fp32 accumulator, before
+    the output cast: ``act(scale * row_scale[r] * acc + bias[w])``. ``row_scale_ptr`` points at the
+    tile's first row's scale; ``offs_w``: the weight row of each accumulator column
+    (:func:`weight_rows`). SwiGLU (code 4) pairs accumulator columns ``c`` and ``c + BLOCK_N/2``
+    (gate, up) into ``[BLOCK_M, BLOCK_N // 2]``: ``silu(gate) * up``."""
+    acc = acc * scale
+    if ROW_SCALED:
+        acc = acc * tl.load(row_scale_ptr + offs_r, mask=row_ok, other=0.0)[:, None]
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    return acc
+        acc += tl.load(bias_ptr + offs_w, mask=w_ok, other=0.0).to(tl.float32)[None, :]
+    if ACTIVATION == 4:
+        gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        y = gate * tl.sigmoid(gate) * up
+    else:
+        y = activate(acc, ACTIVATION)
+    return y
 
 
 @triton.jit
@@ -153,6 +198,12 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def column_blocks(n_out: int, config: GemmConfig, gated: bool = False) -> int:
+    """Column blocks of an ``n_out``-column output: a gated (SwiGLU) tile yields ``block_n // 2``."""
+    width = config.block_n // 2 if gated else config.block_n
+    return -(-n_out // width)
+
+
 def num_programs(config: GemmConfig, num_tiles: int, device: torch.device) -> int:
     return max(1, min(config.num_progs or sm_count(device), num_tiles))
 
@@ -167,10 +218,16 @@ def descriptor(t: torch.Tensor, block: list[int], use_tma: bool):
     return TensorDescriptor.from_tensor(t, block) if use_tma else t
 
 
-def weight_operand(weight: torch.Tensor, config: GemmConfig, use_tma: bool):
+def weight_operand(weight: torch.Tensor, config: GemmConfig, use_tma: bool, gated: bool = False):
     """``(operand, b_kmajor)``: the weight ``[N, K]`` as the kernel reads it. A transposed weight
-    (``W.t()`` of a row-major ``[K, N]``) is read in place, K-major."""
+    (``W.t()`` of a row-major ``[K, N]``) is read in place, K-major. Gated (SwiGLU: gate rows, then up
+    rows; row-major only), TMA reads it as ``[2, N/2, K]`` (see :func:`mainloop`)."""
     b_kmajor = not weight.is_contiguous()
+    if gated and b_kmajor:
+        raise ValueError("a gated (SwiGLU) weight must be row-major [2*N, K]")
+    if gated and use_tma:
+        return descriptor(weight.view(2, weight.shape[0] // 2, weight.shape[1]),
+                          [2, config.block_n // 2, config.block_k], True), False
     b = weight.t() if b_kmajor else weight
     block = [config.block_k, config.block_n] if b_kmajor else [config.block_n, config.block_k]
     return descriptor(b, block, use_tma), b_kmajor

@@ -7,6 +7,7 @@ With ``a: [M, K_local]``, ``W`` ranks and ``mc = M / W`` rows per chunk::
 
     partial[d, row, n] = sum_k a[d*mc + row, k] * B[n, k]            for each peer chunk d
     out[row, n]        = epilogue(sum_k a[r*mc + row, k] * B[n, k] + sum_{p != r} recv[p, row, n])
+                       = scale * (...) + bias[n]                        (no row scale or activation)
 
 A tile of peer chunk ``d`` stores its partial (in the input dtype) into the local ``partial[d]`` and
 adds one to the ``(d, split)`` counter; the producer's copy engine waits for the full count and
@@ -27,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..epilogue import Epilogue
 from . import gemm_core as core
 from . import launch as direct
 from .flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
@@ -55,6 +57,7 @@ def gemm_rs_kernel(
     tiles_ptr,     # int32 [num_tiles, 2]: (block, column block) in claim order, schedule.tile_order
     flags_ptr, sig_ptr, counters_ptr, error_ptr,
     num_tiles, chunk_rows, N, K, rank, world_size, epoch, sig_base, claim_slot, timeout_ns,
+    scale,         # fp32 scalar epilogue scale, applied to the reduced sum
     PEER_SLOTS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -77,8 +80,8 @@ def gemm_rs_kernel(
         col_ok = offs_n < N
         mask = (offs_r < rows)[:, None] & col_ok[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = core.mainloop(acc, a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, n0, N, K,
-                            BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, UPCAST)
+        acc = core.mainloop(acc, a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, j, N, K,
+                            BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, False, USE_TMA, UPCAST)
         # Before any wait on the peers: never hold back what they wait for.
         _publish(counters_ptr, pending, USE_TMA, INTERPRET)
         pending = -1
@@ -97,7 +100,8 @@ def gemm_rs_kernel(
                         rows64 = (p * chunk_rows + row0 + offs_r).to(tl.int64)
                         part = tl.load(recv + rows64[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
                     acc += part.to(tl.float32)
-            acc = core.epilogue(acc, bias_ptr, offs_n, col_ok, HAS_BIAS)
+            acc = core.epilogue(acc, scale, bias_ptr, offs_r, offs_r < rows, bias_ptr, offs_n, col_ok, HAS_BIAS, False, 0,
+                                BLOCK_M, BLOCK_N)
             core.store_tile(out, acc.to(out_dtype), 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N,
                             USE_TMA)
         tile = next_tile
@@ -108,10 +112,11 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, rank: int,
            world_size: int, epoch: int, sig_base: int, claim_slot: int, peer_slots: int, timeout_s: float,
-           config: core.GemmConfig, cache: dict) -> None:
+           ep: Epilogue, config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
     of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; the tables and
-    flag arguments come from the call plan, ``cache`` keeps its compiled kernels."""
+    flag arguments come from the call plan, ``cache`` keeps its compiled kernels; ``ep``: the
+    epilogue, a scale only (of the reduced sum, before the bias)."""
     M, K = a.shape
     N = weight.shape[0]
     mc = M // world_size
@@ -126,7 +131,7 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
         (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, tile3, use_tma),
          bias if bias is not None else out, core.descriptor(partial, tile3, use_tma),
          core.descriptor(recv, tile3, use_tma), blocks, tiles, flags, sig, counters, error,
-         num_tiles, mc, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9)),
+         num_tiles, mc, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=peer_slots, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
              BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
              UPCAST=interp and a.dtype == torch.bfloat16, INTERPRET=interp),
