@@ -9,10 +9,20 @@ Differences from Megatron, all deliberate:
 * Weights are always drawn as a full master weight and split by rank (Megatron does so only under
   ``use_cpu_initialization``; otherwise it draws each partition from a per-rank CUDA RNG). So a TP
   layer equals its single-process ``nn.Linear`` twin when every rank seeds alike.
-* Under sequence parallelism the Column layer keeps the gathered input for its wgrad instead of
-  gathering it again in the backward (more activation memory, one collective less).
-* ``gradient_accumulation_fusion`` is ignored: gradients land in ``.grad`` (Megatron's DDP adds
-  them to ``main_grad`` from there). MoE expert layers (``is_expert=True``) are not supported.
+* ``keep_gathered_input`` (an extra Column keyword, default False): under sequence parallelism the
+  Column layer keeps only its input ``[s/tp, b, h]`` and gathers it again in the backward for wgrad,
+  overlapped with the dgrad GEMM-RS, as Megatron does. ``keep_gathered_input=True`` keeps the
+  gathered ``[s, b, h]`` from the forward's AG-GEMM instead (one collective fewer, ``tp`` times the
+  activation memory). The keyword exists only until a GPU measurement (issue 15) decides between the
+  two designs; the loser is then deleted.
+* MoE expert layers (``is_expert=True``) are not supported.
+
+``config.gradient_accumulation_fusion`` works as in Megatron, without apex: the weight grad is
+accumulated in fp32 into ``weight.main_grad`` (which Megatron's ``DistributedDataParallel`` sets up),
+and the backward raises ``ValueError`` if ``main_grad`` is missing. Parameter attributes
+(``tensor_model_parallel``, ``partition_dim``, ``partition_stride``, ``allreduce``, and
+``sequence_parallel`` on the Row bias) are Megatron's, so its optimizer, DDP, checkpointing and
+``finalize_model_grads`` treat these parameters as they treat their own.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from torch.nn import Parameter
 
 from .._validate import IMPLS
 from .config import check_config
-from .functions import ColumnParallelLinearFunction, RowParallelLinearFunction
+from .functions import ColumnParallelLinearFunction, LinearOptions, RowParallelLinearFunction
 from .mappings import gather_from_tensor_model_parallel_region, scatter_to_tensor_model_parallel_region
 from .utils import (
     divide,
@@ -72,12 +82,7 @@ class _ParallelLinear(torch.nn.Module):
         self.tp_group = self._tp.group
         self.is_expert = False
         self.explicit_expert_comm = False
-        self.gradient_accumulation_fusion = getattr(config, "gradient_accumulation_fusion", False)
-        if self.gradient_accumulation_fusion:
-            warn_once(
-                (type(self).__name__, "gradient_accumulation_fusion"),
-                "fluxlite.parallel: config.gradient_accumulation_fusion is ignored; weight grads go to .grad",
-            )
+        self.gradient_accumulation_fusion = bool(getattr(config, "gradient_accumulation_fusion", False))
         self.sequence_parallel = bool(config.sequence_parallel)
         if self.sequence_parallel and self._tp.world_size <= 1:
             warn_once(
@@ -90,6 +95,11 @@ class _ParallelLinear(torch.nn.Module):
         self._register_load_state_dict_pre_hook(
             lambda state_dict, prefix, *args, **kw: state_dict.setdefault(f"{prefix}_extra_state")
         )
+
+    def _options(self, **extra) -> LinearOptions:
+        """What the autograd function needs, read at each forward (``overlap`` may change between steps)."""
+        return LinearOptions(self._tp, self.sequence_parallel, self.overlap,
+                             gradient_accumulation_fusion=self.gradient_accumulation_fusion, **extra)
 
     def _make_weight(self, shape, partition_dim, init_method, stride, keep_master):
         cfg = self.config
@@ -148,6 +158,9 @@ class ColumnParallelLinear(_ParallelLinear):
     along the sequence by the fused AG-GEMM). Output ``[s, b, out/tp]``, or ``[s, b, out]`` with
     ``gather_output``. Returns ``(output, output_bias)``: ``output_bias`` is the bias when
     ``skip_bias_add`` (then it is not added), else ``None``.
+
+    ``keep_gathered_input=True`` keeps the gathered input for wgrad instead of gathering it again in
+    the backward (temporary, until issue 15's GPU measurement; see the module docstring).
     """
 
     def __init__(
@@ -170,10 +183,12 @@ class ColumnParallelLinear(_ParallelLinear):
         disable_grad_reduce: bool = False,
         tp_group=None,
         overlap: str = "auto",
+        keep_gathered_input: bool = False,
         **kwargs,
     ):
         super().__init__()
         self.gather_output = gather_output
+        self.keep_gathered_input = bool(keep_gathered_input)
         self.disable_grad_reduce = disable_grad_reduce
         self._setup(
             input_size, output_size, skip_bias_add, config, tp_group, overlap, is_expert,
@@ -210,9 +225,8 @@ class ColumnParallelLinear(_ParallelLinear):
         if input_.shape[-1] != self.input_size:
             raise ValueError(f"ColumnParallelLinear expects input [..., {self.input_size}], got {tuple(input_.shape)}")
         bias = self.bias if not self.skip_bias_add else None
-        output = ColumnParallelLinearFunction.apply(
-            input_, weight, bias, self._tp, self.sequence_parallel, self.allreduce_dgrad, self.overlap
-        )
+        options = self._options(allreduce_dgrad=self.allreduce_dgrad, keep_gathered_input=self.keep_gathered_input)
+        output = ColumnParallelLinearFunction.apply(input_, weight, bias, options)
         gather_output = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather_output:
             output = gather_from_tensor_model_parallel_region(output, group=self.tp_group)
@@ -278,7 +292,7 @@ class RowParallelLinear(_ParallelLinear):
             raise ValueError(f"RowParallelLinear expects input [..., {expected}], got {tuple(input_.shape)}")
         x = input_ if self.input_is_parallel else scatter_to_tensor_model_parallel_region(input_, group=self.tp_group)
         bias = self.bias if not self.skip_bias_add else None
-        output = RowParallelLinearFunction.apply(x, self.weight, bias, self._tp, self.sequence_parallel, self.overlap)
+        output = RowParallelLinearFunction.apply(x, self.weight, bias, self._options())
         return output, (self.bias if self.skip_bias_add else None)
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Callable, Iterable
+from collections.abc import Iterable
+from typing import Callable, Union
 
 import torch
 import torch.distributed as dist
@@ -104,7 +105,33 @@ def set_tensor_model_parallel_attributes(param: torch.Tensor, is_parallel: bool,
     param.partition_stride = stride
 
 
-def allreduce_sequence_parallel_grads(params: Iterable[torch.nn.Parameter] | torch.nn.Module, group=None) -> int:
+ModulesOrParams = Union[torch.nn.Module, Iterable[Union[torch.nn.Module, torch.Tensor]]]
+
+
+def _parameters(modules_or_params: ModulesOrParams) -> list[torch.Tensor]:
+    """The distinct parameters of a module, of a list of modules, or of an iterable of parameters
+    (a parameter shared by two modules counts once), in a deterministic order."""
+    items = [modules_or_params] if isinstance(modules_or_params, torch.nn.Module) else modules_or_params
+    if isinstance(items, torch.Tensor) or not isinstance(items, Iterable):
+        raise TypeError(
+            "allreduce_sequence_parallel_grads takes a module, a list of modules or an iterable of parameters, "
+            f"got {type(modules_or_params).__name__}"
+        )
+    params: dict[int, torch.Tensor] = {}
+    for item in items:
+        if isinstance(item, torch.nn.Module):
+            params.update((id(p), p) for p in item.parameters())
+        elif isinstance(item, torch.Tensor):
+            params.setdefault(id(item), item)
+        else:
+            raise TypeError(
+                "allreduce_sequence_parallel_grads takes modules or parameters (torch.Tensor), "
+                f"got an item of type {type(item).__name__}"
+            )
+    return list(params.values())
+
+
+def allreduce_sequence_parallel_grads(modules_or_params: ModulesOrParams, group=None) -> int:
     """All-reduce, over the TP group, the grads of the parameters marked ``sequence_parallel``.
 
     Under sequence parallelism a replicated parameter that acts on this rank's rows only (the
@@ -113,12 +140,21 @@ def allreduce_sequence_parallel_grads(params: Iterable[torch.nn.Parameter] | tor
     ``finalize_model_grads`` all-reduces them over the TP group before the optimizer step. Call this
     in the same place when training without Megatron. (Inside Megatron, do not call it: Megatron does.)
 
-    Returns how many gradients were reduced. One flat all-reduce per dtype.
+    Args:
+        modules_or_params: a module, a list of modules (model chunks), or an iterable of parameters.
+            A parameter reached twice is reduced once.
+        group: the TP group (default: Megatron's when its parallel state is set up, else the default group).
+
+    The grad reduced is ``param.main_grad`` where it exists (Megatron's DDP buffers), else ``param.grad``,
+    as in Megatron. Returns how many grads were reduced. One flat all-reduce per (dtype, device).
     """
-    if isinstance(params, torch.nn.Module):
-        params = params.parameters()
+    params = _parameters(modules_or_params)
     tp = tp_group_of(group)
-    grads = [p.grad for p in params if getattr(p, "sequence_parallel", False) and p.grad is not None]
+    grads = []
+    for p in params:
+        grad = p.main_grad if hasattr(p, "main_grad") else p.grad
+        if getattr(p, "sequence_parallel", False) and grad is not None:
+            grads.append(grad)
     if tp.world_size == 1 or not grads:
         return len(grads)
     by_dtype: dict = {}
