@@ -1,0 +1,284 @@
+"""fluxlite's ops as PyTorch custom ops, so that ``torch.compile(fullgraph=True)`` traces them with no
+graph break, fake tensors propagate their shapes, and autograd differentiates them.
+
+Ops (namespace ``fluxlite``; every output is a fresh tensor, no argument is mutated)::
+
+    ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale) -> out
+    ag_gemm_gathered(<the same>)                                 -> (out, gathered)
+    gemm_rs(a, weight, bias, group_name, impl, timeout, scale)   -> out
+
+with ``W`` the size of the group named ``group_name`` and the epilogue of :mod:`fluxlite.epilogue`::
+
+    ag_gemm:  a: [m, K], weight: [N_local, K], bias: [N_local]  ->  out: [W*m, N_local], gathered: [W*m, K]
+              out = act(scale * row_scale * (all_gather(a) @ weight.T) + bias)
+              (SwiGLU: weight [2*N_local, K], gate rows then up rows; out [W*m, N_local])
+    gemm_rs:  a: [M, K_local], weight: [N, K_local], bias: [N]   ->  out: [M/W, N]
+              out = scale * reduce_scatter(a @ weight.T) + bias  (bias added once, after the reduction)
+
+The real implementations are :func:`fluxlite.ag_gemm` / :func:`fluxlite.gemm_rs`. The fake ones run
+the same input checks (:mod:`fluxlite._validate`, :func:`fluxlite.epilogue.check`) and take ``W``
+from the group, so a bad call fails at trace time with the eager op's error.
+
+Autograd (the math of :mod:`fluxlite.parallel.functions`, sequence-parallel case), with ``g`` the
+output's gradient and ``s`` the scale (1 when ``None``)::
+
+    ag_gemm:  grad_a = gemm_rs(g, weight.T, scale=s)   [W*m, N_local] @ [N_local, K], reduce-scattered -> [m, K]
+              grad_w = s * g.T @ gathered    (ag_gemm_gathered: the gathered output, saved;
+                                              ag_gemm: a, gathered again while grad_a is computed)
+              grad_b = sum_rows g
+    gemm_rs:  grad_a, g_all = ag_gemm_gathered(g, weight.T, scale=s)   [M, N] @ [N, K_local] -> [M, K_local]
+              grad_w = s * g_all.T @ a
+              grad_b = sum_rows g             (this rank's rows only: a partial sum, as in the layers)
+
+The gathered output of ``ag_gemm_gathered`` is not differentiable (it is an activation kept for a
+backward). ``activation`` and ``row_scale`` have no backward yet: with either, on inputs that
+require grad, :func:`ag_gemm` raises ``NotImplementedError`` before any communication.
+
+Call them through :func:`ag_gemm` and :func:`gemm_rs` below, which take a ``ProcessGroup`` like the
+eager ops and pass its name.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import epilogue, ops
+from ._validate import check_impl, check_operands, check_rows_divisible, check_timeout
+from .group import TPGroup, resolve_group
+
+# ---- the group, by name ----------------------------------------------------------------------------
+
+
+def _group_of(group_name: str) -> TPGroup:
+    """The TP group registered under ``group_name`` (fluxlite's errors if there is none)."""
+    if not dist.is_available() or not dist.is_initialized():
+        return resolve_group(None)  # raises fluxlite's "no process group" ValueError
+    try:
+        pg = dist.distributed_c10d._resolve_process_group(group_name)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise ValueError(f"group_name: expected the name of a live process group, got {group_name!r}") from exc
+    return resolve_group(pg)
+
+
+def group_name_of(group: dist.ProcessGroup | None) -> str:
+    """The name the ops take for ``group`` (``None``: the default group). Traceable by Dynamo."""
+    if group is None:
+        if not dist.is_initialized():
+            resolve_group(None)  # raises fluxlite's "no process group" ValueError
+        group = dist.group.WORLD
+    if not isinstance(group, dist.ProcessGroup):
+        resolve_group(group)  # raises fluxlite's TypeError naming `group`
+    return group.group_name
+
+
+# ---- shapes: the eager ops' checks, then the output shapes -------------------------------------------
+
+
+def _check_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale) -> tuple[int, int, int]:
+    """``(W, m, N_out)`` of an AG-GEMM (``N_out``: the weight's rows, half of them for SwiGLU), after
+    the eager op's checks of every argument."""
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = _group_of(group_name)
+    check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
+    ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
+                        weight_rows=weight.shape[0], like=a)
+    return tp.world_size, a.shape[0], ep.out_features(weight.shape[0])
+
+
+def _check_gemm_rs(a, weight, bias, group_name, impl, timeout, scale) -> tuple[int, int, int]:
+    """``(W, M, N)`` of a GEMM-RS, after the eager op's checks of every argument."""
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = _group_of(group_name)
+    check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
+    epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
+                   weight_rows=weight.shape[0], like=a)
+    check_rows_divisible("gemm_rs", a.shape[0], tp.world_size)
+    return tp.world_size, a.shape[0], weight.shape[0]
+
+
+# ---- the ops ---------------------------------------------------------------------------------------
+
+
+def _run_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale, keep_gathered: bool):
+    tp = _group_of(group_name)
+    result = ops.ag_gemm(a, weight, bias, group=tp.group, impl=impl, return_gathered=keep_gathered,
+                         timeout=timeout, activation=activation, row_scale=row_scale, scale=scale)
+    if not keep_gathered:
+        return result
+    out, gathered = result
+    # With one rank the gathered input is `a` itself; a custom op's outputs never alias its inputs.
+    return out, gathered.clone() if gathered.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() else gathered
+
+
+@torch.library.custom_op("fluxlite::ag_gemm", mutates_args=())
+def _ag_gemm_op(a: Tensor, weight: Tensor, bias: Optional[Tensor], group_name: str, impl: str,
+                timeout: Optional[float], activation: Optional[str], row_scale: Optional[Tensor],
+                scale: Optional[float]) -> Tensor:
+    return _run_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale, False)
+
+
+@torch.library.custom_op("fluxlite::ag_gemm_gathered", mutates_args=())
+def _ag_gemm_gathered_op(a: Tensor, weight: Tensor, bias: Optional[Tensor], group_name: str, impl: str,
+                         timeout: Optional[float], activation: Optional[str], row_scale: Optional[Tensor],
+                         scale: Optional[float]) -> tuple[Tensor, Tensor]:
+    return _run_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale, True)
+
+
+@torch.library.custom_op("fluxlite::gemm_rs", mutates_args=())
+def _gemm_rs_op(a: Tensor, weight: Tensor, bias: Optional[Tensor], group_name: str, impl: str,
+                timeout: Optional[float], scale: Optional[float]) -> Tensor:
+    tp = _group_of(group_name)
+    return ops.gemm_rs(a, weight, bias, group=tp.group, impl=impl, timeout=timeout, scale=scale)
+
+
+@_ag_gemm_op.register_fake
+def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
+    W, m, N = _check_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale)
+    return a.new_empty((W * m, N))
+
+
+@_ag_gemm_gathered_op.register_fake
+def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
+    W, m, N = _check_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale)
+    return a.new_empty((W * m, N)), a.new_empty((W * m, a.shape[1]))
+
+
+@_gemm_rs_op.register_fake
+def _(a, weight, bias, group_name, impl, timeout, scale):
+    W, M, N = _check_gemm_rs(a, weight, bias, group_name, impl, timeout, scale)
+    return a.new_empty((M // W, N))
+
+
+# ---- autograd --------------------------------------------------------------------------------------
+
+
+def _start_all_gather_rows(x: Tensor, group_name: str) -> Tensor:
+    """Start gathering ``[m, ...]`` -> ``[W*m, ...]`` rank-major (a traceable functional collective);
+    :func:`_finish` waits for it. Work issued in between overlaps it."""
+    W = _group_of(group_name).world_size
+    if W == 1:
+        return x
+    return torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), W, group_name)
+
+
+def _finish(gathered: Tensor) -> Tensor:
+    return torch.ops._c10d_functional.wait_tensor(gathered)
+
+
+def _check_differentiable(op: str, activation: Optional[str], row_scale: Optional[Tensor]) -> None:
+    """Raise ``NotImplementedError`` for the epilogue arguments that have no backward yet: the
+    activation (its backward needs the pre-activation, which the op does not keep) and the row scale."""
+    for name, value in (("activation", activation), ("row_scale", row_scale)):
+        if value is not None:
+            raise NotImplementedError(
+                f"fluxlite::{op}: {name} has no backward yet (got {name}={value!r} on inputs that require "
+                f"grad); apply it outside the op, or call the op under torch.no_grad()")
+
+
+def _scaled(t: Tensor, scale: Optional[float]) -> Tensor:
+    return t if scale is None else t * scale
+
+
+def _setup_ag_gemm(ctx, inputs, output) -> None:
+    a, weight, bias, group_name, impl, timeout, activation, row_scale, scale = inputs
+    _check_differentiable("ag_gemm", activation, row_scale)
+    ctx.group_name, ctx.impl, ctx.timeout, ctx.scale = group_name, impl, timeout, scale
+    ctx.has_bias = bias is not None
+    if isinstance(output, tuple):  # ag_gemm_gathered: the gathered input is an activation, kept
+        ctx.mark_non_differentiable(output[1])
+        kept, ctx.regather = output[1], False
+    else:  # ag_gemm: keep this rank's rows only; the backward gathers them again
+        kept, ctx.regather = a, True
+    ctx.save_for_backward(kept if ctx.needs_input_grad[1] else None, weight)
+
+
+def _backward_ag_gemm(ctx, grad_out: Tensor, grad_gathered: Optional[Tensor] = None):
+    """``g: [W*m, N_local]`` -> grads of ``(a [m, K], weight [N_local, K], bias [N_local])``."""
+    kept, weight = ctx.saved_tensors
+    g = grad_out.contiguous()
+    grad_a = grad_w = grad_b = None
+    gathered = kept
+    if ctx.regather and ctx.needs_input_grad[1]:
+        gathered = _start_all_gather_rows(kept, ctx.group_name)  # overlaps the dgrad below
+    if ctx.needs_input_grad[0]:
+        # [W*m, N_local] @ [N_local, K], reduce-scattered over rows -> [m, K]
+        grad_a = torch.ops.fluxlite.gemm_rs(g, weight.t(), None, ctx.group_name, ctx.impl, ctx.timeout, ctx.scale)
+    if ctx.needs_input_grad[1]:
+        if ctx.regather:
+            gathered = _finish(gathered)
+        grad_w = _scaled(g.t() @ gathered, ctx.scale)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_b = g.sum(0)
+    return grad_a, grad_w, grad_b, None, None, None, None, None, None
+
+
+def _setup_gemm_rs(ctx, inputs, output) -> None:
+    a, weight, bias, group_name, impl, timeout, scale = inputs
+    ctx.group_name, ctx.impl, ctx.timeout, ctx.scale = group_name, impl, timeout, scale
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, weight)
+
+
+def _backward_gemm_rs(ctx, grad_out: Tensor):
+    """``g: [M/W, N]`` -> grads of ``(a [M, K_local], weight [N, K_local], bias [N])``."""
+    a, weight = ctx.saved_tensors
+    g = grad_out.contiguous()
+    grad_a = grad_w = grad_b = None
+    if ctx.needs_input_grad[0]:
+        # all_gather(g) [M, N] @ weight [N, K_local] -> [M, K_local]; the gathered g serves wgrad too
+        grad_a, g_all = torch.ops.fluxlite.ag_gemm_gathered(g, weight.t(), None, ctx.group_name, ctx.impl,
+                                                            ctx.timeout, None, None, ctx.scale)
+    elif ctx.needs_input_grad[1]:
+        g_all = _finish(_start_all_gather_rows(g, ctx.group_name))
+    if ctx.needs_input_grad[1]:
+        grad_w = _scaled(g_all.t() @ a, ctx.scale)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_b = g.sum(0)
+    return grad_a, grad_w, grad_b, None, None, None, None
+
+
+_ag_gemm_op.register_autograd(_backward_ag_gemm, setup_context=_setup_ag_gemm)
+_ag_gemm_gathered_op.register_autograd(_backward_ag_gemm, setup_context=_setup_ag_gemm)
+_gemm_rs_op.register_autograd(_backward_gemm_rs, setup_context=_setup_gemm_rs)
+
+
+# ---- the public surface ----------------------------------------------------------------------------
+
+
+def _check_attributes(impl, timeout) -> Optional[float]:
+    """The plain attributes, checked before the dispatcher sees them (its type errors are less clear)."""
+    check_impl(impl)
+    check_timeout(timeout)
+    return None if timeout is None else float(timeout)
+
+
+def ag_gemm(a: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, group: dist.ProcessGroup | None = None,
+            impl: str = "auto", return_gathered: bool = False, timeout: float | None = None,
+            activation: str | None = None, row_scale: Tensor | None = None, scale: float | None = None):
+    """:func:`fluxlite.ag_gemm` as a differentiable, traceable custom op (no ``out=``: outputs are fresh).
+
+    ``a: [m, K]``, ``weight: [N_local, K]``, ``bias: [N_local]`` -> ``out: [W*m, N_local]``, or
+    ``(out, gathered [W*m, K])`` with ``return_gathered`` (the gathered input is not differentiable;
+    the backward then reuses it for the weight grad instead of gathering ``a`` again).
+    """
+    timeout = _check_attributes(impl, timeout)
+    if torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (a, weight, bias)):
+        _check_differentiable("ag_gemm", activation, row_scale)  # before any communication
+    op = torch.ops.fluxlite.ag_gemm_gathered if return_gathered else torch.ops.fluxlite.ag_gemm
+    return op(a, weight, bias, group_name_of(group), impl, timeout, activation, row_scale, scale)
+
+
+def gemm_rs(a: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, group: dist.ProcessGroup | None = None,
+            impl: str = "auto", timeout: float | None = None, scale: float | None = None) -> Tensor:
+    """:func:`fluxlite.gemm_rs` as a differentiable, traceable custom op (no ``out=``: the output is fresh).
+
+    ``a: [M, K_local]``, ``weight: [N, K_local]``, ``bias: [N]`` -> ``[M/W, N]``.
+    """
+    timeout = _check_attributes(impl, timeout)
+    return torch.ops.fluxlite.gemm_rs(a, weight, bias, group_name_of(group), impl, timeout, scale)
