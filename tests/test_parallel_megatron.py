@@ -7,9 +7,10 @@ Megatron (same seed), that Megatron's state_dict loads strictly, that the distri
 metadata (``sharded_state_dict``) is Megatron's, and that loss and every gradient agree, with
 sequence parallelism on and off.
 
-On CPU (CI) Megatron's own code needs two stand-ins, in the spawned ranks only:
-``torch.cuda.current_device`` returns the CPU (Megatron allocates its gather buffers and attention
-scratch there), and the CUDA RNG tracker's ``fork`` is a no-op (dropout is 0). Everything else is
+On CPU (CI) Megatron's own code needs three stand-ins, in the spawned ranks only:
+``torch.cuda.current_device`` returns the CPU (Megatron allocates its gather buffers, attention
+scratch and DDP grad buffers there), ``torch.cuda.current_stream`` is the CPU's (a no-op stream),
+and the CUDA RNG tracker's ``fork`` is a no-op (dropout is 0). Everything else is
 Megatron's code: its embedding, attention, SP mappings, its own SP linear layers for the reference
 model, the output layer and the vocab-parallel cross-entropy. On GPU (``-m gpu``) nothing is
 stubbed. Both models use a LayerNorm that supports sequence parallelism (the spec's torch norm
@@ -39,7 +40,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).norm().item() / max(b.norm().item(), 1e-30)
 
 
-def _build(W, *, fluxlite: bool, sp: bool, glu: bool, dtype, overlap: str, device):
+def _submodules(spec):
+    """A spec's submodules: a ``ModuleSpec``'s (0.16), or a ``functools.partial(MLP, submodules=...)``'s
+    (the MLP spec from 0.19 on)."""
+    return spec.submodules if hasattr(spec, "submodules") else spec.keywords["submodules"]
+
+
+TINY = dict(layers=2, hidden=64, heads=4, ffn=128, vocab=128, seq=32, batch=2)  # a GPTModel and its batch
+
+
+def _build(W, *, fluxlite: bool, sp: bool, glu: bool, dtype, overlap: str, device, size=TINY):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -57,7 +67,8 @@ def _build(W, *, fluxlite: bool, sp: bool, glu: bool, dtype, overlap: str, devic
                 p.sequence_parallel = config.sequence_parallel
 
     cfg = TransformerConfig(
-        num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
+        num_layers=size["layers"], hidden_size=size["hidden"], num_attention_heads=size["heads"],
+        ffn_hidden_size=size["ffn"],
         tensor_model_parallel_size=W, sequence_parallel=sp, use_cpu_initialization=True,
         params_dtype=dtype, bf16=dtype == torch.bfloat16, hidden_dropout=0.0, attention_dropout=0.0,
         add_bias_linear=not glu, gated_linear_unit=glu,
@@ -71,11 +82,12 @@ def _build(W, *, fluxlite: bool, sp: bool, glu: bool, dtype, overlap: str, devic
         row = ModuleSpec(module=FP.RowParallelLinear, params={"overlap": overlap})
         sm.self_attention.submodules.linear_qkv = col
         sm.self_attention.submodules.linear_proj = row
-        sm.mlp.submodules.linear_fc1 = col
-        sm.mlp.submodules.linear_fc2 = row
+        mlp = _submodules(sm.mlp)
+        mlp.linear_fc1 = col
+        mlp.linear_fc2 = row
     block = TransformerBlockSubmodules(layer_specs=[spec] * cfg.num_layers, layer_norm=SPLayerNorm)
     torch.manual_seed(1234)
-    model = GPTModel(config=cfg, transformer_layer_spec=block, vocab_size=128, max_sequence_length=32)
+    model = GPTModel(config=cfg, transformer_layer_spec=block, vocab_size=size["vocab"], max_sequence_length=size["seq"])
     return model.to(device=device, dtype=dtype)  # as Megatron's Float16Module does for bf16
 
 
@@ -101,15 +113,10 @@ def _case(rank, W, sp, glu, dtype, overlap, device, tol):
         for attr in ("tensor_model_parallel", "partition_dim", "partition_stride", "sequence_parallel"):
             assert getattr(p, attr, None) == getattr(q, attr, None), f"{name}.{attr} ({what})"
 
-    g = torch.Generator().manual_seed(99)
-    b, s = 2, 32
-    tokens = torch.randint(128, (b, s), generator=g).to(device)
-    labels = torch.randint(128, (b, s), generator=g).to(device)
-    pos = torch.arange(s, device=device).unsqueeze(0).expand(b, s)
-    mask = torch.ones(1, 1, s, s, dtype=torch.bool, device=device).tril().logical_not()
+    batch = make_batch(99, device)
     losses = []
     for model in (ref, flx):
-        loss = model(tokens, pos, mask, labels=labels).float().mean()
+        loss = model(**batch).float().mean()
         loss.backward()
         FP.allreduce_sequence_parallel_grads(model)  # what Megatron's finalize_model_grads does under SP
         losses.append(loss.detach())
@@ -122,6 +129,17 @@ def _case(rank, W, sp, glu, dtype, overlap, device, tol):
         assert err <= tol, f"grad of {name}: relative error {err:.2e} > {tol:.0e} vs Megatron ({what})"
 
 
+def make_batch(seed: int, device, size=TINY) -> dict:
+    """GPTModel's forward arguments: random tokens and labels ``[b, s]``, positions, a causal mask."""
+    g = torch.Generator().manual_seed(seed)
+    b, s, vocab = size["batch"], size["seq"], size["vocab"]
+    tokens = torch.randint(vocab, (b, s), generator=g).to(device)
+    labels = torch.randint(vocab, (b, s), generator=g).to(device)
+    pos = torch.arange(s, device=device).unsqueeze(0).expand(b, s)
+    mask = torch.ones(1, 1, s, s, dtype=torch.bool, device=device).tril().logical_not()
+    return dict(input_ids=tokens, position_ids=pos, attention_mask=mask, labels=labels)
+
+
 def _check_sharded_state_dict(ref, flx, what):
     """Megatron's distributed checkpoint metadata (keys, global shapes, offsets, replicas) is the same."""
     fields = ("key", "global_shape", "global_offset", "axis_fragmentations", "replica_id", "prepend_axis_num")
@@ -132,10 +150,14 @@ def _check_sharded_state_dict(ref, flx, what):
         assert type(a[k]) is type(b[k]) and meta[0] == meta[1], f"sharded {k}: {meta[1]} vs Megatron's {meta[0]} ({what})"
 
 
-def _worker(rank, W, on_gpu, cases):
+@contextlib.contextmanager
+def megatron_parallel_state(W: int, on_gpu: bool):
+    """Megatron's parallel state with TP = ``W`` on this rank (on CPU with the stand-ins of the
+    module docstring); yields the device to build on."""
     warnings.filterwarnings("ignore")  # Megatron warns at import about apex / TE
     if not on_gpu:
         torch.cuda.current_device = lambda: torch.device("cpu")
+        torch.cuda.current_stream = torch.cpu.current_stream  # Megatron 0.19's DDP grad sync asks for it
     from megatron.core import parallel_state, tensor_parallel
 
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=W)
@@ -143,12 +165,16 @@ def _worker(rank, W, on_gpu, cases):
         tensor_parallel.model_parallel_cuda_manual_seed(1234)
     else:
         tensor_parallel.random.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     try:
-        for sp, glu, dtype, overlap, tol in cases:
-            _case(rank, W, sp, glu, dtype, overlap, device, tol)
+        yield torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     finally:
         parallel_state.destroy_model_parallel()
+
+
+def _worker(rank, W, on_gpu, cases):
+    with megatron_parallel_state(W, on_gpu) as device:
+        for sp, glu, dtype, overlap, tol in cases:
+            _case(rank, W, sp, glu, dtype, overlap, device, tol)
 
 
 CPU_CASES = [  # (sequence_parallel, gated linear unit, dtype, overlap, tolerance)
