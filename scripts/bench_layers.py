@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """One training step (forward + backward) of a Llama-style transformer block built from fluxlite's
-tensor-parallel layers with sequence parallelism, for each ``overlap`` mode.
+tensor-parallel layers with sequence parallelism, for each ``overlap`` mode and each design of the
+Column layer's backward.
 
     PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out bench_layers.json
 
@@ -10,13 +11,26 @@ The block (defaults: Llama-3-70B's widths): RMSNorm -> QKV ColumnParallelLinear 
 RowParallelLinear -> residual. Activations between the TP regions are [s/tp, b, h] (sequence
 parallel), so the four layers run fluxlite's AG-GEMM / GEMM-RS in the forward and in the backward.
 
-The same block (same weights, same inputs) is timed under each mode: the mode only switches the
-layers' ``overlap``. A step is: forward, backward from a fixed upstream gradient, and the TP
-all-reduce of the sequence-parallel grads (RMSNorm weights); no optimizer step (identical in every
-mode). Timing: CUDA events around each step after ``--warmup`` steps per mode, the modes interleaved
-step by step; the median over ``--iters`` steps on each rank, then the max over ranks. Before timing,
-the first step's output and grads under each mode are compared with the first mode's (the relative
-error is reported; above ``--max-rel-err`` the script exits 1).
+Variants: every ``--modes`` overlap mode under every ``--column-input`` design: ``regather`` (the
+Column layers keep only their input rows and gather them again in the backward, overlapped with the
+dgrad; the default) and ``keep`` (``keep_gathered_input=True``: they keep the gathered input from the
+forward). Issue 15 keeps the faster design, or the leaner one if both are equally fast, and deletes
+the other: this run decides. A variant is named after its mode, with ``+keep`` for the second design.
+
+The same block (same weights, same inputs) is timed under each variant. A step is: forward, backward
+from a fixed upstream gradient, and the TP all-reduce of the sequence-parallel grads (RMSNorm
+weights); no optimizer step (identical in every variant). Timings, the variants interleaved so that
+clock and thermal drift hit them alike, each a median over steps (or rounds) on each rank, then the
+max over ranks:
+
+* latency: one step with the ranks aligned and synchronised around it (CUDA events);
+* throughput: ``--throughput-steps`` steps queued back to back behind a ``torch.cuda._sleep`` (the
+  host runs ahead), CUDA events around them, per step; ``--rounds`` rounds.
+
+Memory (CUDA): the peak allocated over the warm-up steps of each variant, and the activations a
+forward keeps for its backward (allocated after the forward minus before it). Before timing, the
+first step's output and grads under each variant are compared with the first variant's (the
+relative error is reported; above ``--max-rel-err`` the script exits 1).
 """
 
 from __future__ import annotations
@@ -26,6 +40,8 @@ import json
 import os
 import statistics
 import sys
+import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -54,8 +70,12 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: a smoke run of this script on gloo ranks (wall-clock timing; not a benchmark)")
     p.add_argument("--modes", default="sequential,fused", help="comma-separated overlap modes; the first is the baseline")
+    p.add_argument("--column-input", default="regather,keep",
+                   help="comma-separated Column backward designs (regather, keep); the first is the one in `results`")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=20, help="latency: steps per variant")
+    p.add_argument("--rounds", type=int, default=5, help="throughput: rounds per variant")
+    p.add_argument("--throughput-steps", type=int, default=4, help="throughput: steps queued back to back per round")
     p.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
     p.add_argument("--require-speedup", action="store_true", help="exit 1 unless every later mode beats the first")
     p.add_argument("--max-rel-err", type=float, default=5e-2,
@@ -85,9 +105,11 @@ class LlamaBlock(nn.Module):
     def linears(self):
         return (self.qkv, self.proj, self.fc1, self.fc2)
 
-    def set_overlap(self, mode: str):
+    def configure(self, variant: "Variant"):
         for layer in self.linears():
-            layer.overlap = mode
+            layer.overlap = variant.mode
+        for layer in (self.qkv, self.fc1):
+            layer.keep_gathered_input = variant.keep_gathered_input
 
     def forward(self, x):  # x: [s/tp, b, h]
         qkv, _ = self.qkv(self.norm1(x))  # [s, b, (hq + 2 hkv) d] on this rank
@@ -140,17 +162,77 @@ def _peak_gib(device) -> float:
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
 
 
+@dataclass(frozen=True)
+class Variant:
+    """An overlap mode under one design of the Column layers' backward."""
+
+    mode: str
+    design: str  # "regather" or "keep"
+
+    @property
+    def keep_gathered_input(self) -> bool:
+        return self.design == "keep"
+
+    @property
+    def name(self) -> str:
+        return self.mode + ("+keep" if self.keep_gathered_input else "")
+
+
+def time_throughput(timer: Timer, fn, steps: int) -> float:
+    """Milliseconds per call of ``fn`` over ``steps`` calls queued back to back: on CUDA behind a
+    ~50 ms sleep, so that the host runs ahead of the GPU and only the GPU's time counts."""
+    timer.align()
+    if not timer.cuda:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / steps
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(100_000_000)
+    start.record()
+    for _ in range(steps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def kept_activations_gib(block, x, grad, device) -> float:
+    """GiB a forward keeps for its backward (allocated after it minus before it); NaN on CPU."""
+    if device.type != "cuda":
+        return float("nan")
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    out = block(x)
+    torch.cuda.synchronize(device)
+    kept = torch.cuda.memory_allocated(device) - before
+    out.backward(grad)
+    return kept / 2**30
+
+
+def all_ranks(value: float, device, world_size: int) -> list[float]:
+    """``value`` from every rank, in rank order."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    gathered = [torch.zeros_like(t) for _ in range(world_size)]
+    dist.all_gather(gathered, t)
+    return [v.item() for v in gathered]
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_layers.py needs CUDA GPUs (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
+    designs = a.column_input.split(",")
+    if not designs or set(designs) - {"regather", "keep"}:
+        raise SystemExit(f"--column-input takes regather and/or keep, got {a.column_input!r}")
     tp = fluxlite.init("nccl" if a.device == "cuda" else "gloo")
     W, rank = tp.world_size, tp.rank
     device = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     timer = Timer(device)  # CUDA events (wall clock on CPU), ranks aligned before each step
     modes = a.modes.split(",")
+    variants = [Variant(mode, design) for design in designs for mode in modes]
     for what, n in (("heads", a.heads), ("kv-heads", a.kv_heads), ("ffn", a.ffn), ("seq", a.seq)):
         if n % W:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
@@ -160,64 +242,92 @@ def main(argv=None) -> int:
     g = torch.Generator(device=device).manual_seed(1 + rank)
     x = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
     grad = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g)
+    run = lambda: step(block, x, grad)  # noqa: E731
 
-    # correctness across modes on the first step
+    # correctness across variants on the first step
     errors, first = {}, None
-    for mode in modes:
-        block.set_overlap(mode)
-        out = step(block, x, grad)
+    for v in variants:
+        block.configure(v)
+        out = run()
         _sync(device)
         snap = [out.detach().clone(), x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
         if first is None:
             first = snap
         else:
-            errors[mode] = max(rel_err(s, f) for s, f in zip(snap, first))
+            errors[v.name] = max(rel_err(s, f) for s, f in zip(snap, first))
     del first
 
-    # warm-up, then the modes interleaved step by step (clock and thermal drift hit every mode alike)
-    peak = {}
-    for mode in modes:
-        block.set_overlap(mode)
+    # warm-up with the peak memory of each variant, then the timings, variants interleaved
+    peak, kept = {}, {}
+    for v in variants:
+        block.configure(v)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(a.warmup):
-            step(block, x, grad)
+            run()
         _sync(device)
-        peak[mode] = _peak_gib(device)
-    times = {mode: [] for mode in modes}
+        peak[v.name] = _peak_gib(device)
+        for p in block.parameters():
+            p.grad = None
+        kept[v.name] = kept_activations_gib(block, x, grad, device)
+    latency = {v.name: [] for v in variants}
+    throughput = {v.name: [] for v in variants}
     for _ in range(a.iters):
-        for mode in modes:
-            block.set_overlap(mode)
-            times[mode].append(timer.time_once(lambda: step(block, x, grad)))
+        for v in variants:
+            block.configure(v)
+            latency[v.name].append(timer.time_once(run))
+    for _ in range(a.rounds):
+        for v in variants:
+            block.configure(v)
+            throughput[v.name].append(time_throughput(timer, run, a.throughput_steps))
     _sync(device)
-    results = {}
-    for mode in modes:
-        med = torch.tensor([statistics.median(times[mode])], device=device, dtype=torch.float64)
-        all_med = [torch.zeros_like(med) for _ in range(W)]
-        dist.all_gather(all_med, med)
-        per_rank = [t.item() for t in all_med]
-        results[mode] = dict(
-            median_ms=max(per_rank), median_ms_per_rank=per_rank, min_ms=min(times[mode]), max_ms=max(times[mode]),
-            linear_tflops=linear_flops(a, W) / (max(per_rank) * 1e-3) / 1e12, peak_mem_gib=peak[mode],
-            max_rel_err_vs_first=errors.get(mode, 0.0),
+    stats = {}
+    for v in variants:
+        per_rank = all_ranks(statistics.median(latency[v.name]), device, W)
+        tput = max(all_ranks(statistics.median(throughput[v.name]), device, W))
+        stats[v.name] = dict(
+            mode=v.mode, column_input=v.design,
+            median_ms=max(per_rank), median_ms_per_rank=per_rank, min_ms=min(latency[v.name]),
+            max_ms=max(latency[v.name]), throughput_ms=tput,
+            linear_tflops=linear_flops(a, W) / (max(per_rank) * 1e-3) / 1e12, peak_mem_gib=peak[v.name],
+            activations_gib=kept[v.name], max_rel_err_vs_first=errors.get(v.name, 0.0),
         )
+    by_design = {d: {v.mode: stats[v.name] for v in variants if v.design == d} for d in designs}
+    results = by_design[designs[0]]
     base = modes[0]
     speedups = {m: results[base]["median_ms"] / results[m]["median_ms"] for m in modes[1:]}
+    throughput_speedups = {m: results[base]["throughput_ms"] / results[m]["throughput_ms"] for m in modes[1:]}
+    design_choice = {}
+    if len(designs) > 1:  # the decision issue 15 asks for: keep over regather, per mode
+        for m in modes:
+            r, k = by_design["regather"][m], by_design["keep"][m]
+            design_choice[m] = dict(
+                latency_keep_over_regather=k["median_ms"] / r["median_ms"],
+                throughput_keep_over_regather=k["throughput_ms"] / r["throughput_ms"],
+                peak_gib=dict(regather=r["peak_mem_gib"], keep=k["peak_mem_gib"]),
+                activations_gib=dict(regather=r["activations_gib"], keep=k["activations_gib"]),
+            )
     ok = all(s > 1.0 for s in speedups.values())
     accurate = all(e <= a.max_rel_err for e in errors.values())
     if rank == 0:
         print(f"Llama block step (fwd+bwd), hidden {a.hidden}, ffn {a.ffn}, heads {a.heads}/{a.kv_heads}, "
               f"seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} with sequence parallelism, "
-              f"{_device_name(device)}; median of {a.iters} after {a.warmup} warm-up, max over ranks")
-        print(f"{'overlap':>12} {'step ms':>9} {'linear TFLOP/s':>15} {'peak GiB':>9} {'max rel err':>12}")
-        for mode in modes:
-            r = results[mode]
-            print(f"{mode:>12} {r['median_ms']:9.2f} {r['linear_tflops']:15.0f} {r['peak_mem_gib']:9.1f} "
-                  f"{r['max_rel_err_vs_first']:12.2e}")
+              f"{_device_name(device)}; latency: median of {a.iters} after {a.warmup} warm-up; throughput: "
+              f"median of {a.rounds} rounds of {a.throughput_steps} steps; max over ranks")
+        print(f"{'variant':>16} {'latency ms':>11} {'thruput ms':>11} {'linear TFLOP/s':>15} {'peak GiB':>9} "
+              f"{'activ GiB':>10} {'max rel err':>12}")
+        for v in variants:
+            r = stats[v.name]
+            print(f"{v.name:>16} {r['median_ms']:11.2f} {r['throughput_ms']:11.2f} {r['linear_tflops']:15.0f} "
+                  f"{r['peak_mem_gib']:9.2f} {r['activations_gib']:10.2f} {r['max_rel_err_vs_first']:12.2e}")
         for m, s in speedups.items():
-            print(f"speedup {m} over {base}: {s:.3f}x")
+            print(f"speedup {m} over {base}: {s:.3f}x (latency), {throughput_speedups[m]:.3f}x (throughput)")
+        for m, c in design_choice.items():
+            print(f"{m}: keep/regather time {c['latency_keep_over_regather']:.3f} (latency), "
+                  f"{c['throughput_keep_over_regather']:.3f} (throughput); peak GiB regather "
+                  f"{c['peak_gib']['regather']:.2f}, keep {c['peak_gib']['keep']:.2f}")
         if not accurate:
-            print(f"FAIL: a mode's first step differs from {base}'s by more than {a.max_rel_err:.0e}: {errors}")
+            print(f"FAIL: a variant's first step differs from {variants[0].name}'s by more than {a.max_rel_err:.0e}: {errors}")
         if a.out:
             import triton
 
@@ -225,8 +335,9 @@ def main(argv=None) -> int:
                         nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
                         env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "CUDA_MODULE_LOADING") if k in os.environ})
             with open(a.out, "w") as f:
-                json.dump(dict(config=vars(a), meta=meta, results=results, speedup=speedups, baseline=base,
-                               accurate=accurate), f, indent=2)
+                json.dump(dict(config=vars(a), meta=meta, results=results, results_by_column_input=by_design,
+                               speedup=speedups, throughput_speedup=throughput_speedups, baseline=base,
+                               column_input_choice=design_choice, accurate=accurate), f, indent=2)
     fluxlite.release_workspaces()
     dist.destroy_process_group()
     return 1 if (not accurate or (a.require_speedup and not ok)) else 0
