@@ -79,12 +79,9 @@ def _check_fusion_used(ddp, fusion: bool, what):
             assert module.weight.grad_added_to_main_grad is fusion, f"{name}: grad_added_to_main_grad ({what})"
 
 
-def _cpu_case(rank, W, sp, glu, dtype, overlap, fusion, tol, device):
-    what = dict(sp=sp, glu=glu, dtype=dtype, overlap=overlap, fusion=fusion)
-    ref, flx = _models(W, sp, glu, dtype, overlap, fusion, device, TINY)
-    batches = [make_batch(100 + i, device) for i in range(MICRO_BATCHES)]
-    losses = [_step(ddp, batches) for ddp in (ref, flx)]
-    assert _rel(losses[1], losses[0]) <= tol, f"loss {losses[1].item()} vs Megatron's {losses[0].item()} ({what})"
+def _check_main_grads(ref, flx, fusion: bool, tol: float, what):
+    """After a step: fluxlite's weights went through the fusion (or not) and every fp32 ``main_grad``
+    (reduced by Megatron's DDP and ``finalize_model_grads``) matches Megatron's."""
     _check_fusion_used(flx, fusion, what)
     ref_params = dict(ref.module.named_parameters())
     for name, p in flx.module.named_parameters():
@@ -93,6 +90,15 @@ def _cpu_case(rank, W, sp, glu, dtype, overlap, fusion, tol, device):
         assert p.main_grad.abs().sum() > 0, f"{name}: main_grad is all zeros ({what})"
         err = _rel(p.main_grad, q.main_grad)
         assert err <= tol, f"main_grad of {name}: relative error {err:.2e} > {tol:.0e} vs Megatron ({what})"
+
+
+def _cpu_case(rank, W, sp, glu, dtype, overlap, fusion, tol, device):
+    what = dict(sp=sp, glu=glu, dtype=dtype, overlap=overlap, fusion=fusion)
+    ref, flx = _models(W, sp, glu, dtype, overlap, fusion, device, TINY)
+    batches = [make_batch(100 + i, device) for i in range(MICRO_BATCHES)]
+    losses = [_step(ddp, batches) for ddp in (ref, flx)]
+    assert _rel(losses[1], losses[0]) <= tol, f"loss {losses[1].item()} vs Megatron's {losses[0].item()} ({what})"
+    _check_main_grads(ref, flx, fusion, tol, what)
 
 
 def _cpu_worker(rank, W, cases):
@@ -149,11 +155,13 @@ def _gpu_case(rank, W, sp, glu, dtype, overlap, fusion, tol, device):
         for ddp, opt, curve in zip(models, optimizers, curves):
             opt.zero_grad()
             curve.append(_step(ddp, batches).item())
+        if step == 0:  # the same weights so far: the grads must agree
+            _check_main_grads(*models, fusion, tol, what)
+        for opt in optimizers:
             ok, _, _ = opt.step()
             assert ok, f"optimizer step {step} failed ({what})"
     torch.cuda.synchronize()
     fluxlite.synchronize()
-    _check_fusion_used(models[1], fusion, what)
     kept, peak = zip(*(_memory_of_step(ddp, batches) for ddp in models))
     if rank == 0:
         print(f"\n{what}\n  loss Megatron: {[f'{x:.5f}' for x in curves[0]]}\n  loss fluxlite: {[f'{x:.5f}' for x in curves[1]]}"

@@ -45,8 +45,10 @@ from .utils import (
     warn_once,
 )
 
-# Newer Megatron keywords that have no meaning here: accepted, ignored with a one-time warning when set.
-_CONSUMED_KWARGS = ("pg_collection",)
+# Megatron keywords that have no meaning here are accepted and ignored, with a one-time warning when
+# set, except these: the TP group comes from pg_collection, and `name` (0.18+, passed by Megatron's own
+# modules) is ignored by Megatron's layers too.
+_CONSUMED_KWARGS = ("pg_collection", "name")
 
 
 def _check_overlap(overlap: str) -> str:
