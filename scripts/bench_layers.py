@@ -201,11 +201,14 @@ def kept_activations_gib(block, x, grad, device) -> float:
     """GiB a forward keeps for its backward (allocated after it minus before it); NaN on CPU."""
     if device.type != "cuda":
         return float("nan")
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
+    def allocated() -> int:  # once idle, with the blocks the producer streams used released (empty_cache)
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        return torch.cuda.memory_allocated(device)
+
+    before = allocated()
     out = block(x)
-    torch.cuda.synchronize(device)
-    kept = torch.cuda.memory_allocated(device) - before
+    kept = allocated() - before
     out.backward(grad)
     return kept / 2**30
 

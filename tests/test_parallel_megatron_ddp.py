@@ -10,7 +10,7 @@ with Megatron's own layers, from the same weights.
 * GPU (``-m gpu``, 2 GPUs): ten steps with Megatron's optimizer; the two loss curves must agree
   (fp32 and bf16, ``overlap="fused"`` and ``"auto"``), and the activation memory each model keeps
   after its forward, and its peak over forward + backward, are printed side by side; fluxlite's
-  kept activations must be no more than Megatron's (with a small allowance).
+  kept activations must be no more than Megatron's (1 MiB of allowance).
 
 Megatron's own ColumnParallelLinear (the GPT output layer, in both models) refuses
 ``config.gradient_accumulation_fusion`` without apex, so the fusion is switched on in fluxlite's
@@ -125,15 +125,21 @@ STEPS = 10
 MIB = 2**20
 
 
+def _allocated() -> int:
+    """Bytes allocated once the GPU is idle and blocks freed while a side stream still used them
+    (the fused ops' producer streams) are released: ``empty_cache`` processes their events."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated()
+
+
 def _memory_of_step(ddp, batches):
     """(bytes the last micro-batch's forward keeps for its backward, peak bytes over its forward and
     backward), above what was allocated before it."""
-    torch.cuda.synchronize()
+    base = _allocated()
     torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
     out = ddp(**batches[-1]).float().mean()
-    torch.cuda.synchronize()
-    kept = torch.cuda.memory_allocated() - base
+    kept = _allocated() - base
     out.backward()
     torch.cuda.synchronize()
     return kept, torch.cuda.max_memory_allocated() - base
@@ -169,7 +175,8 @@ def _gpu_case(rank, W, sp, glu, dtype, overlap, fusion, tol, device):
               f"\n  peak over forward + backward:   Megatron {peak[0] / MIB:.1f} MiB, fluxlite {peak[1] / MIB:.1f} MiB")
     for step, (a, b) in enumerate(zip(*curves)):
         assert abs(b - a) <= tol * abs(a), f"step {step}: loss {b} vs Megatron's {a} ({what})"
-    assert kept[1] <= 1.02 * kept[0] + 4 * MIB, f"fluxlite keeps {kept[1]} B of activations, Megatron {kept[0]} B ({what})"
+    # the same tensors are kept for the backward (the Column layers keep their input rows, as Megatron's)
+    assert kept[1] <= kept[0] + MIB, f"fluxlite keeps {kept[1]} B of activations, Megatron {kept[0]} B ({what})"
 
 
 def _gpu_worker(rank, W, cases):
