@@ -27,7 +27,8 @@ class ModelParallelConfig:
         use_cpu_initialization: build the parameters (and the full master weight) on the CPU. If
             False, they are built on the current CUDA device when the TP group serves CUDA.
         tensor_model_parallel_size: informational; the layers use the TP group's size.
-        gradient_accumulation_fusion: accepted for compatibility; fluxlite always returns ``.grad``.
+        gradient_accumulation_fusion: accumulate weight grads in fp32 into ``weight.main_grad`` (set up
+            by Megatron's ``DistributedDataParallel``) instead of returning them, as Megatron does.
     """
 
     sequence_parallel: bool = False
