@@ -6,7 +6,7 @@ import torch
 
 from .group import TPGroup
 
-IMPLS = ("sequential", "fused", "auto")
+IMPLS = ("sequential", "decomposed", "fused", "auto")
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 

@@ -7,32 +7,32 @@ them in both directions.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
 
-from . import _sequential, epilogue, fused
+from . import _decomposed, _sequential, dispatch, epilogue, fused
 from ._validate import check_impl, check_operands, check_out, check_rows_divisible, check_timeout
+from .dispatch import Choice
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
 from .workspace import get_workspace, workspaces_of
 
-# "auto" takes the fused path only from the smallest GEMM measured to win on 2xH200 (AG
-# 8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential; BENCHMARKS.md). Below it
-# the fused call's fixed host cost (building and queueing its producer steps, ~0.3 ms) is not known
-# to be hidden. A measured dispatch table is to replace this rule.
-_AUTO_MIN_FLOPS = 5e11
 _GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
+_IMPL_MODULES = {"sequential": _sequential, "decomposed": _decomposed}
 
 
 def _choose(impl: str, tp: TPGroup, a: torch.Tensor, flops: float) -> str:
-    if impl != "auto":
-        return impl
-    if tp.world_size == 1 or a.device.type != "cuda":
-        # On CPU ranks the fused protocol exists to exercise the protocol; gloo + one matmul is faster.
-        return "sequential"
-    if a.dtype in _GPU_FUSED_DTYPES and flops >= _AUTO_MIN_FLOPS:
-        return "fused"
-    return "sequential"
+    """The implementation ``impl`` names, with ``"auto"`` answered by the documented rule
+    (:func:`fluxlite.dispatch.rule`), without measuring: the layers ask this before they pick a data
+    path. The ops themselves ask :func:`fluxlite.dispatch.choose`, which measures."""
+    return impl if impl != "auto" else dispatch.rule(tp.world_size, flops, a.device, a.dtype).impl
+
+
+def _impl_of(choice: Choice, tp: TPGroup, a: torch.Tensor) -> str:
+    """A world of one, or no rows, needs no communication: every impl computes locally."""
+    return "sequential" if tp.world_size == 1 or a.shape[0] == 0 else choice.impl
 
 
 def _check_fused_dtype(op: str, a: torch.Tensor) -> None:
@@ -66,7 +66,9 @@ def ag_gemm(
             (gate rows, then up rows) for ``activation="swiglu"``.
         bias: ``[weight.shape[0]]`` or ``None``.
         group: the TP group (default: the default process group).
-        impl: ``"sequential"`` (collective, then matmul), ``"fused"`` (tile protocol) or ``"auto"``.
+        impl: ``"sequential"`` (collective, then matmul), ``"decomposed"`` (per-peer chunks of the
+            collective overlapped with chunked matmuls), ``"fused"`` (tile protocol) or ``"auto"``
+            (measured per shape: :mod:`fluxlite.dispatch`).
         return_gathered: also return the gathered input ``[W*m, K]`` (rank-major rows).
         timeout: seconds any flag wait may take (default: ``FLUXLITE_TIMEOUT_S`` or 120).
         out: optional ``[W*m, N_local]`` tensor to write the result into.
@@ -87,18 +89,15 @@ def ag_gemm(
         weight = weight.contiguous()  # the kernels read gate and up rows of a row-major weight
     W = tp.world_size
     check_out("ag_gemm", out, (W * a.shape[0], ep.out_features(weight.shape[0])), a)
-    chosen = _choose(impl, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0])  # per-rank GEMM FLOPs
     timeout_s = resolve_timeout(timeout)
-    if chosen == "fused":
+    run = functools.partial(_ag_run, tp, a, weight, bias, ep=ep, keep_gathered=return_gathered,
+                            row_scale=None if row_scale is None else row_scale.contiguous(), timeout_s=timeout_s)
+    choice = dispatch.choose(impl, dispatch.Key.of("ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight,
+                                                   W * a.shape[0]),
+                             tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)  # per-rank FLOPs
+    if choice.impl == "fused":
         _check_fused_dtype("ag_gemm", a)
-    with torch.no_grad():
-        if chosen == "sequential" or W == 1 or a.shape[0] == 0:
-            out, gathered = _sequential.ag_gemm(tp, a, weight, bias, out, ep, row_scale)
-        else:
-            ws = get_workspace(tp.group, a.device, timeout=timeout_s)
-            out, gathered = fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out,
-                                           keep_gathered=return_gathered, ep=ep,
-                                           row_scale=None if row_scale is None else row_scale.contiguous())
+    out, gathered = run(choice, out=out)
     return (out, gathered) if return_gathered else out
 
 
@@ -136,15 +135,35 @@ def gemm_rs(
     W = tp.world_size
     check_rows_divisible("gemm_rs", a.shape[0], W)
     check_out("gemm_rs", out, (a.shape[0] // W, weight.shape[0]), a)
-    chosen = _choose(impl, tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0])
     timeout_s = resolve_timeout(timeout)
-    if chosen == "fused":
+    run = functools.partial(_rs_run, tp, a, weight, bias, ep=ep, timeout_s=timeout_s)
+    choice = dispatch.choose(impl, dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0]), tp, a,
+                             2.0 * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)
+    if choice.impl == "fused":
         _check_fused_dtype("gemm_rs", a)
+    return run(choice, out=out)
+
+
+def _ag_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, keep_gathered: bool, row_scale,
+            timeout_s: float):
+    """AG-GEMM by ``choice`` on checked operands -> ``(out, gathered or None)``."""
+    impl = _impl_of(choice, tp, a)
     with torch.no_grad():
-        if chosen == "sequential" or W == 1 or a.shape[0] == 0:
-            return _sequential.gemm_rs(tp, a, weight, bias, out, ep)
-        ws = get_workspace(tp.group, a.device, timeout=timeout_s)
-        return fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep)
+        if impl == "fused":
+            ws = get_workspace(tp.group, a.device, timeout=timeout_s)
+            return fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out, keep_gathered=keep_gathered,
+                                 ep=ep, row_scale=row_scale, config=choice.config)
+        return _IMPL_MODULES[impl].ag_gemm(tp, a, weight, bias, out, ep, row_scale)
+
+
+def _rs_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, timeout_s: float) -> torch.Tensor:
+    """GEMM-RS by ``choice`` on checked operands -> ``[M/W, N]``."""
+    impl = _impl_of(choice, tp, a)
+    with torch.no_grad():
+        if impl == "fused":
+            ws = get_workspace(tp.group, a.device, timeout=timeout_s)
+            return fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep, config=choice.config)
+        return _IMPL_MODULES[impl].gemm_rs(tp, a, weight, bias, out, ep)
 
 
 def synchronize(group: dist.ProcessGroup | None = None) -> None:

@@ -1,0 +1,175 @@
+"""One way to time collective calls: the same rounds, modes and reductions for the profiler, the
+measured dispatch (:mod:`fluxlite.dispatch`) and ``scripts/bench_ops.py``.
+
+Modes (DESIGN.md, "Performance method"); each figure is the median over rounds, then the max over
+ranks, in milliseconds:
+
+- ``throughput``: ``n`` calls back to back, the host queued ahead of the device (on CUDA behind a
+  ``torch.cuda._sleep``), CUDA events around the batch, divided by ``n``. On CPU: wall clock.
+- ``latency``: the ranks aligned (a device sync and a barrier), one call, a sync: wall clock.
+  ``latency_event``: the same call by CUDA events (equal to ``latency`` on CPU).
+- ``host``: the host time of one call, issued while the device sleeps, with no sync.
+- ``enqueue``: the host time to issue a throughput batch; more than the sleep means the device
+  waited on the host during that batch (CUDA).
+
+Every round times every callable once in every mode, in an order that rotates from round to round,
+so that clock and power drift hit them alike; inputs rotate over the sets given (so L2 does not
+flatter a callable that re-reads the same operands). All ranks run the same number of calls of the
+same callables in the same order: the batch size is agreed (max over ranks) before timing.
+Collectives here (the barrier and the max over ranks) are the group's own, bounded by the process
+group's timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..group import TPGroup
+
+MODES = ("throughput", "latency", "latency_event", "host", "enqueue")
+
+
+class Timer:
+    """Times callables on ``device`` for every rank of ``tp`` (see the module docstring)."""
+
+    def __init__(self, tp: TPGroup, device: torch.device) -> None:
+        self.tp, self.device = tp, torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.cycles_per_ms = 0.0
+        if self.cuda:
+            self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.align()
+            torch.cuda._sleep(100_000_000)  # ~50 ms: the clocks up, then calibrate the sleep
+            self.start.record()
+            torch.cuda._sleep(20_000_000)
+            self.end.record()
+            torch.cuda.synchronize(self.device)
+            self.cycles_per_ms = self.max_over_ranks([20_000_000 / self.start.elapsed_time(self.end)])[0]
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def max_over_ranks(self, values: Sequence[float]) -> list[float]:
+        """Element-wise max over the ranks (NaN and inf pass through); the same list on every rank."""
+        t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        if self.tp.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.tp.group)
+        return t.tolist()
+
+    def align(self) -> None:
+        """Sync the device, meet the other ranks, sync again."""
+        self.sync()
+        if self.tp.world_size > 1:
+            dist.all_reduce(torch.zeros(1, device=self.device), group=self.tp.group)
+        self.sync()
+
+    def _sleep(self, ms: float) -> None:
+        if self.cuda and ms > 0:
+            torch.cuda._sleep(int(ms * self.cycles_per_ms))
+
+    def throughput(self, fn: Callable, inputs: Sequence, first: int, n: int, sleep_ms: float) -> tuple[float, float]:
+        """(ms per call over ``n`` calls queued behind a sleep, host ms to issue them)."""
+        self.align()
+        self._sleep(sleep_ms)
+        t0 = time.perf_counter()
+        if self.cuda:
+            self.start.record()
+        for i in range(n):
+            fn(inputs[(first + i) % len(inputs)])
+        if self.cuda:
+            self.end.record()
+        enqueue = (time.perf_counter() - t0) * 1e3
+        self.sync()
+        return (self.start.elapsed_time(self.end) if self.cuda else enqueue) / n, enqueue
+
+    def latency(self, fn: Callable, x) -> tuple[float, float]:
+        """(wall ms of one call and its sync, CUDA-event ms of the call), the ranks aligned first."""
+        self.align()
+        t0 = time.perf_counter()
+        if self.cuda:
+            self.start.record()
+        fn(x)
+        if self.cuda:
+            self.end.record()
+        self.sync()
+        wall = (time.perf_counter() - t0) * 1e3
+        return wall, self.start.elapsed_time(self.end) if self.cuda else wall
+
+    def host(self, fn: Callable, x, sleep_ms: float) -> float:
+        """Host ms of one call, issued while the device sleeps."""
+        self.align()
+        self._sleep(sleep_ms)
+        t0 = time.perf_counter()
+        fn(x)
+        ms = (time.perf_counter() - t0) * 1e3
+        self.sync()
+        return ms
+
+
+def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict[str, str]]:
+    """Call each of ``fns`` once on ``x`` (a warm-up, and the outputs for a check), in order.
+
+    A callable that raises on any rank is removed from ``fns`` on every rank (the ranks agree
+    through :meth:`Timer.max_over_ranks`), and every fluxlite workspace is released, since a failed
+    fused call leaves its workspace poisoned. Returns ``({name: output}, {name: why it failed})``.
+    """
+    from ..ops import synchronize
+    from ..workspace import release_workspaces
+
+    outputs, failed = {}, {}
+    for name, fn in list(fns.items()):
+        why = ""
+        try:
+            outputs[name] = fn(x)
+            synchronize(timer.tp.group)  # a timeout a fused kernel recorded is raised here
+            timer.sync()
+        except Exception as exc:  # reported, and the callable dropped on every rank
+            why = f"{type(exc).__name__}: {exc}"[:300]
+        if timer.max_over_ranks([float(bool(why))])[0]:
+            failed[name] = why or "failed on another rank"
+            del fns[name]
+            outputs.pop(name, None)
+            release_workspaces()
+    return outputs, failed
+
+
+def time_rounds(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
+                batch_ms: float = 20.0, max_batch: int = 30, min_sleep_ms: float = 25.0) -> tuple[dict, dict]:
+    """``({name: {mode: ms}}, batch)`` for every callable of ``fns`` in every mode of :data:`MODES`;
+    ``batch``: the calls per throughput batch and the sleeps used (``n``, ``sleep_ms``, ``host_sleep_ms``).
+
+    ``warmup`` untimed calls of each first; then a probe sizes the throughput batch (at least
+    ``batch_ms`` of device work, at most ``max_batch`` calls, at least 1) and the sleeps ahead of it
+    (longer than the host takes to issue the batch), agreed over the ranks; then ``rounds`` rounds.
+    """
+    names = list(fns)
+    if not names:
+        return {}, {}
+    for i in range(warmup):
+        for name in names:
+            fns[name](inputs[i % len(inputs)])
+    probe = timer.max_over_ranks([v for n in names for v in (timer.latency(fns[n], inputs[0])[1],
+                                                              timer.host(fns[n], inputs[0], 5.0))])
+    call_ms, host_ms = max(max(probe[0::2]), 1e-3), max(probe[1::2])
+    n = max(1, min(max_batch, math.ceil(batch_ms / call_ms)))
+    sleep_ms = min(500.0, max(min_sleep_ms, 1.5 * n * host_ms + 2)) if timer.cuda else 0.0
+    host_sleep_ms = max(5.0, 3 * host_ms) if timer.cuda else 0.0
+    samples = {name: {m: [] for m in MODES} for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn, s = fns[name], samples[name]
+            tp, enqueue = timer.throughput(fn, inputs, r, n, sleep_ms)
+            wall, event = timer.latency(fn, inputs[r % len(inputs)])
+            host = timer.host(fn, inputs[(r + 1) % len(inputs)], host_sleep_ms)
+            for mode, v in zip(MODES, (tp, wall, event, host, enqueue)):
+                s[mode].append(v)
+    med = timer.max_over_ranks([statistics.median(samples[nm][m]) for nm in names for m in MODES])
+    times = {nm: dict(zip(MODES, med[i * len(MODES):(i + 1) * len(MODES)])) for i, nm in enumerate(names)}
+    return times, dict(n=n, sleep_ms=sleep_ms, host_sleep_ms=host_sleep_ms)
