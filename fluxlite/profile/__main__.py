@@ -1,0 +1,7 @@
+"""``python -m fluxlite.profile``: the ``fluxlite-profile`` command (:mod:`fluxlite.profile.cli`)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,130 @@
+"""What the profiler times for one (op, shape), on every rank: the cases and the figures of a row.
+
+Implementations timed (:data:`IMPLS`): ``gemm`` (the per-rank GEMM alone, ``torch.matmul``),
+``comm`` (the collective alone), ``sequential``, ``decomposed`` and ``fused`` (fluxlite's ops),
+``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works) and ``auto``.
+Figures derived from the throughput times (:func:`derive`)::
+
+    speedup     = T_sequential / T_impl                       (per mode)
+    exposed     = T_impl - T_gemm                              (the communication left visible)
+    efficiency  = (T_gemm + T_comm - T_impl) / min(T_gemm, T_comm)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+import fluxlite
+
+from .. import dispatch
+from .._sequential import all_gather_rows, reduce_scatter_rows
+from ..group import TPGroup
+from .presets import Shape
+from .timing import Timer, run_each_once, time_rounds
+
+IMPLS = ("gemm", "comm", "sequential", "decomposed", "fused", "torch_symm_mem", "auto")
+OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover
+REPORTED_MODES = ("throughput", "latency", "host")
+TIMEOUT_S = 60
+
+
+def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device):
+    """``(make, {impl: fn(inputs) -> output})`` for ``shape``; ``make()`` draws one input set."""
+    W, M, K, N = tp.world_size, shape.M, shape.K, shape.N
+    group_name = tp.group.group_name
+
+    def weight():
+        return (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+
+    if shape.op == "ag_gemm":
+        def make():
+            a = torch.randn(M // W, K, device=device, dtype=dtype)
+            return dict(a=a, w=weight(), gathered=all_gather_rows(a, tp))
+
+        def call(x, impl):
+            return fluxlite.ag_gemm(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
+
+        return make, dict(
+            gemm=lambda x: torch.matmul(x["gathered"], x["w"].t()),
+            comm=lambda x: all_gather_rows(x["a"], tp),
+            **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
+            torch_symm_mem=lambda x: torch.ops.symm_mem.fused_all_gather_matmul(x["a"], [x["w"].t()], 0,
+                                                                                group_name)[1][0],
+            auto=lambda x: call(x, "auto"))
+
+    def make():
+        return dict(a=torch.randn(M, K, device=device, dtype=dtype), w=weight(),
+                    partial=torch.randn(M, N, device=device, dtype=dtype))
+
+    def call(x, impl):
+        return fluxlite.gemm_rs(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
+
+    return make, dict(
+        gemm=lambda x: torch.matmul(x["a"], x["w"].t()),
+        comm=lambda x: reduce_scatter_rows(x["partial"], tp),
+        **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
+        torch_symm_mem=lambda x: torch.ops.symm_mem.fused_matmul_reduce_scatter(x["a"], x["w"].t(), "sum", 0,
+                                                                                group_name),
+        auto=lambda x: call(x, "auto"))
+
+
+def derive(times: dict[str, dict[str, float]]) -> dict:
+    """The speedups over sequential (per mode), exposed communication (ms) and overlap efficiency
+    of every implementation in :data:`OVERLAPPED` that was timed (see the module docstring)."""
+    def t(impl, mode="throughput"):
+        return times.get(impl, {}).get(mode, math.nan)
+
+    g, c = t("gemm"), t("comm")
+    timed = [i for i in OVERLAPPED if i in times]
+    return dict(
+        speedup_vs_sequential={i: {m: t("sequential", m) / t(i, m) for m in REPORTED_MODES} for i in timed},
+        exposed_comm_ms={i: t(i) - g for i in timed},
+        overlap_efficiency={i: (g + c - t(i)) / min(g, c) for i in timed},
+    )
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30))
+
+
+def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int, warmup: int, sets: int,
+                  batch_ms: float, tune: bool) -> dict:
+    """Time every implementation of ``shape`` (see :mod:`fluxlite.profile.timing`); one report row."""
+    tp, device = timer.tp, timer.device
+    make, impls = op_case(shape, tp, dtype, device)
+    if device.type != "cuda":
+        del impls["torch_symm_mem"]  # CUDA only
+    inputs = [make() for _ in range(sets)]
+    x = inputs[0]
+    key = dispatch.Key.of(shape.op, tp, x["a"], x["w"], shape.M)
+    if tune:
+        with dispatch.tuning():
+            impls["auto"](x)
+    outputs, failed = run_each_once(timer, impls, x)
+    checked = [i for i in OVERLAPPED if i in outputs and i != "sequential" and "sequential" in outputs]
+    errs = timer.max_over_ranks([rel_err(outputs[i], outputs["sequential"]) for i in checked])
+    del outputs
+    times, batch = time_rounds(timer, impls, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
+    auto = dispatch.describe(key, shape.flops, device, dtype)
+    return dict(op=shape.op, M=shape.M, K=shape.K, N=shape.N, names=list(shape.names), flops=shape.flops,
+                times_ms=times, **derive(times), rel_err=dict(zip(checked, errs)), failed=failed, batch=batch,
+                auto=dict(auto.to_json(), label=auto.label, source=auto.source))
+
+
+def enable_torch_symm_mem(tp: TPGroup) -> None:
+    """torch's fused ops need symmetric memory enabled for the group on torch <= 2.11 (deprecated
+    there); a failure only means ``torch_symm_mem`` fails and is reported as such."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                symm_mem.enable_symm_mem_for_group(tp.group.group_name)
+    except Exception as exc:  # reported; the profile goes on without torch's op
+        print(f"rank {dist.get_rank()}: enable_symm_mem_for_group failed: {exc!r}", flush=True)
