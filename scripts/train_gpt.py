@@ -37,6 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fluxlite
+from fluxlite.profile import layer_timings
 from fluxlite.parallel import (
     ColumnParallelLinear,
     ModelParallelConfig,
@@ -72,6 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--tol", type=float, default=None, help="relative loss tolerance of --check (default by dtype)")
     p.add_argument("--out", default=None, help="write the losses and throughput as JSON here (rank 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines instead)")
+    p.add_argument("--profile", nargs="?", const="layer_timings.json", default=None, metavar="JSON",
+                   help="time each fluxlite layer's forward and backward per step, and the sequential "
+                        "implementation every 10 steps (fluxlite.profile.layer_timings); print the table "
+                        "and save it as JSON (rank 0)")
     args = p.parse_args(argv)
     args.ffn = args.ffn or 4 * args.hidden
     if args.check and args.steps < MIN_CHECK_STEPS:
@@ -207,8 +212,9 @@ def batch(step: int, a, successors: torch.Tensor, device):
 
 # ---- training ------------------------------------------------------------------------------------
 
-def train(model: GPT, a, device, *, label: str, show: bool) -> tuple[list[float], float]:
-    """Train ``a.steps`` steps; returns the losses and the mean tokens/s after the first step."""
+def train(model: GPT, a, device, *, label: str, show: bool, timings=None) -> tuple[list[float], float]:
+    """Train ``a.steps`` steps; returns the losses and the mean tokens/s after the first step.
+    ``timings``: a :class:`fluxlite.profile.LayerTimings` whose step closes after each step."""
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, betas=(0.9, 0.95))
     successors = make_successors(a.vocab, a.seed)
     losses, times = [], []
@@ -229,6 +235,8 @@ def train(model: GPT, a, device, *, label: str, show: bool) -> tuple[list[float]
         opt.step()
         _sync(device)
         dt = time.perf_counter() - t0
+        if timings is not None:
+            timings.step()
         losses.append(loss.item())
         times.append(dt)
         tok_s = a.batch * a.seq / dt
@@ -292,7 +300,13 @@ def main(argv=None) -> int:
         print(f"fluxlite GPT: {a.layers} layers, hidden {a.hidden}, {a.heads} heads, ffn {a.ffn}, vocab {a.vocab}; "
               f"TP={W} on {device.type} ({dist.get_backend()}), {a.dtype}, sequence_parallel={model.sequence_parallel}, "
               f"overlap={a.overlap}; {n_params:,} parameters per rank", flush=True)
-    losses, tok_s = train(model, a, device, label=f"TP={W}", show=rank == 0)
+    timings = layer_timings(model, sample_every=max(1, min(10, a.steps // 2))) if a.profile else None
+    losses, tok_s = train(model, a, device, label=f"TP={W}", show=rank == 0, timings=timings)
+    if timings is not None:
+        timings.close()
+        if rank == 0:
+            print(timings.table(), flush=True)
+            timings.save(a.profile)
     result = dict(args={k: v for k, v in vars(a).items()}, world_size=W, device=device.type,
                   losses=losses, tokens_per_s=tok_s)
     ok = True

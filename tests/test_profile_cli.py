@@ -135,3 +135,37 @@ def test_profile_llama3_70b_on_two_gpus(tmp_path):
     for row in rows:
         _check_row(row, set(row["times_ms"]))
         assert row["rel_err"]["fused"] < 2e-2 and row["rel_err"]["decomposed"] < 2e-2, row["rel_err"]
+
+
+# ---- fluxlite.profile.layer_timings ---------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+def test_layer_timings_on_the_cpu_training_example(tmp_path):
+    from tests.test_train_gpt import SCRIPT, torchrun
+
+    path = tmp_path / "layers.json"
+    run = torchrun(SCRIPT, 2, "--device", "cpu", "--steps", "4", "--no-progress", "--overlap", "fused",
+                   "--profile", str(path))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "fluxlite layer timings" in run.stdout and "blocks.1.fc2" in run.stdout, run.stdout
+    data = json.loads(path.read_text())
+    assert data["steps"] == 4 and data["sample_every"] == 2 and len(data["per_step"]) == 4
+    kinds = {name: r["kind"] for name, r in data["layers"].items()}
+    assert len(kinds) == 9 and kinds["blocks.0.qkv"] == "ColumnParallelLinear" and kinds["blocks.0.fc2"] == "RowParallelLinear"
+    for name, r in data["layers"].items():
+        assert r["overlap"] == "fused"
+        phases = [r[f"{p}_ms"] for p in ("forward", "backward", "sequential_forward", "sequential_backward")]
+        assert all(v > 0 for v in phases), (name, r)
+        assert math.isclose(r["speedup"], (phases[2] + phases[3]) / (phases[0] + phases[1]), rel_tol=1e-9)
+    for step, record in enumerate(data["per_step"]):  # sampled at steps 1 and 3 only
+        assert all(("sequential_forward" in r) == (step % 2 == 1) for r in record.values()), (step, record)
+        assert all(r["forward"] > 0 and r["backward"] > 0 for r in record.values()), (step, record)
+
+
+def test_layer_timings_rejects_a_model_without_fluxlite_layers():
+    from fluxlite.profile import layer_timings
+
+    with pytest.raises(ValueError, match="no fluxlite"):
+        layer_timings(torch.nn.Linear(3, 4))
+    with pytest.raises(ValueError, match="sample_every must be a positive int"):
+        layer_timings(torch.nn.Linear(3, 4), sample_every=0)
