@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|all ...]     (default: all)
+#   scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|overlap|all ...]     (default: all)
+# overlap: fluxlite-profile of the llama3-70b preset at TP=2 (8192 tokens), with --tune: table, JSON,
+# CSV and PNG in $OUT/overlap_llama3_70b/, and the dispatch cache it filled in $OUT/dispatch_cache/.
 # Each part is bounded; `all` takes about 10 minutes on 2xH200. Carry megatron-core's cp312 wheel
 # in .whl/ (device tool: carry [".whl"]) for the Megatron GPU test. Logs and JSON go to $OUT (the device
 # tool's output folder) or ./gpu_out. Megatron's GPU comparison needs megatron-core: with no network,
@@ -45,6 +47,12 @@ fi
 if want layers; then
   timeout 200 torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
+  status=$((status | PIPESTATUS[0]))
+fi
+if want overlap; then
+  FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 420 python3 -m fluxlite.profile --model llama3-70b --tp 2 \
+    --tokens 8192 --nproc 2 --tune --no-progress --out "$OUT/overlap_llama3_70b" 2>&1 \
+    | tee "$OUT/overlap_llama3_70b.log" | grep -v '^W1' | tail -16
   status=$((status | PIPESTATUS[0]))
 fi
 if want bench; then

@@ -118,23 +118,49 @@ def test_presets_derive_the_anchor_shapes():
         ("gemm_rs", 8192, 14336, 8192): ("fc2.fwd",), ("ag_gemm", 8192, 8192, 14336): ("fc2.dgrad",)}
 
 
-@pytest.mark.gpu
-@pytest.mark.timeout(600)
-def test_profile_llama3_70b_on_two_gpus(tmp_path):
-    """The README's and BENCHMARKS.md's table and chart; fused and auto within their targets."""
+def _gpu_profile(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
-    from tests.gpu_utils import SAFE_ENV
+    from tests.gpu_utils import SAFE_ENV  # never NVLink multicast on the shared GPU machines
 
-    os.environ.update(SAFE_ENV)
-    run = _profile(tmp_path, "--model", "llama3-70b", "--tokens", "8192", "--nproc", "2", "--rounds", "5", "--tune",
-                   timeout=580)
+    saved = dict(os.environ)
+    os.environ.update(SAFE_ENV, **(env or {}))
+    try:
+        run = _profile(tmp_path, "--nproc", "2", "--rounds", "3", "--tune", *args, timeout=400)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    rows = json.loads((tmp_path / "profile.json").read_text())["rows"]
-    assert len(rows) == 8 and (tmp_path / "profile.png").exists()
+    print(run.stdout)
+    return json.loads((tmp_path / "profile.json").read_text())["rows"]
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(420)
+def test_profile_llama3_70b_on_two_gpus_and_auto_against_the_best_fixed_choice(tmp_path):
+    """The preset end to end on 2 GPUs (bf16), and ``auto`` within 3% of the best of sequential,
+    decomposed and fused for its shape, in throughput and in latency mode (the issue's target).
+    The full-size run for BENCHMARKS.md is ``scripts/gpu_suite.sh overlap``."""
+    rows = _gpu_profile(tmp_path, "--model", "llama3-70b", "--tokens", "4096")
+    assert len(rows) == 8 and (tmp_path / "profile.csv").exists()
+    slow = []
     for row in rows:
         _check_row(row, set(row["times_ms"]))
         assert row["rel_err"]["fused"] < 2e-2 and row["rel_err"]["decomposed"] < 2e-2, row["rel_err"]
+        for mode in ("throughput", "latency"):
+            best = min(row["times_ms"][i][mode] for i in ("sequential", "decomposed", "fused"))
+            if row["times_ms"]["auto"][mode] > 1.03 * best:
+                slow.append(f"{report.label(row)} {mode}: auto ({row['auto']['label']}) "
+                            f"{row['times_ms']['auto'][mode]:.3f} ms, best {best:.3f} ms")
+    assert not slow, "\n".join(slow)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_auto_takes_decomposed_or_sequential_without_the_workspace(tmp_path):
+    """With the symmetric workspace forced off, auto never picks fused, on a shape where it would."""
+    rows = _gpu_profile(tmp_path, "--shape", "ag:8192,8192,14336", env={"FLUXLITE_WORKSPACE": "off"})
+    assert rows[0]["auto"]["impl"] in ("decomposed", "sequential") and rows[0]["auto"]["source"] == "measured", rows[0]
 
 
 # ---- fluxlite.profile.layer_timings ---------------------------------------------------------------

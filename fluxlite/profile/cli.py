@@ -124,7 +124,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     root = Path(__file__).resolve().parents[2]
     try:
         def git(*cmd):
@@ -146,7 +146,7 @@ def _meta(args, tp) -> dict:
                 triton=triton.__version__, fluxlite=fluxlite.__version__,
                 nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                git_commit=_git_commit(), command=" ".join(["fluxlite-profile", *sys.argv[1:]]),
+                git_commit=git_commit(), command=" ".join(["fluxlite-profile", *sys.argv[1:]]),
                 rounds=args.rounds, warmup=args.warmup, sets=args.sets, batch_ms=args.batch_ms, tune=args.tune)
 
 

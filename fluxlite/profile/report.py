@@ -22,7 +22,7 @@ import math
 import warnings
 from pathlib import Path
 
-from .run import IMPLS, OVERLAPPED, REPORTED_MODES
+from .run import IMPLS, REPORTED_MODES
 
 SCHEMA = "fluxlite-profile/1"
 CSV_FIELDS = ("op", "M", "K", "N", "names", "impl", *(f"{m}_ms" for m in REPORTED_MODES),

@@ -35,40 +35,30 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
     """``(make, {impl: fn(inputs) -> output})`` for ``shape``; ``make()`` draws one input set."""
     W, M, K, N = tp.world_size, shape.M, shape.K, shape.N
     group_name = tp.group.group_name
-
-    def weight():
-        return (torch.randn(N, K, device=device) / K**0.5).to(dtype)
-
-    if shape.op == "ag_gemm":
-        def make():
-            a = torch.randn(M // W, K, device=device, dtype=dtype)
-            return dict(a=a, w=weight(), gathered=all_gather_rows(a, tp))
-
-        def call(x, impl):
-            return fluxlite.ag_gemm(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
-
-        return make, dict(
-            gemm=lambda x: torch.matmul(x["gathered"], x["w"].t()),
-            comm=lambda x: all_gather_rows(x["a"], tp),
-            **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
-            torch_symm_mem=lambda x: torch.ops.symm_mem.fused_all_gather_matmul(x["a"], [x["w"].t()], 0,
-                                                                                group_name)[1][0],
-            auto=lambda x: call(x, "auto"))
+    ag = shape.op == "ag_gemm"
+    op = fluxlite.ag_gemm if ag else fluxlite.gemm_rs
 
     def make():
-        return dict(a=torch.randn(M, K, device=device, dtype=dtype), w=weight(),
-                    partial=torch.randn(M, N, device=device, dtype=dtype))
+        a = torch.randn(M // W if ag else M, K, device=device, dtype=dtype)
+        x = dict(a=a, w=(torch.randn(N, K, device=device) / K**0.5).to(dtype))
+        if ag:
+            x["gathered"] = all_gather_rows(a, tp)  # the GEMM alone's input
+        else:
+            x["partial"] = torch.randn(M, N, device=device, dtype=dtype)  # the collective alone's input
+        return x
 
     def call(x, impl):
-        return fluxlite.gemm_rs(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
+        return op(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
 
-    return make, dict(
-        gemm=lambda x: torch.matmul(x["a"], x["w"].t()),
-        comm=lambda x: reduce_scatter_rows(x["partial"], tp),
-        **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
-        torch_symm_mem=lambda x: torch.ops.symm_mem.fused_matmul_reduce_scatter(x["a"], x["w"].t(), "sum", 0,
-                                                                                group_name),
-        auto=lambda x: call(x, "auto"))
+    if ag:
+        gemm, comm = (lambda x: torch.matmul(x["gathered"], x["w"].t())), (lambda x: all_gather_rows(x["a"], tp))
+        torch_op = lambda x: torch.ops.symm_mem.fused_all_gather_matmul(x["a"], [x["w"].t()], 0, group_name)[1][0]  # noqa: E731
+    else:
+        gemm, comm = (lambda x: torch.matmul(x["a"], x["w"].t())), (lambda x: reduce_scatter_rows(x["partial"], tp))
+        torch_op = lambda x: torch.ops.symm_mem.fused_matmul_reduce_scatter(x["a"], x["w"].t(), "sum", 0, group_name)  # noqa: E731
+    return make, dict(gemm=gemm, comm=comm,
+                      **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
+                      torch_symm_mem=torch_op, auto=lambda x: call(x, "auto"))
 
 
 def derive(times: dict[str, dict[str, float]]) -> dict:
