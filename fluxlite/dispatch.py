@@ -389,7 +389,8 @@ def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool) -> tup
     timer = _timer(tp, a.device)
     _, failed = run_each_once(timer, fns, None)
     rounds, warmup, batch_ms, max_batch = _MEASURE["cuda" if timer.cuda else "cpu"]
-    times, _ = time_rounds(timer, fns, [None], rounds=rounds, warmup=warmup, batch_ms=batch_ms, max_batch=max_batch)
+    times, _ = time_rounds(timer, fns, [None], rounds=rounds, warmup=warmup, batch_ms=batch_ms, max_batch=max_batch,
+                           min_sleep_ms=5.0)
     if not times:
         raise FluxliteError(f"fluxlite auto: every implementation failed for {key.text}: {failed}")
     best = pick(times, list(options))
