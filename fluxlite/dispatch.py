@@ -311,12 +311,14 @@ def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -
 
 # ---- choosing ------------------------------------------------------------------------------------
 
-def choose(impl: str, key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[Choice], object],
+EXPLICIT = {impl: Choice(impl, source="explicit") for impl in MEASURED_IMPLS}
+"""The choice of a call that names its implementation."""
+
+
+def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[Choice], object],
            timeout_s: float) -> Choice:
-    """What runs for a call with ``impl`` (see the module docstring). ``run(choice)`` calls the op
+    """What ``impl="auto"`` runs for a call (see the module docstring). ``run(choice)`` calls the op
     on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank."""
-    if impl != "auto":
-        return Choice(impl, source="explicit")
     if key.world_size == 1 or a.shape[0] == 0:
         return Choice("sequential")
     tuned = _TUNING.get()

@@ -92,9 +92,9 @@ def ag_gemm(
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_ag_run, tp, a, weight, bias, ep=ep, keep_gathered=return_gathered,
                             row_scale=None if row_scale is None else row_scale.contiguous(), timeout_s=timeout_s)
-    choice = dispatch.choose(impl, dispatch.Key.of("ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight,
-                                                   W * a.shape[0]),
-                             tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)  # per-rank FLOPs
+    choice = dispatch.EXPLICIT.get(impl) or dispatch.choose(
+        dispatch.Key.of("ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight, W * a.shape[0]),
+        tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)  # per-rank FLOPs
     if choice.impl == "fused":
         _check_fused_dtype("ag_gemm", a)
     out, gathered = run(choice, out=out)
@@ -137,8 +137,9 @@ def gemm_rs(
     check_out("gemm_rs", out, (a.shape[0] // W, weight.shape[0]), a)
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_rs_run, tp, a, weight, bias, ep=ep, timeout_s=timeout_s)
-    choice = dispatch.choose(impl, dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0]), tp, a,
-                             2.0 * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)
+    choice = dispatch.EXPLICIT.get(impl) or dispatch.choose(
+        dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0]), tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0],
+        run, timeout_s)
     if choice.impl == "fused":
         _check_fused_dtype("gemm_rs", a)
     return run(choice, out=out)
