@@ -8,12 +8,15 @@ Public surface::
     fluxlite.gemm_rs(a, weight, bias, impl="auto")
     fluxlite.synchronize()                            # raise a timeout a GPU kernel recorded
     fluxlite.get_workspace(group, device)             # the symmetric workspace handle
+    fluxlite.library.ag_gemm(...), .gemm_rs(...)      # the same ops as torch custom ops, with
+                                                      # autograd, for torch.compile
 """
 
 from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutError
 from .flags import DEFAULT_TIMEOUT_S, set_default_timeout
 from .group import TPGroup, init, resolve_group
 from .ops import ag_gemm, gemm_rs, synchronize
+from . import library  # registers torch.ops.fluxlite.* (custom ops for torch.compile)
 from .schedule import TileSchedule, ag_schedule, rs_schedule
 from .workspace import SymmetricWorkspace, get_workspace, release_workspaces
 

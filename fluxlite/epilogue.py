@@ -22,6 +22,7 @@ sequential and CPU paths and as the test reference.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -73,7 +74,7 @@ def check(op: str, *, activation, row_scale, scale, rows: int, weight_rows: int,
         scale = 1.0
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"{op}: scale must be a float or None, got {type(scale).__name__}")
-    if not torch.isfinite(torch.tensor(float(scale))):
+    if not math.isfinite(scale):
         raise ValueError(f"{op}: scale must be finite, got {scale!r}")
     if row_scale is not None:
         if not isinstance(row_scale, torch.Tensor):

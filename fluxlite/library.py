@@ -46,8 +46,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from . import epilogue, ops
-from ._validate import check_impl, check_operands, check_rows_divisible, check_timeout
+from . import ops
+from ._validate import check_impl, check_timeout
 from .group import TPGroup, resolve_group
 
 # ---- the group, by name ----------------------------------------------------------------------------
@@ -75,31 +75,12 @@ def group_name_of(group: dist.ProcessGroup | None) -> str:
     return group.group_name
 
 
-# ---- shapes: the eager ops' checks, then the output shapes -------------------------------------------
+# ---- shapes: the eager ops' own checks, then the output shapes ----------------------------------------
 
 
-def _check_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale) -> tuple[int, int, int]:
-    """``(W, m, N_out)`` of an AG-GEMM (``N_out``: the weight's rows, half of them for SwiGLU), after
-    the eager op's checks of every argument."""
-    check_impl(impl)
-    check_timeout(timeout)
-    tp = _group_of(group_name)
-    check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
-    ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
-                        weight_rows=weight.shape[0], like=a)
-    return tp.world_size, a.shape[0], ep.out_features(weight.shape[0])
-
-
-def _check_gemm_rs(a, weight, bias, group_name, impl, timeout, scale) -> tuple[int, int, int]:
-    """``(W, M, N)`` of a GEMM-RS, after the eager op's checks of every argument."""
-    check_impl(impl)
-    check_timeout(timeout)
-    tp = _group_of(group_name)
-    check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
-    epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
-                   weight_rows=weight.shape[0], like=a)
-    check_rows_divisible("gemm_rs", a.shape[0], tp.world_size)
-    return tp.world_size, a.shape[0], weight.shape[0]
+def _ag_gemm_shape(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale) -> tuple[int, int]:
+    return ops.check_ag_gemm(a, weight, bias, group=_group_of(group_name).group, impl=impl, timeout=timeout,
+                             out=None, activation=activation, row_scale=row_scale, scale=scale)[-1]
 
 
 # ---- the ops ---------------------------------------------------------------------------------------
@@ -139,20 +120,19 @@ def _gemm_rs_op(a: Tensor, weight: Tensor, bias: Optional[Tensor], group_name: s
 
 @_ag_gemm_op.register_fake
 def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
-    W, m, N = _check_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale)
-    return a.new_empty((W * m, N))
+    return a.new_empty(_ag_gemm_shape(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale))
 
 
 @_ag_gemm_gathered_op.register_fake
 def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
-    W, m, N = _check_ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale)
-    return a.new_empty((W * m, N)), a.new_empty((W * m, a.shape[1]))
+    out_shape = _ag_gemm_shape(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale)
+    return a.new_empty(out_shape), a.new_empty((out_shape[0], a.shape[1]))
 
 
 @_gemm_rs_op.register_fake
 def _(a, weight, bias, group_name, impl, timeout, scale):
-    W, M, N = _check_gemm_rs(a, weight, bias, group_name, impl, timeout, scale)
-    return a.new_empty((M // W, N))
+    return a.new_empty(ops.check_gemm_rs(a, weight, bias, group=_group_of(group_name).group, impl=impl,
+                                         timeout=timeout, out=None, scale=scale)[-1])
 
 
 # ---- autograd --------------------------------------------------------------------------------------

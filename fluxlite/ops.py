@@ -43,6 +43,37 @@ def _check_fused_dtype(op: str, a: torch.Tensor) -> None:
         )
 
 
+def check_ag_gemm(a, weight, bias, *, group, impl, timeout, out, activation, row_scale, scale):
+    """Every check of an AG-GEMM call, before any communication (the eager op and the custom op's
+    fake, :mod:`fluxlite.library`, share it). Returns ``(tp, a, weight, bias, ep, out_shape)`` with
+    the operands as the call uses them."""
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = resolve_group(group)
+    a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
+    ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
+                        weight_rows=weight.shape[0], like=a)
+    if ep.gated:
+        weight = weight.contiguous()  # the kernels read gate and up rows of a row-major weight
+    out_shape = (tp.world_size * a.shape[0], ep.out_features(weight.shape[0]))
+    check_out("ag_gemm", out, out_shape, a)
+    return tp, a, weight, bias, ep, out_shape
+
+
+def check_gemm_rs(a, weight, bias, *, group, impl, timeout, out, scale):
+    """Every check of a GEMM-RS call, before any communication (shared as :func:`check_ag_gemm`)."""
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = resolve_group(group)
+    a, weight, bias = check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
+    ep = epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
+                        weight_rows=weight.shape[0], like=a)
+    check_rows_divisible("gemm_rs", a.shape[0], tp.world_size)
+    out_shape = (a.shape[0] // tp.world_size, weight.shape[0])
+    check_out("gemm_rs", out, out_shape, a)
+    return tp, a, weight, bias, ep, out_shape
+
+
 def ag_gemm(
     a: torch.Tensor,
     weight: torch.Tensor,
@@ -79,16 +110,9 @@ def ag_gemm(
     Returns:
         ``[W*m, N_local]`` in ``a.dtype``, or ``(out, gathered)`` when ``return_gathered``.
     """
-    check_impl(impl)
-    check_timeout(timeout)
-    tp = resolve_group(group)
-    a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
-    ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
-                        weight_rows=weight.shape[0], like=a)
-    if ep.gated:
-        weight = weight.contiguous()  # the kernels read gate and up rows of a row-major weight
+    tp, a, weight, bias, ep, _ = check_ag_gemm(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out,
+                                               activation=activation, row_scale=row_scale, scale=scale)
     W = tp.world_size
-    check_out("ag_gemm", out, (W * a.shape[0], ep.out_features(weight.shape[0])), a)
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_ag_run, tp, a, weight, bias, ep=ep, keep_gathered=return_gathered,
                             row_scale=None if row_scale is None else row_scale.contiguous(), timeout_s=timeout_s)
@@ -126,15 +150,8 @@ def gemm_rs(
     Returns:
         ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
     """
-    check_impl(impl)
-    check_timeout(timeout)
-    tp = resolve_group(group)
-    a, weight, bias = check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
-    ep = epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
-                        weight_rows=weight.shape[0], like=a)
-    W = tp.world_size
-    check_rows_divisible("gemm_rs", a.shape[0], W)
-    check_out("gemm_rs", out, (a.shape[0] // W, weight.shape[0]), a)
+    tp, a, weight, bias, ep, _ = check_gemm_rs(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out,
+                                               scale=scale)
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_rs_run, tp, a, weight, bias, ep=ep, timeout_s=timeout_s)
     choice = dispatch.EXPLICIT.get(impl) or dispatch.choose(
