@@ -13,6 +13,7 @@ Three levels, each in its module (the Liger-Kernel layout):
 from .config import ModelParallelConfig
 from .functions import ColumnParallelLinearFunction, RowParallelLinearFunction
 from .layers import ColumnParallelLinear, RowParallelLinear
+from .norm_linear import LayerNormColumnParallelLinear
 from .mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -27,6 +28,7 @@ from .utils import allreduce_sequence_parallel_grads, partition_index
 __all__ = [
     "ColumnParallelLinear",
     "ColumnParallelLinearFunction",
+    "LayerNormColumnParallelLinear",
     "ModelParallelConfig",
     "RowParallelLinear",
     "RowParallelLinearFunction",
