@@ -1,0 +1,64 @@
+"""The fused epilogues on GPUs (bf16, the compiled kernels, TMA and pointer paths): every activation
+with a row scale, a scalar scale and a bias, AG push and pull, and GEMM-RS's scale, against float32
+references (tests/gpu_utils.py). Tolerance: bf16's 1e-2 relative (norm) error, as
+tests/test_gpu_fused.py; SwiGLU multiplies two rounded values, so 2e-2.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fluxlite import epilogue as E
+
+from .gpu_utils import dev, rel_err, run_gpu_ranks
+
+pytestmark = pytest.mark.gpu
+
+BF16 = torch.bfloat16
+# (m rows per rank, K, N_out): a TMA-aligned Llama-width case, and a ragged one (pointer loads)
+SHAPES = [(2048, 8192, 3584), (1000, 1376, 200)]
+
+
+def _cases(rank, W):
+    import fluxlite
+
+    gen = torch.Generator(device=dev()).manual_seed(5)  # the same weights on every rank
+    failures = []
+    for (m, K, N), act in ((s, a) for s in SHAPES for a in E.ACTIVATIONS):
+        w = (torch.randn(2 * N if act == "swiglu" else N, K, generator=gen, device=dev()) / K**0.5).to(BF16)
+        b = torch.randn(w.shape[0], generator=gen, device=dev()).to(BF16)
+        a = torch.randn(m, K, device=dev()).to(BF16)  # different rows on every rank
+        s = torch.rand(m, device=dev()) + 0.5
+        full = torch.empty((W * m, K), dtype=BF16, device=dev())
+        dist.all_gather_into_tensor(full, a)
+        scales = torch.empty(W * m, device=dev())
+        dist.all_gather_into_tensor(scales, s)
+        ep = E.Epilogue(act, True, 0.5)
+        ref = E.apply(full.float() @ w.float().t(), ep, b.float(), scales, torch.float32)
+        for gathered in (False, True):
+            out = torch.full((W * m, N), float("nan"), dtype=BF16, device=dev())
+            res = fluxlite.ag_gemm(a, w, b, impl="fused", return_gathered=gathered, out=out, activation=act,
+                                   row_scale=s, scale=0.5)
+            fluxlite.synchronize()
+            err = rel_err(out, ref)
+            if not err < (2e-2 if act == "swiglu" else 1e-2):
+                failures.append(f"ag m={m} K={K} N={N} act={act} gathered={gathered}: rel err {err:.3g}")
+            if gathered and not torch.equal(res[1], full):
+                failures.append(f"ag m={m} act={act}: gathered rows differ")
+    M, K, N = 4096, 1376, 8192
+    a = torch.randn(M, K, device=dev()).to(BF16)
+    w = (torch.randn(N, K, device=dev()) / K**0.5).to(BF16)
+    b = torch.randn(N, generator=gen, device=dev()).to(BF16)
+    full = a.float() @ w.float().t()
+    dist.all_reduce(full)
+    ref = 0.25 * full[rank * M // W : (rank + 1) * M // W] + b.float()
+    err = rel_err(fluxlite.gemm_rs(a, w, b, impl="fused", scale=0.25), ref)
+    if not err < 1e-2:
+        failures.append(f"rs scale=0.25: rel err {err:.3g}")
+    assert not failures, "\n".join(failures)
+
+
+def test_fused_epilogues_match_float32():
+    run_gpu_ranks(_cases, 2)
