@@ -1,0 +1,364 @@
+"""fluxlite at the world sizes people train with (issue 14): 3, 4, 6 and 8 CPU ranks, not only 2.
+
+1. **The ops on gloo ranks** (one spawn per world size, every case in it, every failing case
+   reported at once): ``ag_gemm`` (push, and pull with ``return_gathered``) and ``gemm_rs`` under
+   ``sequential``, ``decomposed`` and ``fused``, with a bias, plain and with an epilogue (AG: GELU
+   after a per-row scale; RS: a scalar scale), on m = 1, one ragged block, a ragged last block, and
+   a chunk of several splits; each call on fresh data against a float64 reference
+   (tests/numerics.py: fp32, ``1e-5`` relative to ``|ref| + rms(ref)``). Fresh operands per call
+   make a row left over from an earlier call wrong, and deterministic mode NaN-fills every fresh
+   output. Then a Column SP -> GELU -> Row SP pair of the parallel layers, forward and backward,
+   under every overlap mode, against a single-process float64 autograd reference. At W=3 the fused
+   protocol also runs with the Triton kernel (interpreted) as the consumer.
+2. **The producer programs' order and per-peer chunking**, pure Python for W = 2..8 and every rank:
+   AG push goes to ``r-1, r-2, ...`` (peer ``p`` consumes our chunk ``(r - p) % W``-th, so every peer
+   receives its next chunk first), AG pull and RS talk to ``r+1, r+2, ...``; each split's copy covers
+   exactly the rows whose blocks wait on (or count into) the flag that follows it, on the right
+   rank and slot. tests/test_schedule.py checks the schedule's own chunk order and flag layout;
+   tests/test_liveness.py the kernels' tile claiming. This file checks what neither does: the
+   programs that :mod:`fluxlite.fused` builds from the schedule.
+
+Time on 2 cores, mostly spawning: about 7 s (W=3, with the kernel consumer), 5 s (W=4), 9 s (W=6)
+and 11 s (W=8); the pure-Python part about 1 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fluxlite
+from fluxlite import schedule as sch
+from fluxlite.fused.ag_gemm import _scales_offset
+from fluxlite.fused.ag_gemm import _steps as ag_steps
+from fluxlite.fused.gemm_rs import _steps as rs_steps
+from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
+from fluxlite.fused.producer import COPY, SIGNAL, WAIT, first_wait
+
+from .dist_utils import run_ranks
+from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
+
+F32 = torch.float32
+IMPLS = ("sequential", "decomposed", "fused")
+SEED = int(os.environ.get("FLUXLITE_TEST_SEED", "20261214"))
+B = CPU_BLOCK_M
+# (rows per rank, K, N): m = 1; one ragged block; a ragged last block; 9 blocks, so 2 splits per chunk.
+SHAPES = [(1, 8, 5), (37, 24, 19), (2 * B + 3, 16, 12), (8 * B + 5, 9, 7)]
+# The kernel consumer (interpreter blocks of 32 rows): 2 blocks, the last ragged; 9 blocks, 2 splits.
+KERNEL_SHAPES = [(33, 40, 24), (8 * 32 + 5, 16, 8)]
+
+
+# ---- 1. the ops and the layers on W gloo ranks --------------------------------------------------
+
+
+def _ag_cases(rank, W, gen, shapes, impls, failures):
+    for (m, K, N), impl, gathered, epilogue in itertools.product(shapes, impls, (False, True), (False, True)):
+        a_full = randn(gen, W * m, K, dtype=F32)
+        w = randn(gen, N, K, dtype=F32)
+        bias = randn(gen, N, dtype=F32)
+        scales = torch.rand(W * m, generator=gen) + 0.5
+        rows = slice(rank * m, (rank + 1) * m)
+        if epilogue:  # act(row_scale * acc + bias), in float64
+            ref = F.gelu(scales.double()[:, None] * ag_reference(a_full, w, None) + bias.double())
+            kw = dict(activation="gelu", row_scale=scales[rows])
+        else:
+            ref, kw = ag_reference(a_full, w, bias), {}
+        name = f"ag_gemm W={W} r={rank} m={m} K={K} N={N} impl={impl} gathered={gathered} gelu+row_scale={epilogue}"
+        res = fluxlite.ag_gemm(a_full[rows], w, bias, impl=impl, return_gathered=gathered, **kw)
+        if gathered:
+            res, g = res
+            if not torch.equal(g, a_full):
+                failures.append(f"{name}: the gathered input is not the rank-major concatenation")
+        check(name, res, ref, F32, failures)
+
+
+def _rs_cases(rank, W, gen, shapes, impls, failures):
+    for (mc, K, N), impl, scale in itertools.product(shapes, impls, (None, 0.5)):
+        a_parts = [randn(gen, W * mc, K, dtype=F32) for _ in range(W)]
+        w_parts = [randn(gen, N, K, dtype=F32) for _ in range(W)]
+        bias = randn(gen, N, dtype=F32)
+        ref = rs_reference(a_parts, w_parts, None, rank) * (1.0 if scale is None else scale) + bias.double()
+        name = f"gemm_rs W={W} r={rank} M={W * mc} K={K} N={N} impl={impl} scale={scale}"
+        check(name, fluxlite.gemm_rs(a_parts[rank], w_parts[rank], bias, impl=impl, scale=scale), ref, F32, failures)
+
+
+def _layer_pair(rank, W, gen, failures):
+    """x [s/W, b, H] -> Column SP (H -> Fm) -> GELU -> Row SP (Fm -> H): output and every grad."""
+    from fluxlite.parallel import (ColumnParallelLinear, ModelParallelConfig, RowParallelLinear,
+                                   allreduce_sequence_parallel_grads, partition_index)
+
+    s, b, H, Fm = 3 * W, 2, 8, 5 * W  # 6 rows per rank
+    cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=F32, use_cpu_initialization=True)
+    idx = partition_index(Fm, W, rank)
+    mine = slice(rank * s // W, (rank + 1) * s // W)
+    for overlap, keep in (("sequential", False), ("decomposed", False), ("fused", False), ("fused", True)):
+        X, G = randn(gen, s, b, H, dtype=F32), randn(gen, s, b, H, dtype=F32)
+        W1, b1, W2, b2 = (randn(gen, *shape, dtype=F32) for shape in ((Fm, H), (Fm,), (H, Fm), (H,)))
+        # The float64 reference: one process, the whole sequence and the whole weights.
+        ref = [t.double().requires_grad_() for t in (X, W1, b1, W2, b2)]
+        Z = F.gelu(ref[0] @ ref[1].t() + ref[2]) @ ref[3].t() + ref[4]
+        (Z * G.double()).sum().backward()
+        col = ColumnParallelLinear(H, Fm, config=cfg, init_method=torch.nn.init.zeros_, bias=True,
+                                   gather_output=False, overlap=overlap, keep_gathered_input=keep)
+        row = RowParallelLinear(Fm, H, config=cfg, init_method=torch.nn.init.zeros_, bias=True,
+                                input_is_parallel=True, skip_bias_add=False, overlap=overlap)
+        with torch.no_grad():
+            col.weight.copy_(W1[idx])
+            col.bias.copy_(b1[idx])
+            row.weight.copy_(W2[:, idx])
+            row.bias.copy_(b2)
+        x = X[mine].clone().requires_grad_()
+        z, z_bias = row(F.gelu(col(x)[0]))
+        (z * G[mine]).sum().backward()
+        allreduce_sequence_parallel_grads([col, row])  # the Row bias saw this rank's rows only
+        name = f"layers W={W} r={rank} overlap={overlap} keep_gathered_input={keep}"
+        if z_bias is not None:
+            failures.append(f"{name}: the Row layer returned a bias it should have added")
+        for what, got, want in (("output", z, Z[mine]), ("input grad", x.grad, ref[0].grad[mine]),
+                                ("Column weight grad", col.weight.grad, ref[1].grad[idx]),
+                                ("Column bias grad", col.bias.grad, ref[2].grad[idx]),
+                                ("Row weight grad", row.weight.grad, ref[3].grad[:, idx]),
+                                ("Row bias grad", row.bias.grad, ref[4].grad)):
+            check(f"{name}: {what}", got, want.detach(), F32, failures)
+
+
+def _count_launches() -> dict:
+    """From now on, count this process's launches of each fused kernel (they still run)."""
+    from fluxlite.kernels import ag_gemm as ag_kernel
+    from fluxlite.kernels import gemm_rs as rs_kernel
+
+    counts = dict(ag=0, rs=0)
+    for op, module in (("ag", ag_kernel), ("rs", rs_kernel)):
+        def counted(*args, _launch=module.launch, _op=op, **kw):
+            counts[_op] += 1
+            return _launch(*args, **kw)
+        module.launch = counted
+    return counts
+
+
+def _world(rank: int, W: int, kernel_consumer: bool) -> None:
+    poison_empty_tensors()
+    gen = torch.Generator().manual_seed(SEED + W)  # the same global operands on every rank
+    failures: list[str] = []
+    _ag_cases(rank, W, gen, SHAPES, IMPLS, failures)
+    _rs_cases(rank, W, gen, SHAPES, IMPLS, failures)
+    _layer_pair(rank, W, gen, failures)
+    if kernel_consumer:  # read per call plan: the fused calls from here on run the interpreted kernel
+        os.environ["FLUXLITE_CPU_CONSUMER"] = "triton"
+        launches = _count_launches()
+        _ag_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)
+        _rs_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)
+        # Per shape: AG push and pull, each plain and with GELU; RS plain and scaled.
+        expected = dict(ag=4 * len(KERNEL_SHAPES), rs=2 * len(KERNEL_SHAPES))
+        if launches != expected:
+            failures.append(f"kernel launches {launches}, expected {expected}: the kernel was not the consumer")
+    assert not failures, f"{len(failures)} failing cases:\n" + "\n".join(failures[:40])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world_size", [3, 4, 6, 8])
+def test_ops_and_layers_at_world_size(world_size):
+    """Every impl of both ops and the layer pair at W ranks; the kernel as the CPU consumer at W=3."""
+    run_ranks(_world, world_size, world_size == 3, timeout_s=60)
+
+
+# ---- 2. the producer programs: order and per-peer chunking, W = 2..8 -----------------------------
+
+_SPACE = 1 << 48  # above every user-space pointer: the fake addresses never meet a real tensor's
+
+
+class _AddressMap:
+    """What the producer programs read from a workspace and the fused state on it, for rank ``rank``
+    of ``world_size``, with no memory behind it: rank ``p``'s data half ``parity`` starts at
+    ``(1 + 2p + parity) << 48`` and its flag slot ``s`` sits at ``((1 + 2W + p) << 48) + 4s``, so every
+    address says whose, what and where. The tile counters are a real (local) tensor."""
+
+    is_cuda = False
+    device = torch.device("cpu")
+
+    def __init__(self, world_size: int, rank: int) -> None:
+        self.world_size, self.rank = world_size, rank
+        self.ws = self  # the fused state's workspace: the same map
+        self.plans, self.plan_builds = {}, 0
+        self.counters = torch.zeros(sch.num_counters(world_size), dtype=torch.int32)
+
+    def data_addr(self, p: int, parity: int) -> int:
+        return (1 + 2 * p + parity) * _SPACE
+
+    def flag_addr(self, p: int, slot: int) -> int:
+        return (1 + 2 * self.world_size + p) * _SPACE + 4 * slot
+
+    def where(self, addr: int):
+        """``("data", rank, parity, offset)``, ``("flag", rank, slot)``, or ``("local", addr)``."""
+        unit, offset = divmod(addr, _SPACE)
+        if unit == 0:
+            return ("local", addr)
+        if unit <= 2 * self.world_size:
+            return ("data", (unit - 1) // 2, (unit - 1) % 2, offset)
+        return ("flag", unit - 1 - 2 * self.world_size, offset // 4)
+
+
+def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool = True, row_scale: bool = False,
+             epoch: int = 5):
+    """``(ws, plan, call, steps, tensors)``: the producer program of rank ``r``'s call ``epoch``."""
+    ws = _AddressMap(W, r)
+    plan = get_plan(ws, op, rows, K, N, F32, op == "ag" and not push)
+    call = Call.__new__(Call)  # the call's state without taking an epoch from a workspace
+    call.ws = call.state = ws
+    call.plan, call.epoch, call.parity = plan, epoch, epoch % 2
+    if op == "ag":
+        a, gathered = torch.empty(rows, K), torch.empty(W * rows, K)
+        scales = torch.empty(rows) if row_scale else None
+        scales_gathered = torch.empty(W * rows) if row_scale else None
+        steps = ag_steps(call, a, gathered, push, scales, scales_gathered)
+        return ws, plan, call, steps, dict(a=a, gathered=gathered, scales=scales, scales_gathered=scales_gathered)
+    partial = torch.empty(W, rows // W, N)
+    return ws, plan, call, rs_steps(call, partial), dict(partial=partial)
+
+
+def _signals_before(steps, ws, e, i, dst):
+    """Whether rank ``dst`` got this call's signature and ``ready`` flag before step ``i``."""
+    W, r = ws.world_size, ws.rank
+    sig = ws.flag_addr(dst, sch.signature_slot(W, e % 2, r))
+    ready = (SIGNAL, ws.flag_addr(dst, sch.ready_slot(r)), e)
+    return any(s[0] == COPY and s[1] == sig for s in steps[:i]) and ready in steps[:i]
+
+
+def _check_split_pairs(ws, steps, e, i, flag_rank, slot_of_split, dst_base, src_base, row, rows_of_split, splits):
+    """From step ``i``: per split, one copy of its rows then its flag. Returns the index after them."""
+    for s in range(splits):
+        lo, hi = rows_of_split(s)
+        assert steps[i] == (COPY, dst_base + lo * row, src_base + lo * row, (hi - lo) * row), (s, steps[i])
+        assert steps[i + 1] == (SIGNAL, ws.flag_addr(flag_rank, slot_of_split(s)), e), (s, steps[i + 1])
+        i += 2
+    return i
+
+
+CONSUMERS = ["torch", "triton"]  # the CPU block size (64 rows) and the kernel's (32 under the interpreter)
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+@pytest.mark.parametrize("W", range(2, 9))
+def test_ag_push_goes_to_r_minus_1_first_and_covers_each_split_once(W, consumer, monkeypatch):
+    monkeypatch.setenv("FLUXLITE_CPU_CONSUMER", consumer)
+    e = 5
+    K = 24
+    row = K * 4
+    for rows, row_scale in itertools.product((1, 37, 10 * 64 + 3), (False, True)):
+        position = {}  # (sender, receiver) -> place of the receiver in the sender's push order
+        for r in range(W):
+            ws, plan, call, steps, t = _program("ag", W, r, rows, K, 16, push=True, row_scale=row_scale, epoch=e)
+            assert first_wait(steps) == len(steps), "a push program never waits: all of it goes ahead of the kernel"
+            order = []
+            i = 0
+            while i < len(steps):
+                kind = ws.where(steps[i][1])
+                if steps[i][0] != COPY or kind[0] != "data":
+                    i += 1
+                    continue
+                p = kind[1]
+                order.append(p)
+                assert _signals_before(steps, ws, e, i, p), f"W={W} r={r}: data for {p} before its signature and ready"
+                if row_scale:  # the scales first, into the scale area after the W*m gathered rows
+                    at = ws.data_addr(p, e % 2) + _scales_offset(W * rows, row) + 4 * r * rows
+                    assert steps[i] == (COPY, at, t["scales"].data_ptr(), 4 * rows), steps[i]
+                    i += 1
+                i = _check_split_pairs(ws, steps, e, i, p, lambda s: sch.data_slot(W, r, s),
+                                       ws.data_addr(p, e % 2) + r * rows * row, t["a"].data_ptr(), row,
+                                       plan.sched.split_rows, plan.sched.splits)
+            assert order == [(r - k) % W for k in range(1, W)], f"W={W} r={r}: push order {order}"
+            position.update({(r, p): k for k, p in enumerate(order)})
+        # Peer p consumes chunks p+1, p+2, ...: each peer's k-th chunk is the k-th push its sender makes,
+        # and the flag the sender sets is the one p's blocks of that chunk wait on, for the same rows.
+        for p in range(W):
+            sched = sch.ag_schedule(W, p, rows, plan.sched.block_m)
+            assert [position[(c, p)] for c in sched.peers()] == list(range(W - 1)), f"W={W} p={p}"
+            for chunk, row0, n, slot in sched.kernel_blocks().tolist():
+                if chunk != p:
+                    split = sch.split_of_data_slot(W, slot)
+                    lo, hi = plan.sched.split_rows(split)
+                    assert slot == sch.data_slot(W, chunk, split) and lo <= row0 and row0 + n <= hi
+
+
+@pytest.mark.parametrize("W", range(2, 9))
+def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_order(W):
+    e, K, rows = 6, 8, 10 * 64 + 3
+    row = K * 4
+    for r in range(W):
+        ws, plan, call, steps, t = _program("ag", W, r, rows, K, 16, push=False, epoch=e)
+        waits = [i for i, s in enumerate(steps) if s[0] == WAIT]
+        assert waits and waits[0] == first_wait(steps)
+        # Every peer may pull our rows before we wait on anyone: no cycle of waits at any W.
+        staged = steps.index((COPY, ws.data_addr(r, e % 2), t["a"].data_ptr(), rows * row))
+        readies = [steps.index((SIGNAL, ws.flag_addr(p, sch.ready_slot(r)), e)) for p in plan.sched.peers()]
+        assert staged < min(readies) and max(readies) < waits[0], f"W={W} r={r}"
+        peers = [s[3]["peer"] for s in steps if s[0] == WAIT]
+        assert peers == list(plan.sched.peers()) == [(r + k) % W for k in range(1, W)], f"W={W} r={r}: {peers}"
+        for i, p in zip(waits, peers):
+            assert steps[i][1:3] == (ws.flag_addr(r, sch.ready_slot(p)), e)
+            end = _check_split_pairs(ws, steps, e, i + 1, r, lambda s: sch.pulled_slot(W, p, s),
+                                     t["gathered"].data_ptr() + p * rows * row, ws.data_addr(p, e % 2), row,
+                                     plan.sched.split_rows, plan.sched.splits)
+            assert end == len(steps) or steps[end][0] == WAIT
+        blocks = plan.sched.kernel_blocks(pull=True).tolist()
+        assert all(slot == sch.pulled_slot(W, c, sch.split_of_data_slot(W, slot)) for c, _, _, slot in blocks if c != r)
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+@pytest.mark.parametrize("W", range(2, 9))
+def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeypatch):
+    monkeypatch.setenv("FLUXLITE_CPU_CONSUMER", consumer)
+    e, K, N = 7, 8, 40
+    for mc in (1, 37, 10 * 64 + 3):
+        row = N * 4
+        senders = {}  # (destination, split) -> the ranks whose partials land there
+        for r in range(W):
+            ws, plan, call, steps, t = _program("rs", W, r, W * mc, K, N, epoch=e)
+            sched = plan.sched
+            assert sched.chunk_order[0] == (r + 1) % W and sched.chunk_order[-1] == r, "r+1 first, local last"
+            blocks = sched.kernel_blocks().tolist()
+            i = first_wait(steps)
+            assert all(s[0] != WAIT for s in steps[:i]) and i > 0
+            dests = []
+            while i < len(steps):
+                d = ws.where(steps[i + 1][1])[1]  # the copy's destination rank
+                dests.append(d)
+                assert _signals_before(steps, ws, e, i, d), f"W={W} r={r}: partials for {d} before signature and ready"
+                for s in range(sched.splits):
+                    lo, hi = sched.split_rows(s)
+                    # The tiles the consumer counts into (d, s): its blocks of chunk d in split s, times num_n.
+                    tiles = sum(1 for c, _, _, slot in blocks if c == d and slot == sch.counter_slot(d, s)) * plan.num_n
+                    assert tiles == sched.split_tiles(s, plan.num_n) > 0
+                    assert steps[i][:3] == (WAIT, ws.counters.data_ptr() + 4 * sch.counter_slot(d, s), tiles)
+                    assert steps[i + 1] == (COPY, ws.data_addr(d, e % 2) + (r * mc + lo) * row,
+                                            t["partial"].data_ptr() + (d * mc + lo) * row, (hi - lo) * row)
+                    assert steps[i + 2] == (SIGNAL, ws.flag_addr(d, sch.data_slot(W, r, s)), e)
+                    senders.setdefault((d, s), []).append(r)
+                    i += 3
+            assert dests == [(r + k) % W for k in range(1, W)], f"W={W} r={r}: send order {dests}"
+        # Every destination's local blocks wait on data_slot(0, s) + p * peer_slots() for each peer p:
+        # exactly the slots the peers set, each set by one sender.
+        for d in range(W):
+            sched = sch.rs_schedule(W, d, mc, plan.sched.block_m)
+            for chunk, _, _, slot in sched.kernel_blocks().tolist():
+                if chunk == d:
+                    s = sch.split_of_data_slot(W, slot)
+                    assert slot == sch.data_slot(W, 0, s)
+                    assert sorted(senders[(d, s)]) == [p for p in range(W) if p != d], (W, d, s)
+                    assert all(slot + p * sch.peer_slots() == sch.data_slot(W, p, s) for p in range(W))
+
+
+def test_the_address_map_tells_ranks_and_slots_apart():
+    """The checks above read ranks and slots back from fake addresses: they must be unambiguous."""
+    ws = _AddressMap(8, 3)
+    seen = {}
+    for p, parity in itertools.product(range(8), range(2)):
+        seen[ws.data_addr(p, parity) + 12345] = ("data", p, parity, 12345)
+    for p, slot in itertools.product(range(8), range(sch.num_flag_slots(8))):
+        seen[ws.flag_addr(p, slot)] = ("flag", p, slot)
+    assert all(ws.where(addr) == what for addr, what in seen.items())
+    assert ws.where(torch.empty(4).data_ptr())[0] == "local"
