@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|overlap|all ...]     (default: all)
-# overlap: fluxlite-profile of the llama3-70b preset at TP=2 (8192 tokens), with --tune: table, JSON,
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|overlap|all ...]     (default: all)
+# The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
+# the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
+# (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
+# overlap: fluxlite-profile of the llama3-70b preset at TP=NPROC (8192 tokens), with --tune: table, JSON,
 # CSV and PNG in $OUT/overlap_llama3_70b/, and the dispatch cache it filled in $OUT/dispatch_cache/.
-# Each part is bounded; `all` takes about 10 minutes on 2xH200. Carry megatron-core's cp312 wheel
-# in .whl/ (device tool: carry [".whl"]) for the Megatron GPU test. Logs and JSON go to $OUT (the device
-# tool's output folder) or ./gpu_out. Megatron's GPU comparison needs megatron-core: with no network,
-# carry its wheel in .whl/ (see BENCHMARKS.md); it is installed to /tmp/site here if present.
+# Each part is bounded; `all` takes about 10 minutes on 2xH200 (at larger NPROC, run the parts one by
+# one). Carry megatron-core's cp312 wheel in .whl/ (device tool: carry [".whl"]) for the Megatron GPU
+# test. Logs and JSON go to $OUT (the device tool's output folder) or ./gpu_out. Megatron's GPU
+# comparison needs megatron-core: with no network, carry its wheel in .whl/ (see BENCHMARKS.md); it is
+# installed to /tmp/site here if present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # Never NVLink multicast on the shared machines.
@@ -17,6 +21,13 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     && export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 OUT="${OUT:-$PWD/gpu_out}"
+NPROC="${NPROC:-$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)}"
+if ! [[ $NPROC =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_suite.sh: no GPU count (NPROC='$NPROC'); set NPROC=N" >&2
+  exit 2
+fi
+export FLUXLITE_GPU_RANKS="$NPROC"
+echo "gpu_suite.sh: world size $NPROC"
 mkdir -p "$OUT"
 parts=("${@:-all}")
 want() { for p in "${parts[@]}"; do [[ $p == all || $p == "$1" ]] && return 0; done; return 1; }
@@ -36,7 +47,7 @@ if want tests; then
   status=$((status | PIPESTATUS[0]))
 fi
 if want profile; then
-  timeout 90 torchrun --standalone --nproc-per-node 2 scripts/profile_host.py --top 18 2>&1 | tee "$OUT/profile_host.log" \
+  timeout 90 torchrun --standalone --nproc-per-node "$NPROC" scripts/profile_host.py --top 18 2>&1 | tee "$OUT/profile_host.log" \
     | grep -v '^W1' | head -30
   status=$((status | PIPESTATUS[0]))
 fi
@@ -45,18 +56,18 @@ if want gemm; then
   status=$((status | PIPESTATUS[0]))
 fi
 if want layers; then
-  timeout 200 torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out "$OUT/bench_layers.json" 2>&1 \
+  timeout 200 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
 fi
 if want overlap; then
-  FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 420 python3 -m fluxlite.profile --model llama3-70b --tp 2 \
-    --tokens 8192 --nproc 2 --tune --no-progress --out "$OUT/overlap_llama3_70b" 2>&1 \
+  FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 420 python3 -m fluxlite.profile --model llama3-70b --tp "$NPROC" \
+    --tokens 8192 --nproc "$NPROC" --tune --no-progress --out "$OUT/overlap_llama3_70b" 2>&1 \
     | tee "$OUT/overlap_llama3_70b.log" | grep -v '^W1' | tail -16
   status=$((status | PIPESTATUS[0]))
 fi
 if want bench; then
-  timeout 300 torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_ops.py --out "$OUT/bench_ops.json" 2>&1 \
     | tee "$OUT/bench_ops.log" | grep -v "^{\|^W1" | tail -24
   status=$((status | PIPESTATUS[0]))
 fi

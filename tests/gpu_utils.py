@@ -46,6 +46,14 @@ def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
     dist.destroy_process_group()
 
 
+def gpu_world_size() -> int:
+    """The world size of the GPU tests that run at any size (tests/test_world_sizes.py):
+    ``FLUXLITE_GPU_RANKS`` (scripts/gpu_suite.sh sets it to its NPROC), else every visible GPU."""
+    if os.environ.get("FLUXLITE_GPU_RANKS"):
+        return int(os.environ["FLUXLITE_GPU_RANKS"])
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def run_gpu_ranks(fn, world_size: int = 2, *args, env: dict | None = None, limit_s: float = 240) -> None:
     """Run ``fn`` on ``world_size`` GPU ranks; fail (and kill them) if they are not done in ``limit_s``."""
     if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:

@@ -362,3 +362,58 @@ def test_the_address_map_tells_ranks_and_slots_apart():
         seen[ws.flag_addr(p, slot)] = ("flag", p, slot)
     assert all(ws.where(addr) == what for addr, what in seen.items())
     assert ws.where(torch.empty(4).data_ptr())[0] == "local"
+
+
+# ---- 3. the W-generic GPU tests at every GPU of the machine (for nvidia-h200-x4 / x8) -------------
+# tests/test_gpu_*.py run at 2 GPUs. Their workers that work at any world size run here again on
+# gpu_world_size() GPUs (FLUXLITE_GPU_RANKS, which scripts/gpu_suite.sh sets to its NPROC, else every
+# visible GPU), when that is more than 2. Each is imported when it runs, so a CPU-only CI never
+# imports more than this file. Pick one with ``-k``: the time of each grows with the world size.
+
+
+def _gpu_fused_shapes(rank: int, W: int) -> None:
+    """tests/test_gpu_fused.py's anchor and ragged shapes at W ranks, RS's M cut to a multiple of W."""
+    from .gpu_utils import dev
+    from .test_gpu_fused import AG_SHAPES, RS_SHAPES, _check_ag, _check_rs
+
+    gen = torch.Generator(device=dev()).manual_seed(100 + rank)
+    for (M, K, N), with_bias in itertools.product(AG_SHAPES, (False, True)):
+        _check_ag(M // W, K, N, with_bias, gen)
+    for (M, K, N), with_bias in itertools.product(RS_SHAPES, (False, True)):
+        _check_rs(M - M % W, K, N, with_bias, gen)
+
+
+def _layer_matrix_args():
+    from .test_parallel import SEED as LAYER_SEED
+    from .test_parallel_gpu import BF16_TOL
+
+    return LAYER_SEED, torch.bfloat16, ("fused", "sequential"), BF16_TOL
+
+
+LAZY = {"CUDA_MODULE_LOADING": "LAZY"}
+GPU_CASES = {  # name: (module, worker, () -> extra args, env, limit_s)
+    "fused_shapes": ("tests.test_world_sizes", "_gpu_fused_shapes", tuple, LAZY, 300),
+    "first_call": ("tests.test_gpu_fused", "_first_call", tuple, LAZY, 240),
+    "thousand_calls": ("tests.test_gpu_fused", "_thousand_calls", tuple, None, 300),
+    "epilogues": ("tests.test_gpu_epilogue", "_cases", tuple, None, 240),
+    "liveness_sweep": ("tests.test_gpu_safety", "_sweep", tuple, None, 420),
+    "missing_peer": ("tests.test_gpu_safety", "_missing_peer", tuple, None, 300),
+    "recovery": ("tests.test_gpu_safety", "_recovery", tuple, None, 240),
+    "layer_matrix": ("tests.test_parallel_gpu", "_gpu_matrix", _layer_matrix_args, None, 240),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_gpu_tests_at_every_gpu(case):
+    import importlib
+
+    from .gpu_utils import gpu_world_size, run_gpu_ranks
+
+    W = gpu_world_size()
+    if W <= 2:
+        pytest.skip(f"runs at more than 2 GPUs (FLUXLITE_GPU_RANKS or every visible GPU), got {W}; "
+                    "tests/test_gpu_*.py cover 2")
+    module, worker, args, env, limit_s = GPU_CASES[case]
+    fn = getattr(importlib.import_module(module), worker)
+    run_gpu_ranks(fn, W, *args(), env=env, limit_s=limit_s)
