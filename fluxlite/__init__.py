@@ -15,10 +15,10 @@ Public surface::
 from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutError
 from .flags import DEFAULT_TIMEOUT_S, set_default_timeout
 from .group import TPGroup, init, resolve_group
-from .ops import ag_gemm, gemm_rs, synchronize
+from .ops import ag_gemm, gemm_rs, release_workspaces, synchronize
 from . import library  # registers torch.ops.fluxlite.* (custom ops for torch.compile)
 from .schedule import TileSchedule, ag_schedule, rs_schedule
-from .workspace import SymmetricWorkspace, get_workspace, release_workspaces
+from .workspace import SymmetricWorkspace, get_workspace
 
 __version__ = "0.1.0"
 

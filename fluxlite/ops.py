@@ -17,7 +17,7 @@ from ._validate import check_impl, check_operands, check_out, check_rows_divisib
 from .dispatch import Choice
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
-from .workspace import get_workspace, workspaces_of
+from .workspace import forget_workspaces, get_workspace
 
 _GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
 _IMPL_MODULES = {"sequential": _sequential, "decomposed": _decomposed}
@@ -168,8 +168,8 @@ def _ag_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, keep_
     impl = _impl_of(choice, tp, a)
     with torch.no_grad():
         if impl == "fused":
-            ws = get_workspace(tp.group, a.device, timeout=timeout_s)
-            return fused.ag_gemm(ws, a, weight, bias, timeout_s=timeout_s, out=out, keep_gathered=keep_gathered,
+            state = fused.state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
+            return fused.ag_gemm(state, a, weight, bias, timeout_s=timeout_s, out=out, keep_gathered=keep_gathered,
                                  ep=ep, row_scale=row_scale, config=choice.config)
         return _IMPL_MODULES[impl].ag_gemm(tp, a, weight, bias, out, ep, row_scale)
 
@@ -179,13 +179,30 @@ def _rs_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, timeo
     impl = _impl_of(choice, tp, a)
     with torch.no_grad():
         if impl == "fused":
-            ws = get_workspace(tp.group, a.device, timeout=timeout_s)
-            return fused.gemm_rs(ws, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep, config=choice.config)
+            state = fused.state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
+            return fused.gemm_rs(state, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep, config=choice.config)
         return _IMPL_MODULES[impl].gemm_rs(tp, a, weight, bias, out, ep)
 
 
 def synchronize(group: dist.ProcessGroup | None = None) -> None:
     """Wait for this rank's fused work on ``group`` and raise any timeout a kernel recorded."""
     tp = resolve_group(group)
-    for ws in workspaces_of(tp.group):
-        ws.synchronize()
+    for state in fused.states_of(tp.group):
+        state.synchronize()
+
+
+def release_workspaces(timeout: float | None = None) -> None:
+    """Drop every cached workspace. Call it on every rank: before destroying the process group, and
+    after any fluxlite error, to recover (the next fused call builds a fresh workspace).
+
+    It first waits (bounded by ``timeout``) until no device work or producer thread of ours can
+    still touch the buffers: the fused layer's producers stop first, then the buffers go.
+    """
+    errors = []
+    for owner in (*fused.forget_states(), *forget_workspaces()):
+        try:
+            owner.close(timeout)
+        except BaseException as exc:  # release the rest all the same
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -14,11 +14,13 @@ that a peer still uses, with no barrier between calls.
 Backends
 --------
 - CUDA: ``torch.distributed._symmetric_memory`` (``empty`` + ``rendezvous``); peers' views come
-  from ``get_buffer``. The producer is a high-priority side stream built only of copies and stream
-  memory operations.
+  from ``get_buffer``.
 - CPU: files in /dev/shm that every rank maps, with names agreed over the (gloo) group. Each file is
   unlinked as soon as all ranks mapped it, so nothing outlives the job even if a rank is killed.
-  The producer is one worker thread.
+
+The workspace only allocates and maps (DESIGN.md layer 1). What a fused call keeps between calls
+(epochs, the failure state, the plans, the producer) is :class:`fluxlite.fused.state.FusedState`,
+one per workspace.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ import tempfile
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from . import rendezvous, schedule
-from .errors import FluxliteCallMismatchError, FluxliteError
-from .flags import exception_from_record, resolve_timeout
+from .errors import FluxliteError
+from .flags import resolve_timeout
 from .group import TPGroup, forget_groups, resolve_group
 
 DATA_ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
@@ -172,70 +174,46 @@ class SymmetricWorkspace:
         self.key = key
         self.num_flags = schedule.num_flag_slots(self.world_size)
         self._flags_bytes = _round_up(4 * self.num_flags, DATA_ALIGN)
-        self.epoch = 0
         self.capacity = 0  # data bytes per parity
-        self._generation = 0
+        self.generation = 0  # allocations so far: addresses and views are valid for one generation
+        self.failed: BaseException | None = None  # a growth that failed: the ranks' buffers may differ
         self._views: list[torch.Tensor] = []
         self._flags: list[torch.Tensor] = []
-        self._poison: BaseException | None = None
-        self._poison_raised = False
         self.is_cuda = device.type == "cuda"
-        self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
-        self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
-        if self.is_cuda:
-            self._backend = _SymmMem(tp, device, key, timeout_s)
-            self.producer_stream = torch.cuda.Stream(device=device, priority=-1)
-            self.producer_handle = self.producer_stream.cuda_stream
-            # Reused by every call to order the producer stream after the caller's and back.
-            self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
-            for event in (self.call_start, self.call_end):
-                event.record(self.producer_stream)  # creates the event, so it has a raw handle
-        else:
-            self._backend = _SharedFiles(tp, key, timeout_s)
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
-        from .kernels.flags import RECORD_WORDS
-
-        self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=device)  # a kernel's failure record
-        self._err_host = self._err_event = None
-        self._timeout_s = timeout_s
-        self.counters = torch.zeros(schedule.num_counters(self.world_size), dtype=torch.int32, device=device)
+        self._backend = _SymmMem(tp, device, key, timeout_s) if self.is_cuda else _SharedFiles(tp, key, timeout_s)
         self.reserve(1 << 20, timeout_s=timeout_s)
-        if self.is_cuda:
-            self._warm_up()
 
     # ---- sizes and growth -------------------------------------------------------------------
-    def reserve(self, nbytes_per_parity: int, *, timeout_s: float | None = None,
-                announce: tuple[int, ...] | None = None) -> None:
+    def reserve(self, nbytes_per_parity: int, *, timeout_s: float | None = None, epoch: int = 0,
+                abort: Callable[[], None] | None = None) -> None:
         """Make each parity half hold at least ``nbytes_per_parity`` bytes (collective when it grows).
 
-        The ranks agree on the largest request, so every rank's buffer has the same capacity.
-        ``announce``: the signature of the fused call that needs the room. Before it waits for the
-        peers, a growing rank writes it, with its ready flag for the next epoch, into every peer's
-        flags, and while it waits it watches the peers' ready flags: a peer that is in that call
-        without growing (it disagrees about the shapes) and this rank both raise
-        :class:`~fluxlite.FluxliteCallMismatchError` at once instead of timing out.
+        The ranks agree on the largest request, so every rank's buffer has the same capacity. The
+        old buffers are dropped: no work of the caller's may still use them (the caller's CUDA
+        stream is drained here; the fused layer drains its producer first, :meth:`FusedState.reserve
+        <fluxlite.fused.state.FusedState.reserve>`). ``epoch`` names the call in a timeout's
+        message; ``abort`` is called while waiting for the peers and may raise to give up early. A
+        failure is kept in :attr:`failed`: the ranks may no longer agree on the buffers, and only
+        :func:`fluxlite.release_workspaces` recovers.
         """
         if nbytes_per_parity <= self.capacity:
             return
         timeout_s = resolve_timeout(timeout_s)
-        self._generation += 1
+        self.generation += 1
         try:
             # Every rank's device is done with the old buffers before the exchange below, so once it
             # returns no rank's copy engine can still read or write a buffer that is about to go.
-            self._drain(timeout_s)
-            abort = None
-            if announce is not None and self.capacity:
-                self._announce(announce)
-                abort = lambda: self._raise_if_peer_in_another_call(announce)  # noqa: E731
+            if self.is_cuda:
+                wait_idle([torch.cuda.current_stream(self.device)], self, timeout_s)
             wanted = rendezvous.all_gather_int(
-                self.tp, f"{self.key}/g{self._generation}/size", nbytes_per_parity, timeout_s=timeout_s,
+                self.tp, f"{self.key}/g{self.generation}/size", nbytes_per_parity, timeout_s=timeout_s,
                 op="workspace growth" if self.capacity else "workspace build", step="agree on the workspace size",
-                epoch=self.epoch, abort=abort)
+                epoch=epoch, abort=abort)
             capacity = _round_up(max(max(wanted), 2 * self.capacity), 1 << 20)
             self._views = []
-            self._views = self._backend.allocate(self._flags_bytes + 2 * capacity, self._generation, timeout_s)
+            self._views = self._backend.allocate(self._flags_bytes + 2 * capacity, self.generation, timeout_s)
         except BaseException as exc:
-            self.poison(exc)
+            self.failed = self.failed or exc
             raise
         # Flag arrays and addresses are used on every call: make them once per allocation.
         self._flags = [v[: 4 * self.num_flags].view(torch.int32) for v in self._views]
@@ -243,33 +221,6 @@ class SymmetricWorkspace:
         self._flag_addrs = [v.data_ptr() for v in self._views]
         self._data_addrs = [[v.data_ptr() + self._flags_bytes + parity * capacity for v in self._views]
                             for parity in (0, 1)]
-
-    def _announce(self, signature: tuple[int, ...]) -> None:
-        """Write ``signature`` and the ready flag of the next epoch into every peer's flags (after
-        :meth:`_drain`, so no call of ours that could still read those slots is in flight)."""
-        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
-        at = schedule.signature_slot(self.world_size, parity, self.rank)
-        words = torch.tensor(signature, dtype=torch.int32)
-        for p in range(self.world_size):
-            if p != self.rank:
-                self._flags[p][at : at + schedule.SIG_WORDS].copy_(words)
-                if self.is_cuda:
-                    torch.cuda.current_stream(self.device).synchronize()  # the signature lands before the flag
-                self._flags[p][schedule.ready_slot(self.rank)] = epoch
-        if self.is_cuda:
-            torch.cuda.current_stream(self.device).synchronize()
-
-    def _raise_if_peer_in_another_call(self, signature: tuple[int, ...]) -> None:
-        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
-        mine = self._flags[self.rank]
-        for p in range(self.world_size):
-            if p != self.rank and int(mine[schedule.ready_slot(p)]) >= epoch:
-                at = schedule.signature_slot(self.world_size, parity, p)
-                theirs = tuple(mine[at : at + schedule.SIG_WORDS].tolist())
-                if theirs != tuple(signature):
-                    raise FluxliteCallMismatchError(
-                        rank=self.rank, peer=p, theirs=schedule.describe_signature(theirs),
-                        mine=f"{schedule.describe_signature(signature)}, which grows the workspace")
 
     # ---- views --------------------------------------------------------------------------------
     def flags(self, rank: int) -> torch.Tensor:
@@ -292,125 +243,37 @@ class SymmetricWorkspace:
         start = self._flags_bytes + parity * self.capacity + offset
         return self._views[rank][start : start + nbytes].view(dtype).view(shape)
 
-    # ---- epochs and failure -------------------------------------------------------------------
-    def next_epoch(self) -> int:
-        """Start a call (after :meth:`check`, which the ops make before they may grow): the new epoch."""
-        self.epoch += 1
-        if self.epoch >= 2**31 - 1:
-            raise FluxliteError("fluxlite workspace epoch overflowed int32; release and recreate the workspace")
-        return self.epoch
-
-    def poison(self, exc: BaseException, *, raised: bool = True) -> None:
-        """Mark the workspace unusable after a failure: peers' flags and buffers no longer agree.
-
-        ``raised=False`` when the failure (a GPU kernel's record) has not been raised to the caller
-        yet: the next :meth:`check` raises it as it is, later ones raise "poisoned".
-        """
-        if self._poison is None:
-            self._poison, self._poison_raised = exc, raised
-
-    def check(self) -> None:
-        """Raise if an earlier call failed, including a failure a GPU kernel recorded that has become
-        visible without blocking (see :meth:`note_kernel_launch`)."""
-        if self.is_cuda and self._poison is None and self._err_event is not None and self._err_event.query():
-            self._poison_from_record(self._err_host.tolist())
-        if self._poison is None:
-            return
-        if not self._poison_raised:
-            self._poison_raised = True
-            raise self._poison
-        raise FluxliteError(
-            f"fluxlite workspace is poisoned by an earlier failure: {self._poison} -- call "
-            f"fluxlite.release_workspaces() on every rank, then retry"
-        ) from self._poison
-
-    def read_kernel_error(self, timeout_s: float) -> None:
-        """Read the kernel error record now (blocking); a recorded failure poisons the workspace."""
-        self._timeout_s = timeout_s
-        self._poison_from_record(self.error.tolist())
-
-    def _poison_from_record(self, rec: list[int]) -> None:
-        exc = exception_from_record(rec, rank=self.rank, world_size=self.world_size, timeout_s=self._timeout_s)
-        if exc is not None:
-            self.poison(exc, raised=False)
-
-    def note_kernel_launch(self, timeout_s: float, stream: int) -> None:
-        """After a fused launch on CUDA: copy the error record to pinned memory without blocking,
-        so the next call (or :meth:`synchronize`) raises a failure that the kernel recorded."""
-        from . import _cuda_driver as cu
-
-        self._timeout_s = timeout_s
-        if self._err_event is None:
-            self._err_host = torch.zeros(self.error.numel(), dtype=torch.int32, pin_memory=True)
-            self._err_event = torch.cuda.Event()
-            self._err_event.record()  # creates the event, so it has a raw handle
-        cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * self.error.numel())
-        cu.event_record(self._err_event.cuda_event, stream)
-
-    def synchronize(self) -> None:
-        """Wait (bounded) for this workspace's device work; raise the failure of any earlier call."""
-        if self.is_cuda:
-            self._drain(self._timeout_s or resolve_timeout(None))
-            self._poison_from_record(self.error.tolist())
-        self.check()
-
-    def _drain(self, timeout_s: float) -> None:
-        """CUDA: wait until the caller's stream and the producer stream are idle, bounded.
-
-        Every stream wait fluxlite enqueues ends when a bounded kernel ends, so this returns within
-        about one timeout; past two, the device is stuck and the error says so.
-        """
-        if not self.is_cuda:
-            return
-        events = []
-        for stream in (torch.cuda.current_stream(self.device), self.producer_stream):
-            event = torch.cuda.Event()
-            event.record(stream)
-            events.append(event)
-        deadline = time.monotonic() + 2 * timeout_s + 5.0
-        delay = 1e-5
-        while not all(e.query() for e in events):
-            if time.monotonic() > deadline:
-                raise FluxliteError(
-                    f"fluxlite: rank {self.rank}'s device work on {self.device} did not finish within "
-                    f"{2 * timeout_s + 5.0:g} s; the GPU is stuck and this process must be restarted")
-            time.sleep(delay)  # a bounded poll of device completion, not a synchronisation between ranks
-            delay = min(2 * delay, 1e-3)
-
-    # ---- producers ------------------------------------------------------------------------------
-    def submit(self, fn, *args, **kwargs):
-        """CPU: run ``fn`` on the producer thread (the CPU's side stream); returns a Future."""
-        return self._executor.submit(fn, *args, **kwargs)
-
-    def _warm_up(self) -> None:
-        """Run every producer-side operation once while nothing spins: with lazy module loading, the
-        first launch of a kernel beside a spinning consumer can deadlock (ANCHORS.md)."""
-        from . import _cuda_driver
-
-        stream = self.producer_stream
-        scratch = torch.empty(2, 64, dtype=torch.uint8, device=self.device)
-        with torch.cuda.stream(stream):
-            scratch[1].copy_(scratch[0])
-            peer = self.data((self.rank + 1) % self.world_size, 0, (64,), torch.uint8)
-            scratch[0].copy_(peer)
-            word = self.counters.data_ptr()
-            handle = stream.cuda_stream
-            _cuda_driver.stream_write_value32(handle, word, 0)
-            _cuda_driver.stream_wait_value32(handle, word, 0)
-            _cuda_driver.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
-            _cuda_driver.memset32_async(handle, scratch.data_ptr(), 0, 16)
-        self._drain(self._timeout_s)
-
     def close(self, timeout_s: float | None = None) -> None:
-        """Let go of the buffers once no work of ours can touch them (bounded; see :meth:`_drain`)."""
+        """Let go of the buffers once the caller's CUDA stream is done with them (bounded; see
+        :func:`wait_idle`). The fused layer closes its producer first (:func:`fluxlite.release_workspaces`)."""
         timeout_s = resolve_timeout(timeout_s)
         try:
             if self.is_cuda:
-                self._drain(timeout_s)
-            else:
-                self._executor.shutdown(wait=True)  # its waits end at their deadlines
+                wait_idle([torch.cuda.current_stream(self.device)], self, timeout_s)
         finally:
-            self._views, self._flags, self.plans = [], [], {}
+            self._views, self._flags = [], []
+
+
+def wait_idle(streams: list, ws: SymmetricWorkspace, timeout_s: float) -> None:
+    """CUDA: wait until every stream of ``streams`` is idle, bounded.
+
+    Every stream wait fluxlite enqueues ends when a bounded kernel ends, so this returns within
+    about one timeout; past two, the device is stuck and the error says so.
+    """
+    events = []
+    for stream in streams:
+        event = torch.cuda.Event()
+        event.record(stream)
+        events.append(event)
+    deadline = time.monotonic() + 2 * timeout_s + 5.0
+    delay = 1e-5
+    while not all(e.query() for e in events):
+        if time.monotonic() > deadline:
+            raise FluxliteError(
+                f"fluxlite: rank {ws.rank}'s device work on {ws.device} did not finish within "
+                f"{2 * timeout_s + 5.0:g} s; the GPU is stuck and this process must be restarted")
+        time.sleep(delay)  # a bounded poll of device completion, not a synchronisation between ranks
+        delay = min(2 * delay, 1e-3)
 
 
 def _numel(shape) -> int:
@@ -475,28 +338,13 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
     return ws
 
 
-def workspaces_of(group: dist.ProcessGroup) -> list[SymmetricWorkspace]:
-    """The cached workspaces of ``group`` (one per device)."""
-    return [ws for (gid, _), ws in _WORKSPACES.items() if gid == id(group)]
-
-
-def release_workspaces(timeout: float | None = None) -> None:
-    """Drop every cached workspace. Call it on every rank: before destroying the process group, and
-    after any fluxlite error, to recover (the next fused call builds a fresh workspace).
-
-    It first waits (bounded by ``timeout``) until no device work or producer thread of ours can
-    still touch the buffers.
-    """
+def forget_workspaces() -> list[SymmetricWorkspace]:
+    """Forget every cached workspace (and the groups resolved for them); returns them for
+    :func:`fluxlite.release_workspaces` to close, after the fused layer's producers."""
     global _session
-    errors = []
-    for ws in _WORKSPACES.values():
-        try:
-            ws.close(timeout)
-        except BaseException as exc:  # release the rest all the same
-            errors.append(exc)
+    workspaces = list(_WORKSPACES.values())
     _WORKSPACES.clear()
     _BUILT.clear()
     forget_groups()
     _session = next(_SESSION)
-    if errors:
-        raise errors[0]
+    return workspaces

@@ -117,7 +117,7 @@ def _thousand_calls(rank, world_size):
         out = fluxlite.gemm_rs(a_rs, w, b, impl="fused")
         assert rel_err(out, _rs_reference(a_rs, w, b)) < TOL, f"call {i}: RS m={m}"
     fluxlite.synchronize()
-    assert ws.epoch == 2000
+    assert fluxlite.fused.state_of(ws).epoch == 2000
 
 
 def test_thousand_back_to_back_calls_with_varying_m():

@@ -152,6 +152,7 @@ def _back_to_back(rank: int, W: int) -> None:
     K_ag, N_ag, K_rs, N_rs = 256, 24, 40, 160
     max_rows = 1100  # AG staging 1100*256*4 B ~ 1.1 MiB; RS receive W*1100*160*4 B >= 1.4 MiB
     ws = fluxlite.get_workspace()
+    state = fluxlite.fused.state_of(ws)  # the fused layer's epochs on ws
     capacities = [ws.capacity]
     prefix = ws._backend.prefix
     base_ptr = None
@@ -159,7 +160,7 @@ def _back_to_back(rank: int, W: int) -> None:
     for i in range(CALLS):
         rows = max_rows * (i + 1) // RAMP if i < RAMP else rng.randint(1, max_rows)
         impl = "sequential" if i % 10 == 9 else "fused"
-        epoch_before = ws.epoch
+        epoch_before = state.epoch
         if i % 2 == 0:
             a_full = randn(gen, W * rows, K_ag, dtype=torch.float32)
             weight = randn(gen, N_ag, K_ag, dtype=torch.float32)
@@ -173,7 +174,7 @@ def _back_to_back(rank: int, W: int) -> None:
             check(f"call {i} rs M={W * rows} {impl}", out, rs_reference(a_parts, w_parts, bias, rank),
                   torch.float32, failures)
         want_epoch = epoch_before + (impl == "fused")
-        assert ws.epoch == want_epoch, f"call {i} ({impl}): epoch {ws.epoch}, expected {want_epoch}"
+        assert state.epoch == want_epoch, f"call {i} ({impl}): epoch {state.epoch}, expected {want_epoch}"
         if ws.capacity != capacities[-1]:
             assert i < RAMP, f"call {i}: workspace grew after the ramp ({capacities[-1]} -> {ws.capacity} bytes)"
             capacities.append(ws.capacity)
@@ -188,7 +189,8 @@ def _back_to_back(rank: int, W: int) -> None:
     assert not failures, f"{len(failures)} failing calls:\n" + "\n".join(failures[:40])
     assert len(capacities) >= 2 and capacities == sorted(capacities), f"workspace never grew: {capacities}"
     assert capacities[-1] >= W * max_rows * N_rs * 4, capacities
-    assert ws.epoch == sum(1 for i in range(CALLS) if i % 10 != 9)
+    assert fluxlite.fused.state_of(ws) is state
+    assert state.epoch == sum(1 for i in range(CALLS) if i % 10 != 9)
 
 
 @pytest.mark.timeout(120)
@@ -212,10 +214,10 @@ def _plan_reuse(rank, W):
             check(f"rs m={m} K={K} N={N} rep={rep}", out, rs_reference(a_parts, [w] * W, None, rank), torch.float32,
                   failures)
             assert not failures, failures
-        ws = fluxlite.get_workspace()
+        state = fluxlite.fused.state_of(fluxlite.get_workspace())
         # The first round builds one plan per (op, shape); later rounds build nothing.
-        assert ws.plan_builds == 2 * len(shapes), (rep, ws.plan_builds)
-        assert len(ws.plans) == 2 * len(shapes)
+        assert state.plan_builds == 2 * len(shapes), (rep, state.plan_builds)
+        assert len(state.plans) == 2 * len(shapes)
 
 
 def test_call_plans_are_built_once_and_never_collide():

@@ -40,8 +40,8 @@ def _call(op: str, W: int, scale: int = 1, **kw):
 def _scenario(rank, W, store, tag, op, skipper, expect_peer, expect_chunk, timeout_s, **kw):
     """All ranks make one good fused ``op`` call; then ``skipper`` skips the next one."""
     _call(op, W)  # creates the workspace (collective) and sets every flag this call uses to epoch 1
-    ws = fluxlite.get_workspace()
-    assert ws.epoch == 1
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())  # the workspace's epochs and poison
+    assert state.epoch == 1
     if rank == skipper:
         store.wait([f"{tag}-done-{r}" for r in range(W) if r != skipper], timedelta(seconds=120))
     else:
@@ -67,7 +67,7 @@ def _scenario(rank, W, store, tag, op, skipper, expect_peer, expect_chunk, timeo
                     _call(later_op, W, scale)
                 assert not isinstance(later.value, FluxliteTimeoutError)
                 assert time.monotonic() - t0 < 1.0
-        assert ws.epoch == 2
+        assert state.epoch == 2
         store.set(f"{tag}-done-{rank}", "1")
         store.wait([f"{tag}-done-{r}" for r in range(W) if r not in (rank, skipper)], timedelta(seconds=120))
     # The group itself is fine: a sequential call works on every rank, then a fresh workspace does.

@@ -1,7 +1,10 @@
 """The fused implementations: one module per op (its plan, producer program, CPU consumer and GPU
-launch), on top of :mod:`fluxlite.fused.call` (epochs, call agreement, joining and raising)."""
+launch), on top of :mod:`fluxlite.fused.call` (plans, call agreement, joining and raising) and
+:mod:`fluxlite.fused.state` (what a workspace's fused calls keep between calls: epochs, failure,
+plans, the producer)."""
 
 from .ag_gemm import ag_gemm
 from .gemm_rs import gemm_rs
+from .state import FusedState, forget_states, state_of, states_of
 
-__all__ = ["ag_gemm", "gemm_rs"]
+__all__ = ["FusedState", "ag_gemm", "forget_states", "gemm_rs", "state_of", "states_of"]

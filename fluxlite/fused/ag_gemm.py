@@ -29,9 +29,10 @@ from .._sequential import epilogue_linear
 from ..epilogue import PLAIN, Epilogue
 from ..kernels import ag_gemm as kernel
 from ..kernels.gemm_core import GemmConfig
-from ..workspace import DATA_ALIGN, SymmetricWorkspace
+from ..workspace import DATA_ALIGN
 from .call import Call, get_plan
 from .producer import COPY, SIGNAL, WAIT
+from .state import FusedState
 
 
 def _scales_offset(rows: int, row_bytes: int) -> int:
@@ -77,7 +78,7 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
     return steps
 
 
-def ag_gemm(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
             timeout_s: float, out: torch.Tensor | None = None, keep_gathered: bool = True, ep: Epilogue = PLAIN,
             row_scale: torch.Tensor | None = None, config: GemmConfig | None = None):
     """Fused AG-GEMM. ``a: [m, K]``, ``weight: [N, K]`` (``[2N, K]`` for SwiGLU), ``row_scale: [m]``
@@ -86,16 +87,17 @@ def ag_gemm(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
     ``keep_gathered=False``: the caller does not keep the gathered input, so the rows are pushed
     into the peers' workspaces (one copy fewer); the second item is then ``None``.
     """
+    ws = state.ws
     W, r = ws.world_size, ws.rank
     m, K = a.shape
-    ws.check()  # a poisoned workspace raises before it could enter a collective growth
-    plan = get_plan(ws, "ag", m, K, weight.shape[0], a.dtype, keep_gathered, ep, config)
+    state.check()  # a poisoned workspace raises before it could enter a collective growth
+    plan = get_plan(state, "ag", m, K, weight.shape[0], a.dtype, keep_gathered, ep, config)
     push = not keep_gathered
     row = K * a.element_size()
     rows_here = W * m if push else m
-    ws.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0), timeout_s=timeout_s,
-               announce=plan.signature)
-    call = Call(ws, "ag_gemm", plan, timeout_s)
+    state.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0), timeout_s=timeout_s,
+                  signature=plan.signature)
+    call = Call(state, "ag_gemm", plan, timeout_s)
     sched = plan.sched
     gathered = ws.data(r, call.parity, (W * m, K), a.dtype) if push else a.new_empty((W * m, K))
     scale_gathered = None

@@ -24,8 +24,8 @@ from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import host_wait_flag
 from ..kernels import gemm_core
-from ..workspace import SymmetricWorkspace
 from . import producer
+from .state import FusedState
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
 
@@ -38,8 +38,8 @@ def cpu_consumer() -> str:
     return name
 
 
-def consumer_of(ws: SymmetricWorkspace) -> str:
-    return "triton" if ws.is_cuda else cpu_consumer()
+def consumer_of(state: FusedState) -> str:
+    return "triton" if state.ws.is_cuda else cpu_consumer()
 
 
 def block_m_of(consumer: str, config: gemm_core.GemmConfig) -> int:
@@ -64,16 +64,18 @@ class Plan:
     kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
 
 
-def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool,
+def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool,
              ep: Epilogue = PLAIN, config: gemm_core.GemmConfig | None = None) -> Plan:
-    """The cached plan of this call on ``ws`` (built on first use). ``rows``: AG's ``m``, RS's ``M``;
-    ``N``: the weight's rows; ``config``: the kernel's (default: :func:`gemm_core.default_config`)."""
-    consumer = consumer_of(ws)
+    """The cached plan of this call on ``state``'s workspace (built on first use). ``rows``: AG's
+    ``m``, RS's ``M``; ``N``: the weight's rows; ``config``: the kernel's (default:
+    :func:`gemm_core.default_config`)."""
+    consumer = consumer_of(state)
     config = config or gemm_core.default_config()
     key = (op, rows, K, N, dtype, keep_gathered, ep, config, consumer)
-    plan = ws.plans.get(key)
+    plan = state.plans.get(key)
     if plan is None:
         block_m = block_m_of(consumer, config)
+        ws = state.ws
         W, r = ws.world_size, ws.rank
         sched = sch.ag_schedule(W, r, rows, block_m) if op == "ag" else sch.rs_schedule(W, r, rows // W, block_m)
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
@@ -84,17 +86,19 @@ def get_plan(ws: SymmetricWorkspace, op: str, rows: int, K: int, N: int, dtype: 
                     sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
                     sched.tile_order(num_n, config.group_m).to(dev),
                     tuple(sched.split_rows(s) for s in range(sched.splits)), {})
-        ws.plan_builds += 1
-        ws.plans[key] = plan
+        state.plan_builds += 1
+        state.plans[key] = plan
     return plan
 
 
 class Call:
-    """One fused call on ``ws``: takes the next epoch; runs a producer program beside a consumer."""
+    """One fused call on ``state``'s workspace: takes the next epoch; runs a producer program beside
+    a consumer."""
 
-    def __init__(self, ws: SymmetricWorkspace, op: str, plan: Plan, timeout_s: float) -> None:
-        self.ws, self.op, self.plan, self.timeout_s = ws, op, plan, timeout_s
-        self.epoch = ws.next_epoch()
+    def __init__(self, state: FusedState, op: str, plan: Plan, timeout_s: float) -> None:
+        self.state, self.ws, self.op, self.plan, self.timeout_s = state, state.ws, op, plan, timeout_s
+        ws = state.ws
+        self.epoch = state.next_epoch()
         self.parity = self.epoch % 2
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
@@ -102,9 +106,9 @@ class Call:
         if ws.is_cuda:
             cu.ensure_context(ws.device.index)
             self.stream = torch._C._cuda_getCurrentRawStream(ws.device.index)
-            cu.memset32_async(self.stream, ws.counters.data_ptr(), 0, ws.counters.numel())
+            cu.memset32_async(self.stream, state.counters.data_ptr(), 0, state.counters.numel())
         else:
-            ws.counters.zero_()
+            state.counters.zero_()
 
     @property
     def signature_base(self) -> int:
@@ -129,7 +133,7 @@ class Call:
         """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
         ws, plan = self.ws, self.plan
         return dict(blocks=plan.blocks, tiles=plan.tiles, flags=ws.flags(ws.rank), sig=plan.signature_dev,
-                    counters=ws.counters, error=ws.error, rank=ws.rank, world_size=ws.world_size,
+                    counters=self.state.counters, error=self.state.error, rank=ws.rank, world_size=ws.world_size,
                     epoch=self.epoch, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
                     timeout_s=self.timeout_s, config=plan.config, cache=plan.kernels)
 
@@ -166,38 +170,38 @@ class Call:
         waits on a peer that may never come, where only the kernel's bounded wait (which then
         releases the producer) ends the call.
         """
-        ws = self.ws
-        if ws.is_cuda:
-            main, side = self.stream, ws.producer_handle
-            cu.event_record(ws.call_start.cuda_event, main)
-            cu.stream_wait_event(side, ws.call_start.cuda_event)
+        state = self.state
+        if self.ws.is_cuda:
+            main, side = self.stream, state.producer_handle
+            cu.event_record(state.call_start.cuda_event, main)
+            cu.stream_wait_event(side, state.call_start.cuda_event)
             split = producer.first_wait(steps)
             producer.enqueue_on_stream(steps[:split], side)
             consume()
             producer.enqueue_on_stream(steps[split:], side)
-            cu.event_record(ws.call_end.cuda_event, side)
-            cu.stream_wait_event(main, ws.call_end.cuda_event)
-            ws.note_kernel_launch(self.timeout_s, main)
+            cu.event_record(state.call_end.cuda_event, side)
+            cu.stream_wait_event(main, state.call_end.cuda_event)
+            state.note_kernel_launch(self.timeout_s, main)
             if os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"):
-                ws.synchronize()
+                state.synchronize()
             return
-        future = ws.submit(self._produce_on_thread, steps)
+        future = state.submit(self._produce_on_thread, steps)
         try:
             consume()
             if self.plan.consumer == "triton":
-                ws.read_kernel_error(self.timeout_s)  # the interpreted kernel's record, at once
-                ws.check()
+                state.read_kernel_error(self.timeout_s)  # the interpreted kernel's record, at once
+                state.check()
         except BaseException as exc:
             self.failed = self.failed or exc
             future.exception()  # the producer's waits end at the deadline, or at once now
             # Raise the first failure: a producer's timeout reaches the consumer as an abort.
-            ws.poison(self.failed)
+            state.poison(self.failed)
             if self.failed is exc:
                 raise
             raise self.failed from None
         exc = future.exception()
         if exc is not None:
-            ws.poison(exc)
+            state.poison(exc)
             raise exc
 
     def _produce_on_thread(self, steps: list) -> None:

@@ -23,9 +23,9 @@ from ..epilogue import apply as apply_epilogue
 from ..flags import host_set_flag
 from ..kernels import gemm_rs as kernel
 from ..kernels.gemm_core import GemmConfig
-from ..workspace import SymmetricWorkspace
 from .call import Call, get_plan
 from .producer import COPY, SIGNAL, WAIT
+from .state import FusedState
 
 
 def _steps(call: Call, partial: torch.Tensor) -> list:
@@ -33,7 +33,7 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
     W, r = ws.world_size, ws.rank
     _, mc, N = partial.shape
     row = N * partial.element_size()
-    counters = ws.counters.data_ptr()
+    counters = call.state.counters.data_ptr()
     steps = call.arrival_steps()
     for d in plan.sched.peers():
         dest = ws.data_addr(d, parity) + r * mc * row  # d's recv[r]
@@ -48,19 +48,20 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
     return steps
 
 
-def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
             timeout_s: float, out: torch.Tensor | None = None, ep: Epilogue = PLAIN,
             config: GemmConfig | None = None) -> torch.Tensor:
     """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``; ``ep`` (a scale
     only) applies to the reduced sum, with the bias."""
+    ws = state.ws
     W, r = ws.world_size, ws.rank
     M, K = a.shape
     N = weight.shape[0]
     mc = M // W
-    ws.check()
-    plan = get_plan(ws, "rs", M, K, N, a.dtype, False, ep, config)
-    ws.reserve(W * mc * N * a.element_size(), timeout_s=timeout_s, announce=plan.signature)
-    call = Call(ws, "gemm_rs", plan, timeout_s)
+    state.check()
+    plan = get_plan(state, "rs", M, K, N, a.dtype, False, ep, config)
+    state.reserve(W * mc * N * a.element_size(), timeout_s=timeout_s, signature=plan.signature)
+    call = Call(state, "gemm_rs", plan, timeout_s)
     sched = plan.sched
     recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows
     partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
@@ -69,14 +70,14 @@ def gemm_rs(ws: SymmetricWorkspace, a: torch.Tensor, weight: torch.Tensor, bias:
     acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
 
     def consume_torch() -> None:
-        done = [0] * ws.counters.numel()
+        done = [0] * state.counters.numel()
         for chunk, row0, rows, split in sched.rows():
             src = a[chunk * mc + row0 : chunk * mc + row0 + rows]
             if chunk != r:
                 torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
                 slot = sch.counter_slot(chunk, split)
                 done[slot] += 1
-                host_set_flag(ws.counters, slot, done[slot])
+                host_set_flag(state.counters, slot, done[slot])
                 continue
             acc = (src @ weight.t()).to(acc_dtype)
             for p in sched.peers():

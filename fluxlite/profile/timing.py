@@ -120,8 +120,7 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
     through :meth:`Timer.max_over_ranks`), and every fluxlite workspace is released, since a failed
     fused call leaves its workspace poisoned. Returns ``({name: output}, {name: why it failed})``.
     """
-    from ..ops import synchronize
-    from ..workspace import release_workspaces
+    from ..ops import release_workspaces, synchronize
 
     outputs, failed = {}, {}
     for name, fn in list(fns.items()):

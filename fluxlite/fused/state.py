@@ -1,0 +1,233 @@
+"""What the fused protocol keeps on one workspace between calls (DESIGN.md layers 2, 4 and 5): the
+epoch counter, the failure state (poison and the GPU kernels' error record), the tile counters, the
+call plans and the producer (a worker thread on CPU; a high-priority side stream and the events that
+order it on CUDA). The workspace under it only allocates and maps peers.
+
+One :class:`FusedState` per :class:`~fluxlite.workspace.SymmetricWorkspace`, made by the first
+fused call on it (:func:`state_of`) and dropped by :func:`fluxlite.release_workspaces`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+
+from .. import schedule as sch
+from ..errors import FluxliteCallMismatchError, FluxliteError
+from ..flags import exception_from_record, resolve_timeout
+from ..kernels.flags import RECORD_WORDS
+from ..workspace import SymmetricWorkspace, wait_idle
+
+
+class FusedState:
+    """The fused layer's state on ``ws``; see the module docstring."""
+
+    def __init__(self, ws: SymmetricWorkspace, timeout_s: float) -> None:
+        self.ws = ws
+        self.epoch = 0  # fused calls so far on ws; call e uses data parity e % 2
+        self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
+        self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
+        self._poison: BaseException | None = None
+        self._poison_raised = False
+        self._timeout_s = timeout_s
+        if ws.is_cuda:
+            self.producer_stream = torch.cuda.Stream(device=ws.device, priority=-1)
+            self.producer_handle = self.producer_stream.cuda_stream
+            # Reused by every call to order the producer stream after the caller's and back.
+            self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
+            for event in (self.call_start, self.call_end):
+                event.record(self.producer_stream)  # creates the event, so it has a raw handle
+        else:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
+        self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
+        self._err_host = self._err_event = None
+        self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
+        if ws.is_cuda:
+            self._warm_up()
+
+    # ---- growth, with the call-agreement check ---------------------------------------------------
+    def reserve(self, nbytes_per_parity: int, *, timeout_s: float, signature: tuple[int, ...]) -> None:
+        """Grow the workspace for the fused call with ``signature`` if it needs more room (collective).
+
+        Before it waits for the peers, a growing rank writes ``signature``, with its ready flag for
+        the next epoch, into every peer's flags, and while it waits it watches the peers' ready
+        flags: a peer that is in that call without growing (it disagrees about the shapes) and this
+        rank both raise :class:`~fluxlite.FluxliteCallMismatchError` at once instead of timing out.
+        A failure poisons this state.
+        """
+        ws = self.ws
+        if nbytes_per_parity <= ws.capacity:
+            return
+        try:
+            # Our device and producer are done with the old buffers before the announcement and the
+            # exchange: no call of ours can still read the slots written below.
+            self.drain(timeout_s)
+            abort = None
+            if ws.capacity:
+                self._announce(signature)
+                abort = lambda: self._raise_if_peer_in_another_call(signature)  # noqa: E731
+            ws.reserve(nbytes_per_parity, timeout_s=timeout_s, epoch=self.epoch, abort=abort)
+        except BaseException as exc:
+            self.poison(exc)
+            raise
+
+    def _announce(self, signature: tuple[int, ...]) -> None:
+        """Write ``signature`` and the ready flag of the next epoch into every peer's flags (after
+        :meth:`drain`, so no call of ours that could still read those slots is in flight)."""
+        ws = self.ws
+        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
+        at = sch.signature_slot(ws.world_size, parity, ws.rank)
+        words = torch.tensor(signature, dtype=torch.int32)
+        for p in range(ws.world_size):
+            if p != ws.rank:
+                ws.flags(p)[at : at + sch.SIG_WORDS].copy_(words)
+                if ws.is_cuda:
+                    torch.cuda.current_stream(ws.device).synchronize()  # the signature lands before the flag
+                ws.flags(p)[sch.ready_slot(ws.rank)] = epoch
+        if ws.is_cuda:
+            torch.cuda.current_stream(ws.device).synchronize()
+
+    def _raise_if_peer_in_another_call(self, signature: tuple[int, ...]) -> None:
+        ws = self.ws
+        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
+        mine = ws.flags(ws.rank)
+        for p in range(ws.world_size):
+            if p != ws.rank and int(mine[sch.ready_slot(p)]) >= epoch:
+                at = sch.signature_slot(ws.world_size, parity, p)
+                theirs = tuple(mine[at : at + sch.SIG_WORDS].tolist())
+                if theirs != tuple(signature):
+                    raise FluxliteCallMismatchError(
+                        rank=ws.rank, peer=p, theirs=sch.describe_signature(theirs),
+                        mine=f"{sch.describe_signature(signature)}, which grows the workspace")
+
+    # ---- epochs and failure -------------------------------------------------------------------
+    def next_epoch(self) -> int:
+        """Start a call (after :meth:`check`, which the ops make before they may grow): the new epoch."""
+        self.epoch += 1
+        if self.epoch >= 2**31 - 1:
+            raise FluxliteError("fluxlite workspace epoch overflowed int32; release and recreate the workspace")
+        return self.epoch
+
+    def poison(self, exc: BaseException, *, raised: bool = True) -> None:
+        """Mark the workspace unusable for fused calls after a failure: peers' flags and buffers no
+        longer agree.
+
+        ``raised=False`` when the failure (a GPU kernel's record) has not been raised to the caller
+        yet: the next :meth:`check` raises it as it is, later ones raise "poisoned".
+        """
+        if self._poison is None:
+            self._poison, self._poison_raised = exc, raised
+
+    def check(self) -> None:
+        """Raise if an earlier call (or a growth of the workspace) failed, including a failure a GPU
+        kernel recorded that has become visible without blocking (see :meth:`note_kernel_launch`)."""
+        if self._poison is None and self.ws.failed is not None:
+            self.poison(self.ws.failed)
+        if self.ws.is_cuda and self._poison is None and self._err_event is not None and self._err_event.query():
+            self._poison_from_record(self._err_host.tolist())
+        if self._poison is None:
+            return
+        if not self._poison_raised:
+            self._poison_raised = True
+            raise self._poison
+        raise FluxliteError(
+            f"fluxlite workspace is poisoned by an earlier failure: {self._poison} -- call "
+            f"fluxlite.release_workspaces() on every rank, then retry"
+        ) from self._poison
+
+    def read_kernel_error(self, timeout_s: float) -> None:
+        """Read the kernel error record now (blocking); a recorded failure poisons the workspace."""
+        self._timeout_s = timeout_s
+        self._poison_from_record(self.error.tolist())
+
+    def _poison_from_record(self, rec: list[int]) -> None:
+        exc = exception_from_record(rec, rank=self.ws.rank, world_size=self.ws.world_size, timeout_s=self._timeout_s)
+        if exc is not None:
+            self.poison(exc, raised=False)
+
+    def note_kernel_launch(self, timeout_s: float, stream: int) -> None:
+        """After a fused launch on CUDA: copy the error record to pinned memory without blocking,
+        so the next call (or :meth:`synchronize`) raises a failure that the kernel recorded."""
+        from .. import _cuda_driver as cu
+
+        self._timeout_s = timeout_s
+        if self._err_event is None:
+            self._err_host = torch.zeros(self.error.numel(), dtype=torch.int32, pin_memory=True)
+            self._err_event = torch.cuda.Event()
+            self._err_event.record()  # creates the event, so it has a raw handle
+        cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * self.error.numel())
+        cu.event_record(self._err_event.cuda_event, stream)
+
+    def synchronize(self) -> None:
+        """Wait (bounded) for this workspace's device work; raise the failure of any earlier call."""
+        if self.ws.is_cuda:
+            self.drain(self._timeout_s or resolve_timeout(None))
+            self._poison_from_record(self.error.tolist())
+        self.check()
+
+    def drain(self, timeout_s: float) -> None:
+        """CUDA: wait (bounded, :func:`~fluxlite.workspace.wait_idle`) until the caller's stream and
+        the producer stream are idle."""
+        if self.ws.is_cuda:
+            wait_idle([torch.cuda.current_stream(self.ws.device), self.producer_stream], self.ws, timeout_s)
+
+    # ---- the producer -------------------------------------------------------------------------
+    def submit(self, fn, *args, **kwargs):
+        """CPU: run ``fn`` on the producer thread (the CPU's side stream); returns a Future."""
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def _warm_up(self) -> None:
+        """Run every producer-side operation once while nothing spins: with lazy module loading, the
+        first launch of a kernel beside a spinning consumer can deadlock (ANCHORS.md)."""
+        from .. import _cuda_driver
+
+        ws, stream = self.ws, self.producer_stream
+        scratch = torch.empty(2, 64, dtype=torch.uint8, device=ws.device)
+        with torch.cuda.stream(stream):
+            scratch[1].copy_(scratch[0])
+            peer = ws.data((ws.rank + 1) % ws.world_size, 0, (64,), torch.uint8)
+            scratch[0].copy_(peer)
+            word = self.counters.data_ptr()
+            handle = stream.cuda_stream
+            _cuda_driver.stream_write_value32(handle, word, 0)
+            _cuda_driver.stream_wait_value32(handle, word, 0)
+            _cuda_driver.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
+            _cuda_driver.memset32_async(handle, scratch.data_ptr(), 0, 16)
+        self.drain(self._timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Wait (bounded) until the producer and our device work can no longer touch the buffers."""
+        timeout_s = resolve_timeout(timeout_s)
+        try:
+            if self.ws.is_cuda:
+                self.drain(timeout_s)
+            else:
+                self._executor.shutdown(wait=True)  # its waits end at their deadlines
+        finally:
+            self.plans = {}
+
+
+_STATES: dict[SymmetricWorkspace, FusedState] = {}
+
+
+def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedState:
+    """The fused state of ``ws``, made on first use (CUDA: its producer operations are warmed up
+    then, bounded by ``timeout_s``)."""
+    state = _STATES.get(ws)
+    if state is None:
+        state = _STATES[ws] = FusedState(ws, resolve_timeout(timeout_s))
+    return state
+
+
+def states_of(group: dist.ProcessGroup) -> list[FusedState]:
+    """The fused states of ``group``'s workspaces (one per device that ran a fused call)."""
+    return [state for ws, state in _STATES.items() if ws.tp.group is group]
+
+
+def forget_states() -> list[FusedState]:
+    """Forget every fused state; returns them for :func:`fluxlite.release_workspaces` to close."""
+    states = list(_STATES.values())
+    _STATES.clear()
+    return states
