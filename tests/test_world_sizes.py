@@ -364,6 +364,30 @@ def test_the_address_map_tells_ranks_and_slots_apart():
     assert ws.where(torch.empty(4).data_ptr())[0] == "local"
 
 
+def test_the_profiler_takes_its_world_size_from_the_gpus_or_torchrun(monkeypatch):
+    """fluxlite-profile spawns one rank per GPU by default (the machine's TP), torchrun's WORLD_SIZE
+    under torchrun, and 2 CPU ranks without 2 GPUs or with --device cpu."""
+    from fluxlite.profile import cli
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    args = cli.parse_args(["--model", "llama3-70b", "--tokens", "16384"])
+    assert (args.world_size, args.nproc, args.device, args.dtype) == (8, 8, "cuda", "bf16")
+    qkv = (64 + 2 * 8) * 128  # Llama-3-70B's QKV outputs, split over the 8 ranks
+    assert ("ag_gemm", 16384, 8192, qkv // 8) in {(s.op, s.M, s.K, s.N) for s in args.shapes}
+    assert cli.parse_args(["--shape", "64,32,48", "--device", "cpu"]).world_size == 2
+    assert cli.parse_args(["--shape", "96,32,48", "--nproc", "3", "--device", "cpu"]).world_size == 3
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert (cli.parse_args(["--shape", "64,32,48"]).world_size, cli.parse_args(["--shape", "64,32,48"]).device) == (
+        2, "cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert cli.parse_args(["--model", "llama3-70b"]).world_size == 4
+
+
 # ---- 3. the W-generic GPU tests at every GPU of the machine (for nvidia-h200-x4 / x8) -------------
 # tests/test_gpu_*.py run at 2 GPUs. Their workers that work at any world size run here again on
 # gpu_world_size() GPUs (FLUXLITE_GPU_RANKS, which scripts/gpu_suite.sh sets to its NPROC, else every

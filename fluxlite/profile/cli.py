@@ -9,8 +9,9 @@ N local output columns), ``rs:M,K,N`` (GEMM-RS: M rows, K local reduction size, 
 ``M,K,N`` for both. ``--model`` derives the shapes of a preset's QKV, proj, fc1 and fc2, forward
 and backward (fluxlite/profile/presets.py lists them and says how to add one).
 
-With ``--nproc N`` (default 2) it spawns its own ranks: one per GPU when there are N GPUs, else
-gloo CPU ranks. Under torchrun it uses torchrun's ranks. It writes ``profile.json``,
+With ``--nproc N`` it spawns its own ranks: one per GPU when there are N GPUs, else gloo CPU
+ranks; the default is one per visible GPU where there are two or more (else, or with ``--device
+cpu``, 2 CPU ranks). Under torchrun it uses torchrun's ranks. It writes ``profile.json``,
 ``profile.csv`` and ``profile.png`` to ``--out`` and prints a table. ``--tune`` also measures what
 ``impl="auto"`` should run for each shape and fills the dispatch cache (fluxlite/dispatch.py).
 """
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", default="ag,rs", help="comma list of ag, rs: which ops to keep")
     p.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 on GPUs, fp32 on CPU")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--nproc", type=_positive(int), default=2, help="ranks to spawn when not under torchrun")
+    p.add_argument("--nproc", type=_positive(int),
+                   help="ranks to spawn when not under torchrun (default: one per GPU if 2+, else 2 CPU ranks)")
     p.add_argument("--rounds", type=_positive(int), default=15, help="timed rounds per shape")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per implementation per shape")
     p.add_argument("--sets", type=_positive(int), default=3, help="input sets rotated between calls")
@@ -92,8 +94,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.from_json:
         return args
-    world = int(os.environ["WORLD_SIZE"]) if _under_torchrun() else args.nproc
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if args.nproc is None:
+        args.nproc = gpus if gpus >= 2 and args.device != "cpu" else 2
+    world = int(os.environ["WORLD_SIZE"]) if _under_torchrun() else args.nproc
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if _under_torchrun() else world
     if args.device == "auto":
         args.device = "cuda" if gpus and (gpus >= local or _under_torchrun()) else "cpu"
