@@ -1,12 +1,15 @@
 r"""Time fluxlite's AG-GEMM and GEMM-RS against baselines from the same run, in three ways.
 
     torchrun --standalone --nproc-per-node 2 scripts/bench_ops.py --out bench_ops.json [--quick]
+    torchrun --standalone --nproc-per-node 8 scripts/bench_ops.py --model llama3-70b --tokens 8192,16384
 
 (NVLink multicast is off unless NCCL_NVLS_ENABLE etc. are set otherwise.) Exits 1 if a fluxlite impl
 fails or is off by more than --max-rel-err; the baselines may fail (reported, then left out).
 
 Shapes are ``op:M,K,N``: AG ``M`` gathered rows, ``K`` hidden, ``N`` local output columns; RS ``M``
 rows, ``K`` local reduction size, ``N`` outputs. ``M`` is rounded up to a multiple of the world size.
+The default shapes are Llama-3-70B's per-rank GEMMs at TP=2 (ANCHORS.md), whatever the world size;
+``--model`` (and ``--tokens``) gives a preset's shapes at this run's world size (fluxlite-profile's).
 Implementations: cublas (the per-rank GEMM alone), nccl (the collective alone), sequential,
 torch_fused (torch.ops.symm_mem), fl_gemm (fluxlite's Triton GEMM alone), fused, fused_keep (AG,
 return_gathered=True) and auto. Each fluxlite impl is checked once against a reference first.
@@ -44,7 +47,7 @@ sys.path.insert(0, ROOT)
 import fluxlite  # noqa: E402
 from fluxlite.kernels.ag_gemm import gemm as fl_gemm  # noqa: E402
 from fluxlite.profile import cli as profile_cli  # noqa: E402
-from fluxlite.profile.presets import Shape  # noqa: E402
+from fluxlite.profile.presets import PRESETS, Shape, model_shapes  # noqa: E402
 from fluxlite.profile.report import no_nan  # noqa: E402
 from fluxlite.profile.run import TIMEOUT_S, enable_torch_symm_mem, op_case, rel_err  # noqa: E402
 from fluxlite.profile.timing import MODES, Timer, run_each_once, time_rounds  # noqa: E402
@@ -152,6 +155,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", type=parse_shape, metavar="OP:M,K,N",
                    help="e.g. ag:8192,8192,14336 rs:8192,14336,8192 (default: ANCHORS.md's 4 + 4 more, per op)")
+    p.add_argument("--model", choices=sorted(PRESETS),
+                   help="a preset's layer shapes (forward and dgrad) at this run's world size, instead of the defaults")
+    p.add_argument("--tokens", default="8192", help="with --model: comma list of token counts (sequence x batch)")
     p.add_argument("--ops", default="ag,rs", help="comma list of ag, rs (filters the shapes)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="fp32: CPU ranks only")
     p.add_argument("--rounds", type=int, default=15, help="rounds per shape (each times every impl in every mode)")
@@ -176,7 +182,11 @@ def main() -> int:
         enable_torch_symm_mem(tp)
     torch.manual_seed(dist.get_rank())
     ops = args.ops.split(",")
-    shapes = [(op, (-(-M // W) * W, K, N)) for op, (M, K, N) in (args.shapes or default_shapes(W)) if op in ops]
+    chosen = list(args.shapes or [])
+    if args.model:  # model_shapes raises ValueError naming the size W does not divide
+        chosen += [("ag" if s.op == "ag_gemm" else "rs", (s.M, s.K, s.N))
+                   for tokens in args.tokens.split(",") for s in model_shapes(args.model, W, int(tokens))]
+    shapes = [(op, (-(-M // W) * W, K, N)) for op, (M, K, N) in (chosen or default_shapes(W)) if op in ops]
     import triton
 
     meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu", world_size=W, torch=torch.__version__,
