@@ -183,6 +183,7 @@ class _AddressMap:
     def __init__(self, world_size: int, rank: int) -> None:
         self.world_size, self.rank = world_size, rank
         self.ws = self  # the fused state's workspace: the same map
+        self.consumer = os.environ.get("FLUXLITE_CPU_CONSUMER", "torch")  # as fluxlite.fused.state_of reads it
         self.plans, self.plan_builds = {}, 0
         self.counters = torch.zeros(sch.num_counters(world_size), dtype=torch.int32)
 

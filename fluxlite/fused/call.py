@@ -12,7 +12,6 @@ no host synchronisation.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -28,18 +27,6 @@ from . import producer
 from .state import FusedState
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
-
-
-def cpu_consumer() -> str:
-    """CPU consumer: ``torch`` (default; per-block matmul) or ``triton`` (the GPU kernel, interpreted)."""
-    name = os.environ.get("FLUXLITE_CPU_CONSUMER", "torch")
-    if name not in ("torch", "triton"):
-        raise ValueError(f"FLUXLITE_CPU_CONSUMER must be 'torch' or 'triton', got {name!r}")
-    return name
-
-
-def consumer_of(state: FusedState) -> str:
-    return "triton" if state.ws.is_cuda else cpu_consumer()
 
 
 def block_m_of(consumer: str, config: gemm_core.GemmConfig) -> int:
@@ -69,7 +56,7 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
     """The cached plan of this call on ``state``'s workspace (built on first use). ``rows``: AG's
     ``m``, RS's ``M``; ``N``: the weight's rows; ``config``: the kernel's (default:
     :func:`gemm_core.default_config`)."""
-    consumer = consumer_of(state)
+    consumer = state.consumer
     config = config or gemm_core.default_config()
     key = (op, rows, K, N, dtype, keep_gathered, ep, config, consumer)
     plan = state.plans.get(key)
@@ -182,7 +169,7 @@ class Call:
             cu.event_record(state.call_end.cuda_event, side)
             cu.stream_wait_event(main, state.call_end.cuda_event)
             state.note_kernel_launch(self.timeout_s, main)
-            if os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"):
+            if state.blocking:
                 state.synchronize()
             return
         future = state.submit(self._produce_on_thread, steps)

@@ -4,11 +4,14 @@ call plans and the producer (a worker thread on CPU; a high-priority side stream
 order it on CUDA). The workspace under it only allocates and maps peers.
 
 One :class:`FusedState` per :class:`~fluxlite.workspace.SymmetricWorkspace`, made by the first
-fused call on it (:func:`state_of`) and dropped by :func:`fluxlite.release_workspaces`.
+fused call on it (:func:`state_of`) and dropped by :func:`fluxlite.release_workspaces`. Its options
+are given when it is made; :func:`state_of` takes them from the documented environment variables
+``FLUXLITE_CPU_CONSUMER`` and ``FLUXLITE_BLOCKING`` then, and no call reads them again.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -21,11 +24,25 @@ from ..kernels.flags import RECORD_WORDS
 from ..workspace import SymmetricWorkspace, wait_idle
 
 
-class FusedState:
-    """The fused layer's state on ``ws``; see the module docstring."""
+CONSUMERS = ("torch", "triton")
 
-    def __init__(self, ws: SymmetricWorkspace, timeout_s: float) -> None:
+
+class FusedState:
+    """The fused layer's state on ``ws``; see the module docstring.
+
+    Options: ``consumer``, what computes a CPU call: ``"torch"`` (per-block matmuls) or ``"triton"``
+    (the GPU kernel, interpreted); CUDA always runs the kernel. ``blocking``: on CUDA, synchronise
+    after every call, so a kernel's timeout surfaces at the call.
+    """
+
+    def __init__(self, ws: SymmetricWorkspace, timeout_s: float, *, consumer: str = "torch",
+                 blocking: bool = False) -> None:
+        if consumer not in CONSUMERS:
+            raise ValueError(f"FLUXLITE_CPU_CONSUMER (the fused CPU consumer) must be 'torch' or 'triton', "
+                             f"got {consumer!r}")
         self.ws = ws
+        self.consumer = "triton" if ws.is_cuda else consumer
+        self.blocking = blocking
         self.epoch = 0  # fused calls so far on ws; call e uses data parity e % 2
         self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
         self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
@@ -214,10 +231,12 @@ _STATES: dict[SymmetricWorkspace, FusedState] = {}
 
 def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedState:
     """The fused state of ``ws``, made on first use (CUDA: its producer operations are warmed up
-    then, bounded by ``timeout_s``)."""
+    then, bounded by ``timeout_s``) with the options the environment gives at that moment."""
     state = _STATES.get(ws)
     if state is None:
-        state = _STATES[ws] = FusedState(ws, resolve_timeout(timeout_s))
+        state = _STATES[ws] = FusedState(
+            ws, resolve_timeout(timeout_s), consumer=os.environ.get("FLUXLITE_CPU_CONSUMER", "torch"),
+            blocking=os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"))
     return state
 
 

@@ -166,9 +166,14 @@ def store_tile(dst, tile, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask,
 # ---- host side -----------------------------------------------------------------------------------
 
 
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def interpreting() -> bool:
-    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``). Read once, at
+    import: Triton fixes interpret mode when ``@triton.jit`` runs, so a later change could only make
+    the host disagree with the kernels."""
+    return _INTERPRET
 
 
 @dataclass(frozen=True)
