@@ -29,6 +29,7 @@ import os
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 import fluxlite
@@ -147,8 +148,10 @@ def _world(rank: int, W: int, kernel_consumer: bool) -> None:
     _ag_cases(rank, W, gen, SHAPES, IMPLS, failures)
     _rs_cases(rank, W, gen, SHAPES, IMPLS, failures)
     _layer_pair(rank, W, gen, failures)
-    if kernel_consumer:  # read per call plan: the fused calls from here on run the interpreted kernel
+    if kernel_consumer:  # read when a workspace's fused state is made: every rank builds a fresh one
         os.environ["FLUXLITE_CPU_CONSUMER"] = "triton"
+        dist.barrier()  # no rank is still inside a call on the old workspace
+        fluxlite.release_workspaces()
         launches = _count_launches()
         _ag_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)
         _rs_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)
