@@ -16,10 +16,13 @@
    exactly the rows whose blocks wait on (or count into) the flag that follows it, on the right
    rank and slot. tests/test_schedule.py checks the schedule's own chunk order and flag layout;
    tests/test_liveness.py the kernels' tile claiming. This file checks what neither does: the
-   programs that :mod:`fluxlite.fused` builds from the schedule.
+   programs that :mod:`fluxlite.fused` builds from the schedule. Also: fluxlite-profile's world
+   size comes from the GPUs or torchrun.
+3. **GPU** (``gpu`` marker, for 4- and 8-GPU machines): the GPU tests' workers that work at any world
+   size, on every GPU (:func:`tests.gpu_utils.gpu_world_size`) when there are more than 2.
 
-Time on 2 cores, mostly spawning: about 7 s (W=3, with the kernel consumer), 5 s (W=4), 9 s (W=6)
-and 11 s (W=8); the pure-Python part about 1 s.
+Time on 2 shared cores, mostly spawning: 8-9 s at W=3 (with the kernel consumer) and W=4, 12 s at
+W=6, 11-17 s at W=8 (30-50 s in all, by the machine's load); the pure-Python part about 1 s.
 """
 
 from __future__ import annotations
