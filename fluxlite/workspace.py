@@ -237,7 +237,7 @@ class SymmetricWorkspace:
 
     def data(self, rank: int, parity: int, shape: tuple[int, ...], dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
         """A ``shape``/``dtype`` view of ``rank``'s data half ``parity``, ``offset`` bytes in."""
-        nbytes = _numel(shape) * _itemsize(dtype)
+        nbytes = _numel(shape) * dtype.itemsize
         if offset % DATA_ALIGN or offset + nbytes > self.capacity:
             raise ValueError(f"data view [{offset}, {offset + nbytes}) is outside the reserved {self.capacity} bytes")
         start = self._flags_bytes + parity * self.capacity + offset
@@ -281,10 +281,6 @@ def _numel(shape) -> int:
     for s in shape:
         n *= int(s)
     return n
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 _WORKSPACES: dict[tuple[int, str], SymmetricWorkspace] = {}

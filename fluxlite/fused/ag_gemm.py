@@ -31,7 +31,7 @@ from ..kernels import ag_gemm as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import DATA_ALIGN
 from .call import Call, get_plan
-from .producer import COPY, SIGNAL, WAIT
+from .producer import COPY, EPOCH, SIGNAL, WAIT
 from .state import FusedState
 
 
@@ -42,7 +42,9 @@ def _scales_offset(rows: int, row_bytes: int) -> int:
 
 def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
            scale_gathered: torch.Tensor | None) -> list:
-    ws, plan, e, parity = call.ws, call.plan, call.epoch, call.parity
+    """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
+    the data half and the addresses of ``a``, ``gathered`` and the scales, not on the epoch."""
+    ws, plan, e, parity = call.ws, call.plan, EPOCH, call.parity
     W, r = ws.world_size, ws.rank
     m = a.shape[0]
     row = a.shape[1] * a.element_size()
@@ -99,11 +101,14 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
                   signature=plan.signature)
     call = Call(state, "ag_gemm", plan, timeout_s)
     sched = plan.sched
-    gathered = ws.data(r, call.parity, (W * m, K), a.dtype) if push else a.new_empty((W * m, K))
-    scale_gathered = None
-    if ep.row_scaled:
-        scale_gathered = (ws.data(r, call.parity, (W * m,), torch.float32, offset=_scales_offset(W * m, row))
-                          if push else row_scale.new_empty(W * m))
+    if push:  # the peers push into our data half
+        gathered, scale_gathered = call.views(lambda: (
+            ws.data(r, call.parity, (W * m, K), a.dtype),
+            ws.data(r, call.parity, (W * m,), torch.float32, offset=_scales_offset(W * m, row)) if ep.row_scaled
+            else None))
+    else:  # pulled into tensors that the caller keeps
+        gathered = a.new_empty((W * m, K))
+        scale_gathered = row_scale.new_empty(W * m) if ep.row_scaled else None
     if out is None:
         out = a.new_empty((W * m, ep.out_features(weight.shape[0])))
 
@@ -123,6 +128,8 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
         kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
                       scale_local=row_scale, scale_gathered=scale_gathered, **call.kernel_args())
 
-    steps = _steps(call, a, gathered, push, row_scale, scale_gathered)
+    addresses = (a.data_ptr(), gathered.data_ptr(),
+                 *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
+    steps = call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
     call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch)
     return out, (None if push else gathered)

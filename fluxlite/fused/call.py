@@ -13,7 +13,8 @@ no host synchronisation.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -27,16 +28,38 @@ from . import producer
 from .state import FusedState
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
+# Producer programs a plan keeps: every layer of a model whose layers share shapes (one plan) has
+# its own input addresses, in either data half (80 layers: 160). Calls whose tensors move every
+# time would grow it without bound: past this it starts again.
+MAX_PROGRAMS = 256
 
 
 def block_m_of(consumer: str, config: gemm_core.GemmConfig) -> int:
     return config.block_m if consumer == "triton" else CPU_BLOCK_M
 
 
+@dataclass
+class Bindings:
+    """What a plan made for one generation of its workspace (the buffers move only when it grows):
+    per data half, the views of our buffers that a call uses, and producer programs by the
+    addresses of the call's own tensors (raw addresses, no epoch: :data:`producer.EPOCH`)."""
+
+    generation: int = -1
+    views: dict = field(default_factory=dict)  # parity -> the op's views of our data half
+    programs: dict = field(default_factory=dict)  # (parity, addresses of the call's tensors) -> steps
+
+    def clear(self) -> None:
+        """Drop everything (after a growth: the views would keep the old buffers alive)."""
+        self.generation = -1
+        self.views.clear()
+        self.programs.clear()
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a call of one (op, shapes, dtype, options) needs that does not change from call to call:
-    the schedule, the kernel's tables on the device, the call signature, the kernel config."""
+    the schedule, the kernel's tables on the device, the call signature, the kernel config; and what
+    it made for the workspace's current buffers (:class:`Bindings`)."""
 
     sched: sch.TileSchedule
     config: gemm_core.GemmConfig
@@ -49,6 +72,7 @@ class Plan:
     tiles: torch.Tensor  # schedule.tile_order() on the device
     split_rows: tuple[tuple[int, int], ...]  # rows [lo, hi) of a chunk that each split covers
     kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
+    bound: Bindings = field(default_factory=Bindings)
 
 
 def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool,
@@ -101,6 +125,35 @@ class Call:
     def signature_base(self) -> int:
         return sch.signature_slot(self.ws.world_size, self.parity, 0)
 
+    def views(self, make: Callable[[], object]):
+        """The views of our data half that this call uses: ``make()``'s, made once per plan, data
+        half and workspace generation."""
+        bound = self._bindings()
+        views = bound.views.get(self.parity)
+        if views is None:
+            views = bound.views[self.parity] = make()
+        return views
+
+    def program(self, addresses: tuple[int, ...], build: Callable[[], list]) -> list:
+        """The producer program of this call, whose own tensors (those not in the workspace) sit at
+        ``addresses``: ``build()``'s, made once per plan, data half, workspace generation and
+        addresses (a training loop's tensors mostly come back at the same addresses)."""
+        programs = self._bindings().programs
+        key = (self.parity, addresses)
+        steps = programs.get(key)
+        if steps is None:
+            if len(programs) >= MAX_PROGRAMS:
+                programs.clear()
+            steps = programs[key] = build()
+        return steps
+
+    def _bindings(self) -> Bindings:
+        bound = self.plan.bound
+        if bound.generation != self.ws.generation:
+            bound.clear()
+            bound.generation = self.ws.generation
+        return bound
+
     def signature_steps(self) -> list:
         """Producer steps that copy this call's signature to every peer."""
         ws, W, r = self.ws, self.ws.world_size, self.ws.rank
@@ -113,7 +166,7 @@ class Call:
         the signature is seen before it). AG with ``return_gathered`` sets ``ready`` itself, once its
         rows are staged, after :meth:`signature_steps`."""
         ws, ready = self.ws, sch.ready_slot(self.ws.rank)
-        return self.signature_steps() + [(producer.SIGNAL, ws.flag_addr(p, ready), self.epoch)
+        return self.signature_steps() + [(producer.SIGNAL, ws.flag_addr(p, ready), producer.EPOCH)
                                          for p in self.plan.sched.peers()]
 
     def kernel_args(self) -> dict:
@@ -163,9 +216,9 @@ class Call:
             cu.event_record(state.call_start.cuda_event, main)
             cu.stream_wait_event(side, state.call_start.cuda_event)
             split = producer.first_wait(steps)
-            producer.enqueue_on_stream(steps[:split], side)
+            producer.enqueue_on_stream(steps[:split], side, self.epoch)
             consume()
-            producer.enqueue_on_stream(steps[split:], side)
+            producer.enqueue_on_stream(steps[split:], side, self.epoch)
             cu.event_record(state.call_end.cuda_event, side)
             cu.stream_wait_event(main, state.call_end.cuda_event)
             state.note_kernel_launch(self.timeout_s, main)
@@ -193,7 +246,7 @@ class Call:
 
     def _produce_on_thread(self, steps: list) -> None:
         try:
-            producer.run_on_thread(steps, **self.wait_info())
+            producer.run_on_thread(steps, self.epoch, **self.wait_info())
         except BaseException as exc:
             self.failed = self.failed or exc
             raise

@@ -24,12 +24,14 @@ from ..flags import host_set_flag
 from ..kernels import gemm_rs as kernel
 from ..kernels.gemm_core import GemmConfig
 from .call import Call, get_plan
-from .producer import COPY, SIGNAL, WAIT
+from .producer import COPY, EPOCH, SIGNAL, WAIT
 from .state import FusedState
 
 
 def _steps(call: Call, partial: torch.Tensor) -> list:
-    ws, plan, e, parity = call.ws, call.plan, call.epoch, call.parity
+    """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
+    the data half and the address of ``partial``, not on the epoch."""
+    ws, plan, e, parity = call.ws, call.plan, EPOCH, call.parity
     W, r = ws.world_size, ws.rank
     _, mc, N = partial.shape
     row = N * partial.element_size()
@@ -63,7 +65,7 @@ def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
     state.reserve(W * mc * N * a.element_size(), timeout_s=timeout_s, signature=plan.signature)
     call = Call(state, "gemm_rs", plan, timeout_s)
     sched = plan.sched
-    recv = ws.data(r, call.parity, (W, mc, N), a.dtype)  # slot p: rank p's partial of our rows
+    recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # slot p: rank p's partial of our rows
     partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
     if out is None:
         out = a.new_empty((mc, N))
@@ -89,5 +91,6 @@ def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
         kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
                       peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
 
-    call.run(_steps(call, partial), consume_triton if plan.consumer == "triton" else consume_torch)
+    steps = call.program((partial.data_ptr(),), lambda: _steps(call, partial))
+    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch)
     return out

@@ -89,6 +89,8 @@ class FusedState:
         except BaseException as exc:
             self.poison(exc)
             raise
+        for plan in self.plans.values():
+            plan.bound.clear()  # views of the old buffers would keep them alive
 
     def _announce(self, signature: tuple[int, ...]) -> None:
         """Write ``signature`` and the ready flag of the next epoch into every peer's flags (after

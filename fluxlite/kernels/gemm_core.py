@@ -190,12 +190,13 @@ class GemmConfig:
 
 
 INTERPRET_CONFIG = GemmConfig(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, num_progs=2)
+_DEFAULT_CONFIG = INTERPRET_CONFIG if _INTERPRET else GemmConfig()
 
 
 def default_config() -> GemmConfig:
     """128x256x64, 8 warps, 3 stages on GPU (ANCHORS.md: 98-105% of cuBLAS); tiny blocks under the
     interpreter, whose cost is per program and K step."""
-    return INTERPRET_CONFIG if interpreting() else GemmConfig()
+    return _DEFAULT_CONFIG
 
 
 @lru_cache(maxsize=None)
