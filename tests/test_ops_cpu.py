@@ -199,26 +199,93 @@ def test_200_back_to_back_calls_grow_and_reuse_the_workspace():
 
 
 def _plan_reuse(rank, W):
+    """A plan per (op, m/M, K, N, epilogue activation and row scales): round 1 builds one per key,
+    later rounds build nothing, and every output is right (a plan shared across keys would compute
+    the wrong thing, or wait on a flag no peer sets). A scale is a launch argument: a new value each
+    round builds no plan. A plan's producer programs and workspace views are made once per data half
+    and made again after the workspace grows."""
+    from fluxlite.epilogue import Epilogue
+    from fluxlite.fused.call import get_plan
+
+    from .test_epilogue import _reference as epilogue_reference
+
+    f32 = torch.float32
     gen = torch.Generator().manual_seed(7)
-    ws = None
     shapes = [(40, 24, 16), (41, 24, 16), (40, 24, 17), (40, 25, 16)]  # each differs in one of m, N, K
-    for rep in range(3):
+    ag_epilogues = [(None, False), ("gelu", False), ("swiglu", False), (None, True)]  # (activation, row scales)
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    failures: list[str] = []
+    for rep, scale in enumerate((0.5, 2.0, 0.25)):
+        for (m, K, N), (act, row_scaled) in itertools.product(shapes, ag_epilogues):
+            a_full = randn(gen, W * m, K, dtype=f32)
+            w = randn(gen, 2 * N if act == "swiglu" else N, K, dtype=f32)
+            scales = torch.rand(W * m, generator=gen) + 0.5 if row_scaled else None
+            out = fluxlite.ag_gemm(a_full[rank * m : (rank + 1) * m], w, impl="fused", activation=act, scale=scale,
+                                   row_scale=None if scales is None else scales[rank * m : (rank + 1) * m])
+            ref = epilogue_reference(a_full, w, Epilogue(act, row_scaled, scale), None, scales)
+            check(f"ag m={m} K={K} N={N} {act} row_scaled={row_scaled} rep={rep}", out, ref, f32, failures)
         for m, K, N in shapes:
-            f32 = torch.float32
-            a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
-            out = fluxlite.ag_gemm(a_full[rank * m : (rank + 1) * m], w, impl="fused")
-            failures = []
-            check(f"ag m={m} K={K} N={N} rep={rep}", out, ag_reference(a_full, w, None), torch.float32, failures)
-            a_parts = [randn(gen, W * m, K, dtype=f32) for _ in range(W)]
-            out = fluxlite.gemm_rs(a_parts[rank], w, impl="fused")
-            check(f"rs m={m} K={K} N={N} rep={rep}", out, rs_reference(a_parts, [w] * W, None, rank), torch.float32,
+            a_parts, w = [randn(gen, W * m, K, dtype=f32) for _ in range(W)], randn(gen, N, K, dtype=f32)
+            out = fluxlite.gemm_rs(a_parts[rank], w, impl="fused", scale=scale)
+            check(f"rs m={m} K={K} N={N} rep={rep}", out, scale * rs_reference(a_parts, [w] * W, None, rank), f32,
                   failures)
-            assert not failures, failures
-        state = fluxlite.fused.state_of(fluxlite.get_workspace())
-        # The first round builds one plan per (op, shape); later rounds build nothing.
-        assert state.plan_builds == 2 * len(shapes), (rep, state.plan_builds)
-        assert len(state.plans) == 2 * len(shapes)
+        want = len(shapes) * (len(ag_epilogues) + 1)
+        assert state.plan_builds == want and len(state.plans) == want, (rep, state.plan_builds, len(state.plans))
+
+    # One plan's bindings: a program and views per data half for the same tensors, rebuilt after growth.
+    m, K, N = shapes[0]
+    a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
+    a = a_full[rank * m : (rank + 1) * m].clone()  # the same tensor in every call below
+    plan = get_plan(state, "ag", m, K, N, f32, False)
+    assert state.plan_builds == want, "the plan of a shape called above was built again"
+    plan.bound.clear()
+    for i in range(4):
+        check(f"same tensors, call {i}", fluxlite.ag_gemm(a, w, impl="fused"), ag_reference(a_full, w, None), f32,
+              failures)
+    assert len(plan.bound.programs) == 2 and set(plan.bound.views) == {0, 1}, (plan.bound.programs, plan.bound.views)
+    ws = fluxlite.get_workspace()
+    big = ws.capacity // (W * K * 4) + 1  # rows per rank whose gathered rows need more than the capacity
+    big_full = randn(gen, W * big, K, dtype=f32)
+    check("growing call", fluxlite.ag_gemm(big_full[rank * big : (rank + 1) * big], w, impl="fused"),
+          ag_reference(big_full, w, None), f32, failures)
+    assert ws.generation >= 2 and not plan.bound.programs and not plan.bound.views, "bindings outlived a growth"
+    check("same tensors after growth", fluxlite.ag_gemm(a, w, impl="fused"), ag_reference(a_full, w, None), f32,
+          failures)
+    assert plan.bound.generation == ws.generation and len(plan.bound.programs) == 1
+    assert not failures, f"{len(failures)} failing calls:\n" + "\n".join(failures[:20])
 
 
 def test_call_plans_are_built_once_and_never_collide():
     run_ranks(_plan_reuse, 2)
+
+
+def _config_keys(rank, W):
+    """With the kernel as the consumer, a plan's schedule and tile tables follow the kernel config:
+    the same call under two configs gets two plans, each right; a second round builds nothing."""
+    from fluxlite.kernels.gemm_core import GemmConfig
+
+    f32 = torch.float32
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    assert state.consumer == "triton"
+    configs = [GemmConfig(block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, num_progs=2),
+               GemmConfig(block_m=16, block_n=16, block_k=16, group_m=1, num_warps=4, num_stages=1, num_progs=2)]
+    gen = torch.Generator().manual_seed(11)
+    m, K, N = 40, 24, 40
+    failures: list[str] = []
+    for rep, config in itertools.product(range(2), configs):
+        a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
+        a_parts = [randn(gen, W * m, K, dtype=f32) for _ in range(W)]
+        with torch.no_grad():
+            out, _ = fluxlite.fused.ag_gemm(state, a_full[rank * m : (rank + 1) * m], w, None, timeout_s=20.0,
+                                            keep_gathered=False, config=config)
+            check(f"ag block_m={config.block_m} rep={rep}", out, ag_reference(a_full, w, None), f32, failures)
+            out = fluxlite.fused.gemm_rs(state, a_parts[rank], w, None, timeout_s=20.0, config=config)
+            check(f"rs block_m={config.block_m} rep={rep}", out, rs_reference(a_parts, [w] * W, None, rank), f32,
+                  failures)
+        assert state.plan_builds == 2 * (configs.index(config) + 1 if rep == 0 else len(configs)), rep
+    assert not failures, failures
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="interpreter test")
+def test_kernel_configs_get_their_own_plans():
+    run_ranks(_config_keys, 2, env={"FLUXLITE_CPU_CONSUMER": "triton"})

@@ -63,7 +63,6 @@ class Plan:
 
     sched: sch.TileSchedule
     config: gemm_core.GemmConfig
-    ep: Epilogue
     consumer: str
     num_n: int  # column blocks per row block (1 for the CPU torch consumer)
     signature: tuple[int, ...]
@@ -79,10 +78,12 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
              ep: Epilogue = PLAIN, config: gemm_core.GemmConfig | None = None) -> Plan:
     """The cached plan of this call on ``state``'s workspace (built on first use). ``rows``: AG's
     ``m``, RS's ``M``; ``N``: the weight's rows; ``config``: the kernel's (default:
-    :func:`gemm_core.default_config`)."""
+    :func:`gemm_core.default_config`). Of the epilogue only what shapes the plan is in its key (the
+    activation, SwiGLU's halved output, and whether row scales travel): a scale is a launch argument,
+    so a new scale value builds no plan."""
     consumer = state.consumer
     config = config or gemm_core.default_config()
-    key = (op, rows, K, N, dtype, keep_gathered, ep, config, consumer)
+    key = (op, rows, K, N, dtype, keep_gathered, ep.activation, ep.row_scaled, config, consumer)
     plan = state.plans.get(key)
     if plan is None:
         block_m = block_m_of(consumer, config)
@@ -92,7 +93,7 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
         signature = sch.call_signature(op, rows, K, N, dtype, sched.splits, keep_gathered, ep.row_scaled)
         dev = ws.device
-        plan = Plan(sched, config, ep, consumer, num_n, signature,
+        plan = Plan(sched, config, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
                     sched.tile_order(num_n, config.group_m).to(dev),
