@@ -19,8 +19,9 @@ The real implementations are :func:`fluxlite.ag_gemm` / :func:`fluxlite.gemm_rs`
 the same input checks (:mod:`fluxlite._validate`, :func:`fluxlite.epilogue.check`) and take ``W``
 from the group, so a bad call fails at trace time with the eager op's error.
 
-Autograd (the math of :mod:`fluxlite.parallel.functions`, sequence-parallel case), with ``g`` the
-output's gradient and ``s`` the scale (1 when ``None``)::
+Autograd: the sequence-parallel math of fluxlite's Column and Row layers (:mod:`fluxlite.parallel`
+runs its sequence-parallel layers through these ops, and its other cases through the same backward
+functions below), with ``g`` the output's gradient and ``s`` the scale (1 when ``None``)::
 
     ag_gemm:  grad_a = gemm_rs(g, weight.T, scale=s)   [W*m, N_local] @ [N_local, K], reduce-scattered -> [m, K]
               grad_w = s * g.T @ gathered    (ag_gemm_gathered: the gathered output, saved;
@@ -29,6 +30,11 @@ output's gradient and ``s`` the scale (1 when ``None``)::
     gemm_rs:  grad_a, g_all = ag_gemm_gathered(g, weight.T, scale=s)   [M, N] @ [N, K_local] -> [M, K_local]
               grad_w = s * g_all.T @ a
               grad_b = sum_rows g             (this rank's rows only: a partial sum, as in the layers)
+
+Where ``grad_a``'s GEMM-RS runs ``sequential`` (named, or ``auto``'s choice for the call), its matmul
+runs first and its reduce-scatter stays in flight while ``grad_w`` computes (Megatron's order:
+:func:`start_column_dgrad`). The backward's collectives are functional collectives
+(``torch.ops._c10d_functional``), asynchronous in eager mode and traceable.
 
 The gathered output of ``ag_gemm_gathered`` is not differentiable (it is an activation kept for a
 backward). ``activation`` and ``row_scale`` have no backward yet: with either, on inputs that
@@ -40,11 +46,12 @@ eager ops and pass its name.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from . import ops
 from ._validate import check_impl, check_timeout
@@ -135,20 +142,97 @@ def _(a, weight, bias, group_name, impl, timeout, scale):
                                          timeout=timeout, out=None, scale=scale)[-1])
 
 
-# ---- autograd --------------------------------------------------------------------------------------
+# ---- communication in flight (functional collectives: async in eager, traceable under torch.compile) ----
+# They take the TPGroup, not a group name to resolve, so that Dynamo traces them inside an autograd.Function.
 
 
-def _start_all_gather_rows(x: Tensor, group_name: str) -> Tensor:
-    """Start gathering ``[m, ...]`` -> ``[W*m, ...]`` rank-major (a traceable functional collective);
-    :func:`_finish` waits for it. Work issued in between overlaps it."""
-    W = _group_of(group_name).world_size
-    if W == 1:
-        return x
-    return torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), W, group_name)
+def start_all_gather_rows(x: Tensor, tp: TPGroup) -> Tensor:
+    """Start gathering ``[m, ...]`` -> ``[W*m, ...]`` rank-major; :func:`wait` returns it. Work issued
+    in between overlaps it."""
+    W = tp.world_size
+    return x if W == 1 else torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), W, tp.name)
 
 
-def _finish(gathered: Tensor) -> Tensor:
-    return torch.ops._c10d_functional.wait_tensor(gathered)
+def start_reduce_scatter_rows(x: Tensor, tp: TPGroup) -> Tensor:
+    """Start ``[M, ...]`` -> this rank's ``[M/W, ...]`` rows of the sum over ranks; :func:`wait` returns it."""
+    W = tp.world_size
+    return x if W == 1 else torch.ops._c10d_functional.reduce_scatter_tensor(x.contiguous(), "sum", W, tp.name)
+
+
+def start_all_reduce(x: Tensor, tp: TPGroup) -> Tensor:
+    """Start the sum over ranks (into a new tensor); :func:`wait` returns it."""
+    return x if tp.world_size == 1 else torch.ops._c10d_functional.all_reduce(x, "sum", tp.name)
+
+
+def wait(t: Tensor) -> Tensor:
+    """The result of a started collective, once it is done (on CUDA: once the current stream is ordered
+    after it). A tensor no collective produced comes back as it is."""
+    return torch.ops._c10d_functional.wait_tensor(t)
+
+
+# ---- the backward math of the layers (fluxlite.parallel uses these too) -------------------------------
+
+
+def _tracing(t: Tensor) -> bool:
+    """Under torch.compile (or any fake-tensor trace): nothing can be measured or run now."""
+    return torch.compiler.is_compiling() or is_fake(t)
+
+
+def start_column_dgrad(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeout: Optional[float],
+                       scale: Optional[float]) -> Tensor:
+    """Start ``reduce_scatter(s · g · weight)``: ``[W*m, N_local] @ [N_local, K]`` -> ``[m, K]``; :func:`wait`
+    returns it. Where the GEMM-RS would run ``sequential`` (named, or ``auto``'s choice for this call:
+    :func:`fluxlite.ops.gemm_rs_impl`), the matmul runs here and its reduce-scatter is left in flight,
+    so the caller's weight grad overlaps it (Megatron's order); otherwise the GEMM-RS op runs, which
+    overlaps its communication itself. Under a trace ``auto`` cannot be asked now: the op decides when it runs."""
+    outside = impl == "sequential" or (
+        impl == "auto" and not _tracing(g)
+        and ops.gemm_rs_impl(g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "sequential")
+    if not outside:
+        return torch.ops.fluxlite.gemm_rs(g, weight.t(), None, tp.name, impl, timeout, scale)
+    return start_reduce_scatter_rows(_scaled(g @ weight, scale), tp)
+
+
+WeightGrad = Callable[[Tensor, Tensor], Optional[Tensor]]
+"""``weight_grad(g, x)``: the weight grad ``gᵀ · x`` (``g: [rows, out]``, ``x: [rows, in]``), returned;
+or accumulated elsewhere (the layers' ``main_grad``) and ``None`` or a placeholder returned."""
+
+
+def linear_backward(g: Tensor, weight: Tensor, x: Tensor, *, regather: Optional[TPGroup], start_dgrad,
+                    weight_grad: Optional[WeightGrad], bias_grad: bool):
+    """The backward of ``y = x̂ · weightᵀ + b`` with its communication in flight while the weight grad
+    computes, in this order::
+
+        x̂ = all_gather(x)        started first, when ``regather`` (the group) and the weight grad is wanted
+        dx = start_dgrad()       started (a started collective, or a tensor), when it is not None
+        dW = weight_grad(g, x̂)   when it is not None, after waiting for x̂
+        db = Σ_rows g            when ``bias_grad``
+        wait dx
+
+    Returns ``(dx, dW, db)`` with ``None`` for what was not asked for."""
+    gathered = start_all_gather_rows(x, regather) if regather is not None and weight_grad is not None else None
+    dx = start_dgrad() if start_dgrad is not None else None
+    dw = None if weight_grad is None else weight_grad(g, x if gathered is None else wait(gathered))
+    db = g.sum(0) if bias_grad else None
+    return (None if dx is None else wait(dx)), dw, db
+
+
+def row_sp_backward(g: Tensor, weight: Tensor, a: Tensor, *, tp: TPGroup, impl: str, timeout: Optional[float],
+                    scale: Optional[float], need_dx: bool, weight_grad: Optional[WeightGrad], bias_grad: bool):
+    """The backward of ``y = gemm_rs(a, weight) + b`` (``g: [M/W, N]``): ``dx, ĝ = ag_gemm(g, weightᵀ)`` with
+    the gathered grad ``ĝ`` kept for ``dW = weight_grad(ĝ, a)`` (gathered alone when no ``dx`` is asked
+    for); ``db = Σ_rows g``, this rank's rows only (a partial sum). Returns ``(dx, dW, db)``."""
+    dx = None
+    if need_dx:
+        # all_gather(g) [M, N] @ weight [N, K_local] -> [M, K_local]; the gathered g serves wgrad too
+        dx, g_all = torch.ops.fluxlite.ag_gemm_gathered(g, weight.t(), None, tp.name, impl, timeout, None, None, scale)
+    elif weight_grad is not None:
+        g_all = wait(start_all_gather_rows(g, tp))
+    dw = None if weight_grad is None else weight_grad(g_all, a)
+    return dx, dw, (g.sum(0) if bias_grad else None)
+
+
+# ---- autograd of the ops ------------------------------------------------------------------------------
 
 
 def _check_differentiable(op: str, activation: Optional[str], row_scale: Optional[Tensor]) -> None:
@@ -163,6 +247,10 @@ def _check_differentiable(op: str, activation: Optional[str], row_scale: Optiona
 
 def _scaled(t: Tensor, scale: Optional[float]) -> Tensor:
     return t if scale is None else t * scale
+
+
+def _plain_weight_grad(scale: Optional[float]) -> WeightGrad:
+    return lambda g, x: _scaled(g.t() @ x, scale)
 
 
 def _setup_ag_gemm(ctx, inputs, output) -> None:
@@ -181,21 +269,13 @@ def _setup_ag_gemm(ctx, inputs, output) -> None:
 def _backward_ag_gemm(ctx, grad_out: Tensor, grad_gathered: Optional[Tensor] = None):
     """``g: [W*m, N_local]`` -> grads of ``(a [m, K], weight [N_local, K], bias [N_local])``."""
     kept, weight = ctx.saved_tensors
-    g = grad_out.contiguous()
-    grad_a = grad_w = grad_b = None
-    gathered = kept
-    if ctx.regather and ctx.needs_input_grad[1]:
-        gathered = _start_all_gather_rows(kept, ctx.group_name)  # overlaps the dgrad below
-    if ctx.needs_input_grad[0]:
-        # [W*m, N_local] @ [N_local, K], reduce-scattered over rows -> [m, K]
-        grad_a = torch.ops.fluxlite.gemm_rs(g, weight.t(), None, ctx.group_name, ctx.impl, ctx.timeout, ctx.scale)
-    if ctx.needs_input_grad[1]:
-        if ctx.regather:
-            gathered = _finish(gathered)
-        grad_w = _scaled(g.t() @ gathered, ctx.scale)
-    if ctx.has_bias and ctx.needs_input_grad[2]:
-        grad_b = g.sum(0)
-    return grad_a, grad_w, grad_b, None, None, None, None, None, None
+    g, tp = grad_out.contiguous(), _group_of(ctx.group_name)
+    dgrad = (lambda: start_column_dgrad(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale)
+             if ctx.needs_input_grad[0] else None)
+    grads = linear_backward(g, weight, kept, regather=tp if ctx.regather else None, start_dgrad=dgrad,
+                            weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
+                            bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
+    return *grads, None, None, None, None, None, None
 
 
 def _setup_gemm_rs(ctx, inputs, output) -> None:
@@ -208,19 +288,11 @@ def _setup_gemm_rs(ctx, inputs, output) -> None:
 def _backward_gemm_rs(ctx, grad_out: Tensor):
     """``g: [M/W, N]`` -> grads of ``(a [M, K_local], weight [N, K_local], bias [N])``."""
     a, weight = ctx.saved_tensors
-    g = grad_out.contiguous()
-    grad_a = grad_w = grad_b = None
-    if ctx.needs_input_grad[0]:
-        # all_gather(g) [M, N] @ weight [N, K_local] -> [M, K_local]; the gathered g serves wgrad too
-        grad_a, g_all = torch.ops.fluxlite.ag_gemm_gathered(g, weight.t(), None, ctx.group_name, ctx.impl,
-                                                            ctx.timeout, None, None, ctx.scale)
-    elif ctx.needs_input_grad[1]:
-        g_all = _finish(_start_all_gather_rows(g, ctx.group_name))
-    if ctx.needs_input_grad[1]:
-        grad_w = _scaled(g_all.t() @ a, ctx.scale)
-    if ctx.has_bias and ctx.needs_input_grad[2]:
-        grad_b = g.sum(0)
-    return grad_a, grad_w, grad_b, None, None, None, None
+    grads = row_sp_backward(grad_out.contiguous(), weight, a, tp=_group_of(ctx.group_name), impl=ctx.impl,
+                            timeout=ctx.timeout, scale=ctx.scale, need_dx=ctx.needs_input_grad[0],
+                            weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
+                            bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
+    return *grads, None, None, None, None
 
 
 _ag_gemm_op.register_autograd(_backward_ag_gemm, setup_context=_setup_ag_gemm)

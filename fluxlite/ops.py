@@ -23,13 +23,6 @@ _GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
 _IMPL_MODULES = {"sequential": _sequential, "decomposed": _decomposed}
 
 
-def _choose(impl: str, tp: TPGroup, a: torch.Tensor, flops: float) -> str:
-    """The implementation ``impl`` names, with ``"auto"`` answered by the documented rule
-    (:func:`fluxlite.dispatch.rule`), without measuring: the layers ask this before they pick a data
-    path. The ops themselves ask :func:`fluxlite.dispatch.choose`, which measures."""
-    return impl if impl != "auto" else dispatch.rule(tp.world_size, flops, a.device, a.dtype).impl
-
-
 def _impl_of(choice: Choice, tp: TPGroup, a: torch.Tensor) -> str:
     """A world of one, or no rows, needs no communication: every impl computes locally."""
     return "sequential" if tp.world_size == 1 or a.shape[0] == 0 else choice.impl
@@ -150,6 +143,26 @@ def gemm_rs(
     Returns:
         ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
     """
+    a, run, choice = _rs_call(a, weight, bias, group, impl, timeout, out, scale)
+    if choice.impl == "fused":
+        _check_fused_dtype("gemm_rs", a)
+    return run(choice, out=out)
+
+
+def gemm_rs_impl(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                 group: dist.ProcessGroup | None = None, impl: str = "auto", timeout: float | None = None,
+                 scale: float | None = None) -> str:
+    """The implementation :func:`gemm_rs` runs for these arguments, without running it: ``impl`` if it
+    names one, else what ``auto`` chooses, by the same step as the call (:func:`fluxlite.dispatch.choose`:
+    it may agree with the peers and measure, so every rank must ask together); ``"sequential"`` where no
+    communication is needed (one rank, no rows). The layers ask it before they pick the Column dgrad's
+    data path (:func:`fluxlite.library.start_column_dgrad`)."""
+    a, _, choice = _rs_call(a, weight, bias, group, impl, timeout, None, scale)
+    return _impl_of(choice, resolve_group(group), a)
+
+
+def _rs_call(a, weight, bias, group, impl, timeout, out, scale):
+    """A GEMM-RS call's checked ``a``, its ``run(choice, out=)`` and its :class:`Choice`."""
     tp, a, weight, bias, ep, _ = check_gemm_rs(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out,
                                                scale=scale)
     timeout_s = resolve_timeout(timeout)
@@ -157,9 +170,7 @@ def gemm_rs(
     choice = dispatch.EXPLICIT.get(impl) or dispatch.choose(
         dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0]), tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0],
         run, timeout_s)
-    if choice.impl == "fused":
-        _check_fused_dtype("gemm_rs", a)
-    return run(choice, out=out)
+    return a, run, choice
 
 
 def _ag_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, keep_gathered: bool, row_scale,

@@ -61,7 +61,7 @@ def _close(actual, expected, what, case):
     """float64 cases: elementwise, tight. Low-precision (GPU) cases: relative error of the norm."""
     actual = actual.detach().cpu().double()
     if case.get("dtype", torch.float64) == torch.float64:
-        tol = TOL_FUSED if case.get("overlap") == "fused" else TOL
+        tol = TOL_FUSED if "fused" in (case.get("overlap"), case.get("dgrad")) else TOL
         torch.testing.assert_close(actual, expected, **tol, msg=lambda m: f"{what} of {case} {_seed_msg()}: {m}")
         return
     assert actual.shape == expected.shape, f"{what} of {case}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
@@ -83,12 +83,12 @@ SMALL = dict(s=8, b=3, K=8, N=16)
 
 
 def _column_case(rank, W, seed, sp, bias, skip, gather, overlap, stride=1, dims=3, *, dtype=torch.float64,
-                 device="cpu", tol=None, size=SMALL, keep_gathered_input=False):
+                 device="cpu", tol=None, size=SMALL, keep_gathered_input=False, dgrad=None):
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
 
     case = dict(layer="Column", W=W, sp=sp, bias=bias, skip_bias_add=skip, gather_output=gather,
                 overlap=overlap, stride=stride, dims=dims, dtype=dtype, tol=tol,
-                keep_gathered_input=keep_gathered_input)
+                keep_gathered_input=keep_gathered_input, dgrad=dgrad)  # dgrad: the impl its GEMM-RS runs, if known
     s, b, K, N = size["s"], size["b"], size["K"], size["N"]
     init = _init(seed)
     cfg = ModelParallelConfig(sequence_parallel=sp, params_dtype=dtype, use_cpu_initialization=device == "cpu")
@@ -197,8 +197,33 @@ def _matrix(rank, W, seed, overlaps, **where):
         n += 2
 
 
+def _dgrad_follows_dispatch(rank, W, seed):
+    """``overlap="auto"``: the sequence-parallel Column dgrad runs what the GEMM-RS op chooses
+    (:mod:`fluxlite.dispatch`), not a rule of its own. With the op's choice for the dgrad's key set to
+    each impl, a fused or decomposed GEMM-RS runs; with sequential none runs (the matmul runs in the
+    layer, its reduce-scatter in flight while wgrad computes). The grads match float64 each time."""
+    from fluxlite import dispatch, ops
+    from fluxlite.group import resolve_group
+
+    s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
+    g, weight_t = torch.empty(s * b, N // W, dtype=torch.float64), torch.empty(K, N // W, dtype=torch.float64)
+    key = dispatch.Key.of("gemm_rs", resolve_group(), g, weight_t, g.shape[0])  # the dgrad's GEMM-RS
+    ran, real = [], ops._rs_run
+    ops._rs_run = lambda tp, a, w, bias, choice, **kw: ran.append(choice.impl) or real(tp, a, w, bias, choice, **kw)
+    try:
+        for n, impl in enumerate(("fused", "decomposed", "sequential")):
+            dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
+            ran.clear()
+            _column_case(rank, W, seed + n, True, True, False, False, "auto", dgrad=impl)
+            assert ran == ([] if impl == "sequential" else [impl]), (impl, ran)
+    finally:
+        ops._rs_run = real
+        dispatch.clear_memory()
+
+
 def _matrix_worker(rank, W, seed, overlaps):
     _matrix(rank, W, seed, overlaps)
+    _dgrad_follows_dispatch(rank, W, seed + 500)
     _mappings(rank, W, seed)
     _api(rank, W, seed)
 

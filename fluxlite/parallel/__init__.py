@@ -2,8 +2,10 @@
 
 Three levels, each in its module (the Liger-Kernel layout):
 
-* ops: :func:`fluxlite.ag_gemm`, :func:`fluxlite.gemm_rs` (no autograd);
-* autograd functions (:mod:`.functions`): fused ops in both directions;
+* ops: :func:`fluxlite.ag_gemm`, :func:`fluxlite.gemm_rs` (no autograd), and the same ops as torch
+  custom ops with autograd (:mod:`fluxlite.library`);
+* the layers' math (:mod:`.functions`): fluxlite's ops in both directions, through the custom ops
+  under sequence parallelism (traceable by ``torch.compile``), else eager autograd functions;
 * modules (:mod:`.layers`): :class:`ColumnParallelLinear`, :class:`RowParallelLinear`, drop-in for
   ``megatron.core.tensor_parallel``'s, plus an ``overlap`` keyword.
 

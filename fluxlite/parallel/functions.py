@@ -1,9 +1,22 @@
-"""Autograd functions of the parallel linear layers: fluxlite's fused ops in both directions.
+"""The parallel linear layers' math: one entry point per layer (:func:`column_parallel_linear`,
+:func:`row_parallel_linear`), fluxlite's ops in both directions.
 
 Shapes: inputs are ``[..., K]`` (Megatron's ``[s, b, h]``, or ``[s/tp, b, h]`` under sequence
 parallelism) and are seen as rows ``[prod(...), K]``; gathering rows rank-major is gathering
 ``s`` rank-major, so ``[s/tp, b, h]`` on every rank gathers to ``[s, b, h]``. Weights are in the
 ``nn.Linear`` layout ``[out, in]``. ``W`` is the TP group's size.
+
+Two routes, one math. Under sequence parallelism (without ``gradient_accumulation_fusion``) a layer
+calls fluxlite's custom ops (:mod:`fluxlite.library`: ``fluxlite::ag_gemm``, ``ag_gemm_gathered``,
+``gemm_rs``), whose registered autograd is the layer's backward: so a model built from the layers
+traces under ``torch.compile(fullgraph=True)``. Every other case (no sequence parallelism, or the
+weight grad accumulated into ``main_grad``) runs :class:`ColumnParallelLinearFunction` /
+:class:`RowParallelLinearFunction`, whose backwards call the same functions
+(:func:`fluxlite.library.linear_backward`, :func:`~fluxlite.library.row_sp_backward`,
+:func:`~fluxlite.library.start_column_dgrad`), with the weight grad returned or sent to ``main_grad``.
+Dynamo traces these functions too (their collectives are functional), except with ``main_grad``: that
+in-place write is a side effect it refuses under ``fullgraph=True`` (without it: a graph break, then
+eager).
 
 Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]`` the output's grad):
 
@@ -12,15 +25,15 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
 * sequence parallel, backward, in this order::
 
       x̂ = all_gather(x)                  started asynchronously (for wgrad)
-      dx = reduce_scatter(g · weight)     [W*m, N/W] @ [N/W, K] -> [m, K]: the fused GEMM-RS, or a
-                                          matmul whose reduce-scatter runs while wgrad computes
+      dx = reduce_scatter(g · weight)     [W*m, N/W] @ [N/W, K] -> [m, K]: the GEMM-RS op, or, where
+                                          it would run sequential, a matmul whose reduce-scatter
+                                          runs while wgrad computes
       wait x̂;  dW = gᵀ · x̂               [N/W, W*m] @ [W*m, K]
       db = Σ_rows g;  wait dx
 
-  With ``keep_gathered_input`` the forward keeps ``x̂`` from the fused op
-  (``return_gathered=True``) and the backward gathers nothing: one collective fewer, ``W`` times
-  the activation memory. That option exists until a GPU measurement (issue 15) picks one design;
-  the other is then deleted.
+  With ``keep_gathered_input`` the forward keeps ``x̂`` from the op (``ag_gemm_gathered``) and the
+  backward gathers nothing: one collective fewer, ``W`` times the activation memory. That option
+  exists until a GPU measurement (issue 15) picks one design; the other is then deleted.
 * otherwise (Megatron's ``allreduce_dgrad``): ``y = x weightᵀ + b`` on the replicated input; backward
   ``dx = g · weight`` all-reduced asynchronously while ``dW`` is computed.
 
@@ -40,19 +53,19 @@ grad then holds: a dummy of the weight's shape when ``weight.grad_added_to_main_
 True, so that the DDP hook does not add it again; zeros under ``weight.zero_out_wgrad``), else None.
 
 Ordering: every wait is on work queued before it (a collective started earlier in the same
-backward); on CUDA ``wait()`` makes the current stream wait, the host goes on.
+backward); on CUDA a wait makes the current stream wait, the host goes on.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from .. import ops
-from .._sequential import _all_gather_single, _reduce_scatter_single, all_gather_rows
+from .. import library
 from ..group import TPGroup
+from ..library import linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce, start_column_dgrad
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,8 @@ class LinearOptions:
     Attributes:
         tp: the tensor-parallel group.
         sequence_parallel: rows are split over ``tp`` outside the layer (ignored when ``tp`` has one rank).
-        impl: ``impl`` of fluxlite's ops (the layer's ``overlap``): ``"auto"``, ``"fused"`` or ``"sequential"``.
+        impl: ``impl`` of fluxlite's ops (the layer's ``overlap``): ``"auto"``, ``"fused"``, ``"decomposed"``
+            or ``"sequential"``.
         allreduce_dgrad: Column without sequence parallelism: all-reduce the input grad.
         keep_gathered_input: Column with sequence parallelism: keep the gathered input for wgrad
             instead of gathering it again in the backward (see the module docstring).
@@ -85,34 +99,19 @@ class LinearOptions:
 # ---- collectives in flight -----------------------------------------------------------------------
 
 class _Pending:
-    """A result whose collective may still be running: :meth:`wait` returns it once it is done
-    (on CUDA, once the current stream is ordered after the collective)."""
+    """A result whose collective may still be running (:func:`fluxlite.library.wait` semantics):
+    :meth:`wait` returns it once it is done."""
 
-    def __init__(self, result: torch.Tensor, work=None):
-        self._result, self._work = result, work
+    def __init__(self, result: torch.Tensor):
+        self._result = result
 
     def wait(self) -> torch.Tensor:
-        if self._work is not None:
-            self._work.wait()
-            self._work = None
-        return self._result
+        return library.wait(self._result)
 
 
 def _all_gather_rows_async(x: torch.Tensor, tp: TPGroup) -> _Pending:
     """``[m, ...]`` -> ``[W*m, ...]`` rank-major, started now."""
-    out = x.new_empty((tp.world_size * x.shape[0], *x.shape[1:]))
-    return _Pending(out, _all_gather_single(out, x.contiguous(), group=tp.group, async_op=True))
-
-
-def _reduce_scatter_rows_async(x: torch.Tensor, tp: TPGroup) -> _Pending:
-    """``[M, ...]`` -> this rank's ``[M/W, ...]`` rows of the sum over ranks, started now."""
-    out = x.new_empty((x.shape[0] // tp.world_size, *x.shape[1:]))
-    return _Pending(out, _reduce_scatter_single(out, x.contiguous(), group=tp.group, async_op=True))
-
-
-def _all_reduce_async(x: torch.Tensor, tp: TPGroup) -> _Pending:
-    """The sum over ranks, in place in ``x``, started now."""
-    return _Pending(x, dist.all_reduce(x, group=tp.group, async_op=True))
+    return _Pending(start_all_gather_rows(x, tp))
 
 
 # ---- shared pieces -------------------------------------------------------------------------------
@@ -122,12 +121,6 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     if t.dim() < 2:
         raise ValueError(f"parallel linear layers take inputs of at least 2 dims [..., hidden], got shape {tuple(t.shape)}")
     return t.reshape(-1, t.shape[-1])
-
-
-def _detach(t: torch.Tensor | None) -> torch.Tensor | None:
-    # The ops get plain tensors: the CPU fused path's producer thread runs with grad mode on, and an
-    # in-place copy from a tensor that requires grad fails there (it then surfaces only as a timeout).
-    return None if t is None else t.detach()
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -184,120 +177,136 @@ def _weight_grad(weight: torch.Tensor, main_grad: torch.Tensor | None, g: torch.
     return make(weight.shape, dtype=weight.dtype, device=weight.device)
 
 
-def _fused(impl: str, tp: TPGroup, a: torch.Tensor, flops: float) -> bool:
-    """Whether fluxlite's op runs fused for ``impl`` (``"auto"`` decides by device, dtype and size)."""
-    return ops._choose(impl, tp, a, flops) == "fused"
+def _start_column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOptions) -> torch.Tensor:
+    """The Column input grad ``g · weight`` with its communication started (:func:`fluxlite.library.wait`
+    returns it): under sequence parallelism reduce-scattered (:func:`fluxlite.library.start_column_dgrad`),
+    else all-reduced when ``allreduce_dgrad``, else local."""
+    if opt.sp:
+        return start_column_dgrad(g, weight, opt.tp, opt.impl, None, None)
+    partial = g @ weight
+    return start_all_reduce(partial, opt.tp) if opt.allreduce_dgrad else partial
 
 
-# ---- the layers' functions -----------------------------------------------------------------------
+def _column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOptions) -> _Pending:
+    """:func:`_start_column_dgrad` as a :class:`_Pending`."""
+    return _Pending(_start_column_dgrad(g, weight, opt))
+
+
+def _weight_grad_to(ctx, weight: torch.Tensor):
+    """The ``weight_grad(g, x)`` of :func:`fluxlite.library.linear_backward` for a layer's backward: into
+    ``main_grad`` or returned (:func:`_weight_grad`); ``None`` when the weight needs no grad."""
+    return functools.partial(_weight_grad, weight, _main_grad(ctx, weight)) if ctx.needs_input_grad[1] else None
+
+
+def _save(ctx, options: LinearOptions, x: torch.Tensor, weight: torch.Tensor, bias, wgrad_input: torch.Tensor) -> None:
+    ctx.options, ctx.main_grad = options, _forward_main_grad(weight, options)
+    ctx.has_bias, ctx.in_shape = bias is not None, x.shape
+    ctx.save_for_backward(wgrad_input if ctx.needs_input_grad[1] else None, weight)
+
+
+def _input_grad(ctx, grad_x: torch.Tensor | None) -> torch.Tensor | None:
+    return None if grad_x is None else grad_x.view(ctx.in_shape)
+
+
+# ---- sequence parallel: the custom ops ----------------------------------------------------------
+
+def _column_sp(x2: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions):
+    """``(ag_gemm(x2, weight, bias), the weight grad's input)``: ``x2`` itself (gathered again in the
+    backward), or the gathered input with ``keep_gathered_input``."""
+    result = library.ag_gemm(x2, weight, bias, group=opt.tp.group, impl=opt.impl,
+                             return_gathered=opt.keep_gathered_input)
+    return result if opt.keep_gathered_input else (result, x2)
+
+
+def _row_sp(x: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions) -> torch.Tensor:
+    """``gemm_rs(rows of x, weight, bias)`` viewed as ``[s/W, ..., N]``."""
+    lead, W = x.shape[:-1], opt.tp.world_size
+    if lead[0] % W:
+        raise ValueError(
+            f"RowParallelLinear with sequence parallelism reduce-scatters the first (sequence) dim: "
+            f"it ({lead[0]}) must be divisible by the tensor-parallel size ({W}); input shape {tuple(x.shape)}"
+        )
+    out = library.gemm_rs(_rows(x), weight, bias, group=opt.tp.group, impl=opt.impl)
+    return out.view(lead[0] // W, *lead[1:], weight.shape[0])
+
+
+def _column_out(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, opt: LinearOptions) -> torch.Tensor:
+    """The Column output rows viewed as ``[s, ..., N/W]`` (``s`` gathered under sequence parallelism)."""
+    lead = x.shape[:-1]
+    if opt.sp:
+        lead = (lead[0] * opt.tp.world_size, *lead[1:])
+    return out.view(*lead, weight.shape[0])
+
+
+# ---- the layers' entry points --------------------------------------------------------------------
+
+def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias, options: LinearOptions) -> torch.Tensor:
+    """The Column layer's ``x Wᵀ + b``: ``[..., K]`` -> ``[..., N/W]`` (under sequence parallelism the first
+    dim gathered, ``s/W`` -> ``s``). Sequence parallel without ``gradient_accumulation_fusion``: through the
+    custom op (traceable); otherwise through :class:`ColumnParallelLinearFunction`."""
+    if options.sp and not options.gradient_accumulation_fusion:
+        return _column_out(_column_sp(_rows(x), weight, bias, options)[0], x, weight, options)
+    return ColumnParallelLinearFunction.apply(x, weight, bias, options)
+
+
+def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias, options: LinearOptions) -> torch.Tensor:
+    """The Row layer's ``Σ_ranks x_r W_rᵀ + b``: ``[..., K/W]`` -> ``[..., N]`` (under sequence parallelism
+    the first dim reduce-scattered, ``s`` -> ``s/W``). Routes as :func:`column_parallel_linear`."""
+    if options.sp and not options.gradient_accumulation_fusion:
+        return _row_sp(x, weight, bias, options)
+    return RowParallelLinearFunction.apply(x, weight, bias, options)
+
 
 class ColumnParallelLinearFunction(torch.autograd.Function):
-    """``y = x Wᵀ + b`` with ``W`` split by output rows over the TP group (see the module docstring)."""
+    """``y = x Wᵀ + b`` with ``W`` split by output rows over the TP group (see the module docstring).
+    :func:`column_parallel_linear` picks it; Dynamo traces it unless the weight grad goes to ``main_grad``."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, options: LinearOptions):
-        lead = x.shape[:-1]
         x2 = _rows(x)
-        tp = options.tp
-        if options.sp:
-            result = ops.ag_gemm(x2.detach(), weight.detach(), _detach(bias), group=tp.group, impl=options.impl,
-                                 return_gathered=options.keep_gathered_input)
-            out, wgrad_input = result if options.keep_gathered_input else (result, x2)
-            lead = (lead[0] * tp.world_size, *lead[1:])
-        else:
-            out, wgrad_input = _linear(x2, weight, bias), x2
-        ctx.options, ctx.main_grad = options, _forward_main_grad(weight, options)
-        ctx.has_bias = bias is not None
-        ctx.save_for_backward(wgrad_input if ctx.needs_input_grad[1] else None, weight)
-        return out.view(*lead, weight.shape[0])
+        out, wgrad_input = _column_sp(x2, weight, bias, options) if options.sp else (_linear(x2, weight, bias), x2)
+        _save(ctx, options, x, weight, bias, wgrad_input)
+        return _column_out(out, x, weight, options)
 
     @staticmethod
     def backward(ctx, grad_out):
         wgrad_input, weight = ctx.saved_tensors
         opt = ctx.options
-        main_grad = _main_grad(ctx, weight)
+        weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
         g = _rows(grad_out).contiguous()
-        need_dgrad, need_wgrad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        regather = opt.sp and not opt.keep_gathered_input
-        gathered = _all_gather_rows_async(wgrad_input, opt.tp) if need_wgrad and regather else _Pending(wgrad_input)
-        dgrad = _column_dgrad(g, weight, opt) if need_dgrad else None
-        grad_w = _weight_grad(weight, main_grad, g, gathered.wait()) if need_wgrad else None
-        grad_b = _bias_grad(ctx, g)
-        grad_x = None
-        if dgrad is not None:
-            lead = grad_out.shape[:-1]
-            if opt.sp:
-                lead = (lead[0] // opt.tp.world_size, *lead[1:])
-            grad_x = dgrad.wait().view(*lead, weight.shape[1])
-        return grad_x, grad_w, grad_b, None
-
-
-def _column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOptions) -> _Pending:
-    """The Column input grad ``g · weight`` with its communication: the fused GEMM-RS (which hides its
-    reduce-scatter itself), or a matmul whose reduce-scatter / all-reduce is left running."""
-    tp = opt.tp
-    if opt.sp and _fused(opt.impl, tp, g, 2.0 * g.shape[0] * g.shape[1] * weight.shape[1]):
-        # [W*m, N/W] @ [N/W, K], reduce-scattered over rows -> [m, K]
-        return _Pending(ops.gemm_rs(g.detach(), weight.detach().t(), group=tp.group, impl=opt.impl))
-    partial = g @ weight
-    if opt.sp:
-        return _reduce_scatter_rows_async(partial, tp)
-    if opt.allreduce_dgrad and tp.world_size > 1:
-        return _all_reduce_async(partial, tp)
-    return _Pending(partial)
+        grad_x, grad_w, grad_b = linear_backward(
+            g, weight, wgrad_input, regather=opt.tp if opt.sp and not opt.keep_gathered_input else None,
+            start_dgrad=(lambda: _start_column_dgrad(g, weight, opt)) if ctx.needs_input_grad[0] else None,
+            weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
+        return _input_grad(ctx, grad_x), grad_w, grad_b, None
 
 
 class RowParallelLinearFunction(torch.autograd.Function):
-    """``y = Σ_ranks x_r W_rᵀ + b`` with ``W`` split by input columns (see the module docstring)."""
+    """``y = Σ_ranks x_r W_rᵀ + b`` with ``W`` split by input columns (see the module docstring).
+    :func:`row_parallel_linear` picks it; Dynamo traces it unless the weight grad goes to ``main_grad``."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, options: LinearOptions):
-        lead = x.shape[:-1]
         x2 = _rows(x)
-        tp = options.tp
-        W = tp.world_size
         if options.sp:
-            if lead[0] % W:
-                raise ValueError(
-                    f"RowParallelLinear with sequence parallelism reduce-scatters the first (sequence) dim: "
-                    f"it ({lead[0]}) must be divisible by the tensor-parallel size ({W}); input shape {tuple(x.shape)}"
-                )
-            out = ops.gemm_rs(x2.detach(), weight.detach(), _detach(bias), group=tp.group, impl=options.impl)
-            lead = (lead[0] // W, *lead[1:])
+            out = _row_sp(x, weight, bias, options)
         else:
-            out = x2 @ weight.t()
-            if W > 1:
-                dist.all_reduce(out, group=tp.group)
-            if bias is not None:
-                out += bias
-        ctx.options, ctx.main_grad = options, _forward_main_grad(weight, options)
-        ctx.has_bias = bias is not None
-        ctx.save_for_backward(x2 if ctx.needs_input_grad[1] else None, weight)
-        ctx.in_lead = x.shape[:-1]
-        return out.view(*lead, weight.shape[0])
+            out = library.wait(start_all_reduce(x2 @ weight.t(), options.tp))
+            out = (out if bias is None else out + bias).view(*x.shape[:-1], weight.shape[0])
+        _save(ctx, options, x, weight, bias, x2)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
         x2, weight = ctx.saved_tensors
         opt = ctx.options
-        main_grad = _main_grad(ctx, weight)
+        weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
         g = _rows(grad_out).contiguous()
-        grad_x = grad_w = None
+        need_dx, bias_grad = ctx.needs_input_grad[0], ctx.has_bias and ctx.needs_input_grad[2]
         if opt.sp:
-            if ctx.needs_input_grad[0]:
-                # all_gather(g) [W*m, N] @ W [N, K/W] -> [W*m, K/W]; the gathered g serves wgrad too
-                grad_x, g_full = ops.ag_gemm(
-                    g.detach(), weight.detach().t(), group=opt.tp.group, impl=opt.impl, return_gathered=True
-                )
-            elif ctx.needs_input_grad[1]:
-                g_full = all_gather_rows(g, opt.tp)
+            grads = row_sp_backward(g, weight, x2, tp=opt.tp, impl=opt.impl, timeout=None, scale=None,
+                                    need_dx=need_dx, weight_grad=weight_grad, bias_grad=bias_grad)
         else:
-            g_full = g
-            if ctx.needs_input_grad[0]:
-                grad_x = g @ weight
-        if ctx.needs_input_grad[1]:
-            grad_w = _weight_grad(weight, main_grad, g_full, x2)
-        grad_b = _bias_grad(ctx, g)
-        if grad_x is not None:
-            grad_x = grad_x.view(*ctx.in_lead, weight.shape[1])
-        return grad_x, grad_w, grad_b, None
+            grads = linear_backward(g, weight, x2, regather=None, start_dgrad=(lambda: g @ weight) if need_dx else None,
+                                    weight_grad=weight_grad, bias_grad=bias_grad)
+        return _input_grad(ctx, grads[0]), grads[1], grads[2], None

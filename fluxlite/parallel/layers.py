@@ -3,9 +3,15 @@ parameter names, shapes and TP attributes, and ``(output, output_bias)`` returns
 
 Differences from Megatron, all deliberate:
 
-* ``overlap="auto" | "fused" | "sequential"`` (an extra keyword) picks the implementation of
-  fluxlite's ops under sequence parallelism (``impl`` of :func:`fluxlite.ag_gemm` /
-  :func:`fluxlite.gemm_rs`).
+* ``overlap="auto" | "fused" | "decomposed" | "sequential"`` (an extra keyword, any of
+  :data:`fluxlite._validate.IMPLS`) picks the implementation of fluxlite's ops under sequence
+  parallelism (``impl`` of :func:`fluxlite.ag_gemm` / :func:`fluxlite.gemm_rs`). ``"auto"`` is
+  measured per shape (:mod:`fluxlite.dispatch`); the layers follow the op's choice (the Column dgrad
+  asks it, :func:`fluxlite.library.start_column_dgrad`).
+* Under sequence parallelism the layers run through fluxlite's custom ops (``torch.ops.fluxlite.*``),
+  so a model built from them compiles with ``torch.compile(fullgraph=True)``; with
+  ``gradient_accumulation_fusion``, or without sequence parallelism, they run an eager
+  ``autograd.Function`` (:mod:`.functions`).
 * Weights are always drawn as a full master weight and split by rank (Megatron does so only under
   ``use_cpu_initialization``; otherwise it draws each partition from a per-rank CUDA RNG). So a TP
   layer equals its single-process ``nn.Linear`` twin when every rank seeds alike.
@@ -34,7 +40,7 @@ from torch.nn import Parameter
 
 from .._validate import IMPLS
 from .config import check_config
-from .functions import ColumnParallelLinearFunction, LinearOptions, RowParallelLinearFunction
+from .functions import LinearOptions, column_parallel_linear, row_parallel_linear
 from .mappings import gather_from_tensor_model_parallel_region, scatter_to_tensor_model_parallel_region
 from .utils import (
     divide,
@@ -228,7 +234,7 @@ class ColumnParallelLinear(_ParallelLinear):
             raise ValueError(f"ColumnParallelLinear expects input [..., {self.input_size}], got {tuple(input_.shape)}")
         bias = self.bias if not self.skip_bias_add else None
         options = self._options(allreduce_dgrad=self.allreduce_dgrad, keep_gathered_input=self.keep_gathered_input)
-        output = ColumnParallelLinearFunction.apply(input_, weight, bias, options)
+        output = column_parallel_linear(input_, weight, bias, options)
         gather_output = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather_output:
             output = gather_from_tensor_model_parallel_region(output, group=self.tp_group)
@@ -294,7 +300,7 @@ class RowParallelLinear(_ParallelLinear):
             raise ValueError(f"RowParallelLinear expects input [..., {expected}], got {tuple(input_.shape)}")
         x = input_ if self.input_is_parallel else scatter_to_tensor_model_parallel_region(input_, group=self.tp_group)
         bias = self.bias if not self.skip_bias_add else None
-        output = RowParallelLinearFunction.apply(x, self.weight, bias, self._options())
+        output = row_parallel_linear(x, self.weight, bias, self._options())
         return output, (self.bias if self.skip_bias_add else None)
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):

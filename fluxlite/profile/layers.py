@@ -51,8 +51,15 @@ class _Clock:
         return start.elapsed_time(end) if self.cuda else (end - start) * 1e3
 
 
+def _is_layer_node(node) -> bool:
+    """A layer's own autograd node: its eager function's (``*ParallelLinearFunctionBackward``), or, under
+    sequence parallelism, the fluxlite custom op's it runs through (``GeneratedBackwardFor_fluxlite_*``)."""
+    name = node.name()
+    return name.endswith("ParallelLinearFunctionBackward") or name.startswith("GeneratedBackwardFor_fluxlite_")
+
+
 def _layer_node(out: torch.Tensor):
-    """The autograd node of the layer's own function (``*ParallelLinearFunctionBackward``) behind ``out``."""
+    """The autograd node of the layer's own function or op (:func:`_is_layer_node`) behind ``out``."""
     frontier, seen = [out.grad_fn], set()
     for _ in range(4):  # the layer's node is at most a view or a gather away from its output
         nxt = []
@@ -60,7 +67,7 @@ def _layer_node(out: torch.Tensor):
             if node is None or node in seen:
                 continue
             seen.add(node)
-            if node.name().endswith("ParallelLinearFunctionBackward"):
+            if _is_layer_node(node):
                 return node
             nxt += [n for n, _ in node.next_functions]
         frontier = nxt
