@@ -1,7 +1,8 @@
 """fluxlite.parallel on 2 GPUs (NCCL): the CPU layer matrix of tests/test_parallel.py in bfloat16 with
 ``overlap="fused"`` and ``"sequential"``, and in float32 (sequential), against the float64 reference.
 Parameters are made on the GPU (``use_cpu_initialization=False``: the master weight is drawn on
-the device). Skipped without 2 GPUs.
+the device). And ``torch.compile(fullgraph=True)`` (inductor) of scripts/train_gpt.py's model in
+bf16 with the fused ops, against eager (tests/test_compile_cpu.py's check). Skipped without 2 GPUs.
 
     PYTHONPATH=$PWD python -m pytest -m gpu tests/test_parallel_gpu.py
 """
@@ -35,3 +36,26 @@ def test_layer_matrix_2_gpus(dtype, overlaps, tol):
     from tests.gpu_utils import run_gpu_ranks
 
     run_gpu_ranks(_gpu_matrix, 2, SEED, dtype, overlaps, tol)
+
+
+# The GPU shapes of tests/test_train_gpt.py. bf16: a compiled graph rounds where it fuses, so grads are
+# compared by the relative error of their norm; the losses to train_gpt --check's bf16 tolerance.
+GPT_GPU_ARGS = ("--device", "cuda", "--dtype", "bf16", "--overlap", "fused", "--hidden", "256", "--heads", "8",
+                "--seq", "256", "--batch", "8", "--vocab", "512")
+
+
+def _compiled_gpt(rank, W):
+    from tests.test_compile_cpu import gpt_compiled_vs_eager
+
+    gpt_compiled_vs_eager(rank, W, "inductor", GPT_GPU_ARGS, 3e-2, 2e-2)
+    torch.cuda.synchronize()
+    import fluxlite
+
+    fluxlite.synchronize()  # raise any timeout a fused kernel recorded
+
+
+@pytest.mark.gpu
+def test_train_gpt_model_compiles_fullgraph_2_gpus():
+    from tests.gpu_utils import run_gpu_ranks
+
+    run_gpu_ranks(_compiled_gpt, 2, limit_s=300)
