@@ -37,6 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fluxlite
+from fluxlite._validate import IMPLS
 from fluxlite.profile import layer_timings
 from fluxlite.parallel import (
     ColumnParallelLinear,
@@ -66,7 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bf16 on GPU, fp32 on CPU")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--overlap", choices=("auto", "fused", "sequential"), default="auto",
+    p.add_argument("--overlap", choices=IMPLS, default="auto",
                    help="implementation of fluxlite's AG-GEMM / GEMM-RS inside the layers")
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--check", action="store_true", help="compare with a single-process nn.Linear twin")
