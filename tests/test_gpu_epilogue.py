@@ -62,3 +62,23 @@ def _cases(rank, W):
 
 def test_fused_epilogues_match_float32():
     run_gpu_ranks(_cases, 2)
+
+
+@pytest.mark.parametrize("act", E.ACTIVATIONS)
+@pytest.mark.parametrize("M,K,N", [(1000, 4096, 1376), (333, 1000, 200)], ids=["tma", "pointers"])
+def test_kernel_epilogue_one_gpu(act, M, K, N):
+    """The compiled kernel's epilogue alone (one GPU, no communication), bf16 vs float32."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from fluxlite.kernels.ag_gemm import gemm
+
+    g = torch.Generator(device="cuda").manual_seed(M + N)
+    a = torch.randn(M, K, generator=g, device="cuda").to(BF16)
+    w = (torch.randn(2 * N if act == "swiglu" else N, K, generator=g, device="cuda") / K**0.5).to(BF16)
+    b = torch.randn(w.shape[0], generator=g, device="cuda").to(BF16)
+    s = torch.rand(M, generator=g, device="cuda") + 0.5
+    ep = E.Epilogue(act, True, 0.5)
+    out = torch.full((M, N), float("nan"), dtype=BF16, device="cuda")
+    gemm(a, w, b, ep=ep, row_scale=s, out=out)
+    ref = E.apply(a.float() @ w.float().t(), ep, b.float(), s, torch.float32)
+    assert rel_err(out, ref) < (2e-2 if act == "swiglu" else 1e-2)
