@@ -11,7 +11,8 @@ Math (``x: [m, h]`` this rank's rows, ``γ, β: [h]``, ``W: [N/W, h]``, ``b: [N/
              = s · (x · W′ᵀ) + b′                         W′ = W ⊙ γ − rowmean(W ⊙ γ),  b′ = W β + b
 
 ``rowmean`` is the mean over ``h`` of each row of ``W ⊙ γ``, so ``x · W′ᵀ = (x − μ) · (W ⊙ γ)ᵀ``: the
-centring folds into the weight. The GEMM therefore runs on the *raw* rows: each rank sends its raw
+centring folds into the weight. The GEMM therefore runs on the rows as they are (LayerNorm centres
+them first, see Precision): each rank sends its raw
 rows and its ``[m]`` row scales ``s`` (4 bytes a row) through the all-gather, and the epilogue
 applies ``s`` then ``b′`` (:mod:`fluxlite.epilogue`). No normalised activation is ever written,
 gathered or read. ``W′`` and ``b′`` are folded in fp32 and cast to the weight's dtype; they are
@@ -19,10 +20,12 @@ recomputed whenever ``W``, ``γ``, ``β`` or ``b`` change (parameter versions), 
 
 Precision: exact in real arithmetic, not bitwise. In bf16 the folded weight is rounded, so
 ``Σ_h W′`` is no longer exactly 0 and a row's mean ``μ`` leaks into the output with a relative
-error of about ``|μ|·s`` times bf16's rounding. Rows whose ``|μ|·s`` exceeds
-:data:`MEAN_OFFSET_LIMIT` are therefore centred (``x − μ``) before they are sent; the folded weight
-and the collective stay the same, so ranks need not agree on it. The check runs on the device
-with no host synchronisation (see :class:`_CentringPolicy`).
+error of about ``|μ|·s`` times bf16's rounding (measured in the README: 1.8e-1 at ``|μ|·s = 100``,
+and 1.24 on one H200 with unit-variance weights). That cannot be detected per call without a host
+synchronisation (a lagged check let one wrong step through on the GPU), so LayerNorm rows are
+always centred (``x − μ``, one elementwise pass) before they are sent: the error is then the
+unfused path's at any offset. The folded weight and the collective are unchanged by it. RMSNorm has
+no such term and sends its rows as they are.
 
 Backward: the normalised input ``n = norm(x)`` is recomputed from the saved raw rows and stats; it is
 all-gathered (asynchronously, under sequence parallelism) for ``dW = gᵀ · n`` while the dgrad
@@ -58,12 +61,6 @@ from .layers import _ParallelLinear
 from .utils import divide, param_device, set_tensor_model_parallel_attributes
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
-# |μ|·s above which a LayerNorm row is centred before the GEMM. Measured bf16 relative error of the
-# deferred GEMM (h=512, tests/test_norm_linear.py::_deferred_error): 2.4e-3 at |μ|/σ = 0 (the unfused
-# path's level), 4.4e-3 at 2, 7.7e-3 at 4, 2.9e-2 at 16, 1.8e-1 at 100; centred, 2.8e-3 at any offset.
-MEAN_OFFSET_LIMIT = 2.0
-
-
 @dataclass(frozen=True)
 class NormOptions:
     """The norm of a :class:`LayerNormColumnParallelLinear`: which, its eps, whether ``γ`` is stored
@@ -109,52 +106,23 @@ def fold(weight: torch.Tensor, bias: torch.Tensor | None, gamma: torch.Tensor, b
     return w.to(weight.dtype).contiguous(), None if b is None else b.to(weight.dtype)
 
 
-class _CentringPolicy:
-    """Decides, without a host synchronisation, whether this rank's LayerNorm rows are centred
-    before the GEMM: each forward records ``max |μ|·s`` of its rows into a pinned host buffer with a
-    non-blocking copy; a later forward reads it once the copy is done. Once a layer has seen an
-    offset over the limit it centres from then on (a one-time switch per layer and rank)."""
-
-    def __init__(self) -> None:
-        self.centre = False
-        self._pending: tuple[torch.Tensor, object] | None = None
-
-    def observe(self, mean: torch.Tensor, s: torch.Tensor) -> None:
-        offset = (mean.abs() * s).max() if mean.numel() else mean.new_zeros(())
-        if not offset.is_cuda:
-            self.centre |= bool(offset > MEAN_OFFSET_LIMIT)
-            return
-        if self._pending is None:
-            host = torch.empty((), dtype=offset.dtype, pin_memory=True)
-            host.copy_(offset, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record()
-            self._pending = (host, done)
-
-    def update(self) -> None:
-        if self._pending is not None and self._pending[1].query():
-            self.centre |= bool(self._pending[0] > MEAN_OFFSET_LIMIT)
-            self._pending = None
-
-
 class LayerNormLinearFunction(torch.autograd.Function):
     """``linear(norm(x))`` with the norm deferred into the GEMM (see the module docstring).
 
     Inputs are ordered as :class:`~fluxlite.parallel.functions.ColumnParallelLinearFunction`'s
     (``x, weight, bias``), then ``γ, β`` (``β`` ``None`` for RMSNorm), the options, the folded
     ``(W′, b′)`` the module keeps (``None`` when the norm is not deferred), the rows' ``(μ, s)``
-    (:func:`row_stats`) and whether to centre the rows before the GEMM."""
+    (:func:`row_stats`)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, gamma, beta, options: LinearOptions, norm: NormOptions, folded, stats,
-                centre: bool):
+    def forward(ctx, x, weight, bias, gamma, beta, options: LinearOptions, norm: NormOptions, folded, stats):
         lead = x.shape[:-1]
         x2 = _rows(x).detach()
         mean, s = stats
         tp = options.tp
         if norm.deferred:
             w_fold, b_fold = folded
-            src = (x2.float() - mean[:, None]).to(x2.dtype) if centre and mean is not None else x2
+            src = (x2.float() - mean[:, None]).to(x2.dtype) if norm.centred else x2
             kwargs = dict(row_scale=s)
         else:  # the unfused path, for comparison and as a fallback: norm, then the GEMM
             w_fold, b_fold = weight.detach(), None if bias is None else bias.detach()
@@ -201,7 +169,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
                 if opt.sp:
                     lead = (lead[0] // opt.tp.world_size, *lead[1:])
                 grad_x = grad_x.view(*lead, x2.shape[1])
-        return grad_x, grad_w, grad_b, grad_gamma, grad_beta, None, None, None, None, None
+        return grad_x, grad_w, grad_b, grad_gamma, grad_beta, None, None, None, None
 
 
 class LayerNormColumnParallelLinear(_ParallelLinear):
@@ -272,7 +240,6 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
         else:
             self.register_parameter("bias", None)
         self._folded: tuple[tuple, tuple] | None = None
-        self._centring = _CentringPolicy()
 
     def _fold(self, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(W′, b′)``, refolded only when a parameter changed (in-place updates bump versions)."""
@@ -289,15 +256,13 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
                              f"got {tuple(input_.shape)}")
         bias = self.bias if not self.skip_bias_add else None
         folded = self._fold(bias) if self.norm.deferred else None
-        with torch.no_grad():
-            stats = row_stats(_rows(input_.detach()), self.norm)
-        self._centring.update()
-        if self.norm.deferred and self.norm.centred and not self._centring.centre:
-            self._centring.observe(*stats)
-        centre = self._centring.centre
+        stats = (None, None)  # the unfused path normalises inside the function
+        if self.norm.deferred:
+            with torch.no_grad():
+                stats = row_stats(_rows(input_.detach()), self.norm)
         output = LayerNormLinearFunction.apply(input_, self.weight, bias, self.layer_norm_weight, self.layer_norm_bias,
                                                self._options(allreduce_dgrad=self.allreduce_dgrad), self.norm, folded,
-                                               stats, centre)
+                                               stats)
         return output, (self.bias if self.skip_bias_add else None)
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):
