@@ -73,7 +73,10 @@ class Timer:
     def align(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            dist.barrier(device_ids=[self.device.index])
+            if dist.get_backend() == "nccl":
+                dist.barrier(device_ids=[self.device.index])
+            else:  # ranks sharing a GPU (gloo serving CUDA): device_ids is NCCL's
+                dist.barrier()
         else:
             dist.barrier()
 

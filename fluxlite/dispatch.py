@@ -337,19 +337,15 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
     return choice
 
 
-def _all_gather_str(tp: TPGroup, key: str, value: str, timeout_s: float) -> list[str]:
-    return [rendezvous.broadcast_str(tp, key, value if src == tp.rank else None, src=src, timeout_s=timeout_s,
-                                     op="auto dispatch", step="agree on the implementation")
-            for src in range(tp.world_size)]
-
-
 def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool) -> Choice:
     """The agreement step of a first sight (module docstring); every rank returns the same choice."""
     n = next(_ROUNDS.setdefault(tp.name, itertools.count()))
     cached = None if retune else _choice_from(_disk_entries(cache_path()).get(key.text), "cache")
     mine = dict(key=key.text, cached=None if cached is None else cached.to_json(),
                 fused=fused_supported(a.device, a.dtype), host=socket.gethostname())
-    peers = [json.loads(s) for s in _all_gather_str(tp, f"dispatch/{n}", json.dumps(mine, sort_keys=True), timeout_s)]
+    peers = [json.loads(s) for s in rendezvous.all_gather_str(
+        tp, f"dispatch/{n}", json.dumps(mine, sort_keys=True), timeout_s=timeout_s, op="auto dispatch",
+        step="agree on the implementation")]
     for p, theirs in enumerate(peers):
         if theirs["key"] != key.text:
             raise FluxliteCallMismatchError(rank=tp.rank, peer=p, mine=f"auto {key.text}", theirs=f"auto {theirs['key']}")

@@ -1,8 +1,9 @@
-"""Flags with epochs, and the bounded host-side wait used by the CPU protocol.
+"""The bounded host-side flag wait used by the CPU protocol, and fluxlite's timeout.
 
-Call number ``e`` marks a slot ready by storing ``e``; a waiter waits for ``flag >= e``. No reset
-pass and no barrier between calls. Every wait is bounded by a timeout (argument, else the
-``FLUXLITE_TIMEOUT_S`` environment variable, else :data:`DEFAULT_TIMEOUT_S`).
+A flag is set by storing :data:`fluxlite.schedule.SET` and cleared by its owner at the end of a
+call (:mod:`fluxlite.schedule`); a waiter waits for ``flag >= value``. Every wait is bounded by a
+timeout (argument, else the ``FLUXLITE_TIMEOUT_S`` environment variable, else
+:data:`DEFAULT_TIMEOUT_S`).
 
 Host flags are read and written as aligned 4-byte words at their address. On x86 a store of the
 data followed by a store of the flag is seen in that order by every other process (TSO), which the
@@ -61,15 +62,15 @@ def host_store(address: int, value: int) -> None:
     ctypes.c_int32.from_address(address).value = value
 
 
-def host_set_flag(flags: torch.Tensor, slot: int, epoch: int) -> None:
-    """Store ``epoch`` into int32 ``flags[slot]`` (a host tensor, possibly a peer's mapping)."""
-    host_store(flag_address(flags, slot), epoch)
+def host_set_flag(flags: torch.Tensor, slot: int, value: int) -> None:
+    """Store ``value`` into int32 ``flags[slot]`` (a host tensor, possibly a peer's mapping)."""
+    host_store(flag_address(flags, slot), value)
 
 
-def host_wait(address: int, epoch: int, *, deadline: float, timeout_s: float, op: str, what: str, rank: int,
-              peer: int, chunk: int, split: int = 0, abort=None) -> None:
-    """Spin until the int32 at host ``address`` is ``>= epoch``; raise :class:`FluxliteTimeoutError`
-    past ``deadline``.
+def host_wait(address: int, value: int, *, deadline: float, timeout_s: float, op: str, what: str, rank: int,
+              peer: int, chunk: int, split: int = 0, epoch: int = 0, abort=None) -> None:
+    """Spin until the int32 at host ``address`` is ``>= value``; raise :class:`FluxliteTimeoutError`
+    (naming call ``epoch``) past ``deadline``.
 
     ``abort`` (optional) is called on every spin and may raise to end the wait early: the consumer
     uses it to fail at once when the producer that would set the flag has failed.
@@ -79,7 +80,7 @@ def host_wait(address: int, epoch: int, *, deadline: float, timeout_s: float, op
     word = ctypes.c_int32.from_address(address)
     while True:
         seen = word.value
-        if seen >= epoch:
+        if seen >= value:
             return
         if abort is not None:
             abort()
@@ -91,14 +92,14 @@ def host_wait(address: int, epoch: int, *, deadline: float, timeout_s: float, op
         os.sched_yield()
 
 
-def host_wait_flag(flags: torch.Tensor, slot: int, epoch: int, **kwargs) -> None:
+def host_wait_flag(flags: torch.Tensor, slot: int, value: int, **kwargs) -> None:
     """:func:`host_wait` on int32 ``flags[slot]``."""
-    host_wait(flag_address(flags, slot), epoch, **kwargs)
+    host_wait(flag_address(flags, slot), value, **kwargs)
 
 
 def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout_s: float) -> FluxliteError | None:
     """The exception for a kernel's error record (:mod:`fluxlite.kernels.flags`), or ``None`` if clear."""
-    from .kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_RS
+    from .kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_RS
 
     code, slot, epoch, seen, peer, chunk = rec[:6]
     if code == 0:
@@ -108,7 +109,9 @@ def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout
         return FluxliteCallMismatchError(rank=rank, peer=peer, mine=sch.describe_signature(rec[8 + w : 8 + 2 * w]),
                                          theirs=sch.describe_signature(rec[8 : 8 + w]))
     what = {ERR_TIMEOUT_AG: "gathered rows", ERR_TIMEOUT_RS: "partials"}.get(code, f"a flag (code {code})")
-    if slot < world_size:
+    if code == ERR_TIMEOUT_ALIGN:
+        what = "its arrival at a parity-alignment call (a null call between graph replays)"
+    elif slot < world_size:
         what = "its arrival at this call (ready flag)"
     return FluxliteTimeoutError(op="fused kernel", what=what, rank=rank, peer=peer, chunk=chunk,
                                 split=sch.split_of_data_slot(world_size, slot), epoch=epoch, seen=seen,

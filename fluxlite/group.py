@@ -107,13 +107,21 @@ def init(backend: str | None = None) -> TPGroup:
     """Bring up the default process group from torchrun's environment and return it as a TPGroup.
 
     Picks NCCL when CUDA is present (and binds this process to ``cuda:LOCAL_RANK``), else gloo.
+    With more local ranks than GPUs (trying TP on a one-GPU workstation), ranks share GPUs
+    (``cuda:LOCAL_RANK % GPUs``) over a gloo group that serves CUDA tensors, since NCCL refuses two
+    ranks on one GPU; the fused ops then map peers with CUDA IPC. Correct, but not fast.
     Does nothing but resolve the group if one is already initialised.
     """
     if not dist.is_initialized():
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if backend is None:
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            shared = gpus and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > gpus
+            backend = ("cpu:gloo,cuda:gloo" if shared else "nccl") if gpus else "gloo"
+        if gpus and "nccl" not in backend and "cuda" in backend:
+            torch.cuda.set_device(local_rank % gpus)
         if backend == "nccl":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
             dist.init_process_group(backend=backend, device_id=device)
         else:

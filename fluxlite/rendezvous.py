@@ -118,16 +118,26 @@ def broadcast_str(
     return store.get(f"{key}/{src}").decode()
 
 
-def all_gather_int(
-    tp: TPGroup, key: str, value: int, *, timeout_s: float, op: str, step: str, epoch: int = 0, abort=None,
-) -> list[int]:
+def all_gather_str(
+    tp: TPGroup, key: str, value: str, *, timeout_s: float, op: str, step: str, epoch: int = 0, abort=None,
+) -> list[str]:
     """Every rank contributes ``value``; every rank gets the list of all of them, in group-rank order.
 
     Also a barrier. Raises FluxliteTimeoutError naming the lowest rank whose value has not come
     after ``timeout_s``. ``abort`` (optional) is called while waiting and may raise to give up early.
     """
-    value = operator.index(value)  # an int, not a float that str() would publish as "3.0"
+    if not isinstance(value, str):
+        raise TypeError(f"value must be a str, got {type(value).__name__}")
     if tp.world_size == 1:
         return [value]
-    store = _arrive(tp, key, str(value), timeout_s=timeout_s, op=op, step=step, epoch=epoch, abort=abort)
-    return [int(store.get(f"{key}/{r}")) for r in range(tp.world_size)]
+    store = _arrive(tp, key, value, timeout_s=timeout_s, op=op, step=step, epoch=epoch, abort=abort)
+    return [store.get(f"{key}/{r}").decode() for r in range(tp.world_size)]
+
+
+def all_gather_int(
+    tp: TPGroup, key: str, value: int, *, timeout_s: float, op: str, step: str, epoch: int = 0, abort=None,
+) -> list[int]:
+    """:func:`all_gather_str` of an int."""
+    value = operator.index(value)  # an int, not a float that str() would publish as "3.0"
+    return [int(v) for v in all_gather_str(tp, key, str(value), timeout_s=timeout_s, op=op, step=step,
+                                           epoch=epoch, abort=abort)]

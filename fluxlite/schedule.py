@@ -20,13 +20,17 @@ Order
 
 Flags
 -----
-All flags are int32 slots of the symmetric flag array. Call number ``e`` (the epoch) marks a slot
-ready by writing ``e``; a waiter waits for ``flag >= e``. Slots are never reset. Slot numbers do not
-depend on the split count, and each has exactly one writer, so it only grows. At the start of a
-call a rank writes its call signature (op, shapes, dtype, options) into every peer's signature
-slots of the call's epoch parity, then sets its ``ready`` flag there; a consumer waits for a peer's
-``ready`` flag and compares the signature with its own before it waits on, or uses, that peer's
-data.
+All flags are int32 slots of the symmetric flag array, in two regions, one per data parity: call
+``e`` uses region ``e % 2`` (its *parity*). A flag is *set* (:data:`SET`) by its one writer and
+cleared (0) by its owner: at the end of a call each rank clears its own region of that call's
+parity, once it has waited on every flag a peer set there. A waiter waits for ``flag >= SET``.
+Because no value depends on the call, a call captured in a CUDA graph replays with the same flag
+values (docs/cuda_graphs.md). A peer sets a flag of call ``e + 2`` (the next on that parity) only
+after it has seen this rank's signals of call ``e + 1``, which this rank sends after its clear, so
+the clear never loses a write. At the start of a call a rank writes its call signature (op,
+shapes, dtype, options) into every peer's signature slots of the call's parity, then sets its
+``ready`` flag there; a consumer waits for a peer's ``ready`` flag and compares the signature with
+its own before it waits on, or uses, that peer's data.
 
 Tile order
 ----------
@@ -48,40 +52,58 @@ SIG_WORDS = 4
 """int32 words of a call signature (see :func:`call_signature`)."""
 
 
+SET = 1
+"""The value of a set flag (a cleared one holds 0)."""
+
+
+def region_slots(world_size: int) -> int:
+    """Slots of one parity region: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``.
+
+    :func:`ready_slot`, :func:`data_slot` and :func:`pulled_slot` are offsets into a region; the
+    kernels get the region of their call's parity as their flag array.
+    """
+    return world_size + 2 * world_size * MAX_SPLITS
+
+
+def region_start(world_size: int, parity: int) -> int:
+    """The first slot of parity ``parity``'s region."""
+    return parity * region_slots(world_size)
+
+
 def num_flag_slots(world_size: int) -> int:
     """Size of the symmetric int32 flag array for a group of ``world_size`` ranks.
 
-    Layout: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``, then
+    Layout: the regions of parity 0 and 1 (:func:`region_slots`), then
     ``signature[2 parities][W][SIG_WORDS]``. Every slot has exactly one writer (the peer it is
-    indexed by, or for ``pulled`` this rank's own producer), whose stores come in epoch order, so a
-    flag only ever grows.
+    indexed by, or for ``pulled`` this rank's own producer); the owner clears its region.
     """
-    return world_size + 2 * world_size * MAX_SPLITS + 2 * world_size * SIG_WORDS
+    return 2 * region_slots(world_size) + 2 * world_size * SIG_WORDS
 
 
 def ready_slot(src: int) -> int:
-    """Set on rank ``r`` by peer ``src`` once src has written its call signature on ``r`` (and, for
-    AG with ``return_gathered``, staged its rows for ``r`` to pull). Every consumer waits for it and
-    checks the signature before it waits on any of ``src``'s data."""
+    """Region offset of the flag that peer ``src`` sets on rank ``r`` once it has written its call
+    signature on ``r`` (and, for AG with ``return_gathered``, staged its rows for ``r`` to pull).
+    Every consumer waits for it and checks the signature before it waits on any of ``src``'s data."""
     return src
 
 
 def data_slot(world_size: int, src: int, split: int) -> int:
-    """Set on rank ``r`` by peer ``src`` once split ``split`` of src's data for this call is in r's
-    memory: AG (push): src's rows in the gathered buffer; RS: src's partial of r's rows in ``recv``."""
+    """Region offset of the flag that peer ``src`` sets on rank ``r`` once split ``split`` of its data
+    for this call is in r's memory: AG (push): src's rows in the gathered buffer; RS: src's partial
+    of r's rows in ``recv``."""
     return world_size + src * MAX_SPLITS + split
 
 
 def pulled_slot(world_size: int, src: int, split: int) -> int:
-    """AG with ``return_gathered``: set on rank ``r`` by its own producer once it pulled split
-    ``split`` of peer ``src``'s staged rows into the gathered tensor."""
+    """AG with ``return_gathered``: region offset of the flag that rank ``r``'s own producer sets
+    once it pulled split ``split`` of peer ``src``'s staged rows into the gathered tensor."""
     return world_size + world_size * MAX_SPLITS + src * MAX_SPLITS + split
 
 
 def signature_slot(world_size: int, parity: int, src: int) -> int:
-    """First of the ``SIG_WORDS`` slots on rank ``r`` where peer ``src`` writes the signature of its
-    call of epoch parity ``parity``, before it sets any flag of that call on ``r``."""
-    return world_size + 2 * world_size * MAX_SPLITS + (parity * world_size + src) * SIG_WORDS
+    """First of the ``SIG_WORDS`` slots (of the whole array) on rank ``r`` where peer ``src`` writes
+    the signature of its call of parity ``parity``, before it sets any flag of that call on ``r``."""
+    return 2 * region_slots(world_size) + (parity * world_size + src) * SIG_WORDS
 
 
 def peer_slots() -> int:

@@ -15,6 +15,8 @@ Backends
 --------
 - CUDA: ``torch.distributed._symmetric_memory`` (``empty`` + ``rendezvous``); peers' views come
   from ``get_buffer``.
+- CUDA, when ranks share a GPU: CUDA IPC handles of plain allocations (torch's symmetric memory
+  refuses overlapping devices).
 - CPU: files in /dev/shm that every rank maps, with names agreed over the (gloo) group. Each file is
   unlinked as soon as all ranks mapped it, so nothing outlives the job even if a rank is killed.
 
@@ -157,6 +159,50 @@ class _SymmMem:
         ]
 
 
+class _CudaIpc:
+    """CUDA backend for ranks that share a GPU: CUDA IPC handles of ordinary allocations.
+
+    torch's symmetric memory refuses ranks whose allocations are on one device ("detected
+    allocations from overlapping devices"), and NCCL refuses two ranks on one GPU. Several ranks per
+    GPU still make sense for trying TP on a workstation and for running the multi-rank protocol on a
+    one-GPU machine (the tests do, with a gloo group that serves CUDA tensors). Kernels of different
+    processes time-slice on one GPU, so a wait on a peer can cost a time slice: correct, never fast.
+    """
+
+    def __init__(self, tp: TPGroup, device: torch.device, key: str, timeout_s: float) -> None:
+        self.tp, self.device, self.key = tp, device, key
+        self.local: torch.Tensor | None = None
+
+    def allocate(self, nbytes: int, generation: int, timeout_s: float) -> list[torch.Tensor]:
+        import base64
+        import pickle
+
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        self.local = None
+        local = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # flags start below every epoch
+        torch.cuda.current_stream(self.device).synchronize()
+        rebuild, args = reduce_tensor(local)
+        handles = rendezvous.all_gather_str(
+            self.tp, f"{self.key}/g{generation}/ipc", base64.b64encode(pickle.dumps(args)).decode(),
+            timeout_s=timeout_s, op="workspace build", step="exchange CUDA IPC handles")
+        views = [local if p == self.tp.rank else rebuild(*pickle.loads(base64.b64decode(h)))
+                 for p, h in enumerate(handles)]
+        # A rank frees its buffer only after every peer has opened it.
+        rendezvous.barrier(self.tp, f"{self.key}/g{generation}/mapped", timeout_s=timeout_s, op="workspace build",
+                           step="map peers' CUDA IPC memory")
+        self.local = local
+        return views
+
+
+def _shares_a_gpu(tp: TPGroup, device: torch.device, key: str, timeout_s: float) -> bool:
+    """Whether another rank of ``tp`` runs on the same physical GPU as this one (collective)."""
+    uuid_ = str(torch.cuda.get_device_properties(device).uuid)
+    uuids = rendezvous.all_gather_str(tp, f"{key}/gpu", uuid_, timeout_s=timeout_s, op="workspace build",
+                                      step="compare GPUs")
+    return len(set(uuids)) < len(uuids)
+
+
 class SymmetricWorkspace:
     """Symmetric data buffer + flag array on every rank of ``tp``, on ``device``.
 
@@ -180,7 +226,14 @@ class SymmetricWorkspace:
         self._views: list[torch.Tensor] = []
         self._flags: list[torch.Tensor] = []
         self.is_cuda = device.type == "cuda"
-        self._backend = _SymmMem(tp, device, key, timeout_s) if self.is_cuda else _SharedFiles(tp, key, timeout_s)
+        # Whether another rank of the group runs on this GPU (then peers map each other by CUDA IPC).
+        self.shares_gpu = self.is_cuda and _shares_a_gpu(tp, device, key, timeout_s)
+        if not self.is_cuda:
+            self._backend = _SharedFiles(tp, key, timeout_s)
+        elif self.shares_gpu:
+            self._backend = _CudaIpc(tp, device, key, timeout_s)
+        else:
+            self._backend = _SymmMem(tp, device, key, timeout_s)
         self.reserve(1 << 20, timeout_s=timeout_s)
 
     # ---- sizes and growth -------------------------------------------------------------------
@@ -327,6 +380,11 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
     key = (id(tp.group), str(device))
     ws = _WORKSPACES.get(key)
     if ws is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise FluxliteError(
+                "fluxlite: a CUDA graph is capturing a fused call before its workspace exists (building one is a "
+                "collective with allocations and synchronisations): run each fused call once eagerly, with the "
+                "shapes you capture, before capturing")
         n = _BUILT.get((tp.name, device.type), 0)
         _BUILT[(tp.name, device.type)] = n + 1
         ws = SymmetricWorkspace(tp, device, f"s{_session}/{device.type}/w{n}", resolve_timeout(timeout))

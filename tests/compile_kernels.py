@@ -20,19 +20,19 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, gemm_core, gemm_rs  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, gemm_core, gemm_rs  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
-INTS = ("num_tiles", "chunk_rows", "N", "K", "rank", "world_size", "epoch", "sig_base", "claim_slot")
+INTS = ("num_tiles", "chunk_rows", "N", "K", "rank", "world_size", "call", "sig_base", "claim_slot")
 
 
-def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig):
+def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None):
     names = fn.arg_names
     signature = {n: types.get(n, "constexpr") for n in names}
     constexprs = {(names.index(k),): v for k, v in consts.items()}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+                          options=dict(num_warps=num_warps or config.num_warps, num_stages=config.num_stages))
 
 
 def variants(dtype: str, config: gemm_core.GemmConfig):
@@ -69,10 +69,14 @@ def main() -> None:
     failed = 0
     # Every variant in bf16; fp16 differs only in the element type, so its default variant suffices.
     cases = [("bf16", *v) for v in variants("bf16", config)] + [("fp16", *v) for v in list(variants("fp16", config))[:2]]
+    cases.append(("int32", "align (parity alignment, W=8)", align.align_kernel,
+                  dict(state_ptr="*i32", flag_bases_ptr="*i64", error_ptr="*i32", parity="i32", rank="i32",
+                       world_size="i32", region="i32", call="i32", timeout_ns="i64"),
+                  dict(REGION_BLOCK=512, INTERPRET=False)))
     for dtype, name, fn, types, consts in cases:
         if True:
             try:
-                kernel = compile_kernel(fn, types, consts, config)
+                kernel = compile_kernel(fn, types, consts, config, 1 if fn is align.align_kernel else None)
             except Exception as exc:  # report every variant that fails, then exit non-zero
                 failed += 1
                 print(f"FAIL {dtype} {name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)

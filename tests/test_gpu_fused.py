@@ -128,7 +128,7 @@ def _skipped_call(rank, world_size, op):
     import fluxlite
 
     fluxlite.get_workspace()  # collective: both ranks create it
-    dist.barrier(device_ids=[rank])
+    dist.barrier()
     if rank == 0:
         a = torch.randn(256, 512, device=_dev()).to(BF16)
         w = torch.randn(384, 512, device=_dev()).to(BF16)
@@ -147,7 +147,7 @@ def _skipped_call(rank, world_size, op):
         assert err.chunk == (1 if op == "ag" else 0), str(err)
         with pytest.raises(fluxlite.FluxliteError, match="poisoned"):
             fluxlite.ag_gemm(a, w, impl="fused")
-    dist.barrier(device_ids=[rank])
+    dist.barrier()
 
 
 @pytest.mark.parametrize("op", ["ag", "rs"])
@@ -174,7 +174,7 @@ def _workspace(rank, world_size):
     ws.reserve(before + 1)  # collective growth
     assert ws.capacity > before
     assert ws.flags(rank).abs().sum().item() == 0  # fresh flags
-    dist.barrier(device_ids=[rank])
+    dist.barrier()
 
 
 def test_cuda_workspace_peer_views_and_flags():

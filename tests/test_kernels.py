@@ -19,9 +19,10 @@ from fluxlite.epilogue import PLAIN
 from fluxlite.flags import exception_from_record
 from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
+from fluxlite.kernels import align as align_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
-from fluxlite.kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, RECORD_WORDS
+from fluxlite.kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, RECORD_WORDS
 
 from .dist_utils import run_ranks
 
@@ -55,13 +56,22 @@ def _tables(s, N):
     return dict(blocks=s.kernel_blocks(), tiles=s.tile_order(num_n, CFG.group_m))
 
 
+def _slot(W, epoch, slot):
+    """The index in the whole flag array of region offset ``slot`` of call ``epoch``'s parity."""
+    return sch.region_start(W, epoch % 2) + slot
+
+
 def _flags_with_signature(W, sig, parity, peers, words=None):
-    """A flag array in which every peer in ``peers`` has written ``words`` (default: ``sig``)."""
+    """A flag array in which every peer in ``peers`` has written ``words`` (default: ``sig``) and set
+    its ready flag, in the region of ``parity``; the other region holds every flag set, which the
+    kernel must never read."""
     flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    other = sch.region_start(W, 1 - parity)
+    flags[other : other + sch.region_slots(W)] = sch.SET
     for p in peers:
         at = sch.signature_slot(W, parity, p)
         flags[at : at + sch.SIG_WORDS] = torch.tensor(words or sig, dtype=torch.int32)
-        flags[sch.ready_slot(p)] = parity + 10  # arrived at some epoch of this parity >= the one awaited
+        flags[sch.region_start(W, parity) + sch.ready_slot(p)] = sch.SET
     return flags
 
 
@@ -69,9 +79,10 @@ def _ag_launch(a_local, gathered, w, flags, sig, error, epoch, timeout_s, out, r
     W = gathered.shape[0] // a_local.shape[0]
     s = sch.ag_schedule(W, rank, a_local.shape[0], CFG.block_m, 2)
     ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, ep=PLAIN, scale_local=None,
-                   scale_gathered=None, flags=flags,
+                   scale_gathered=None, flags=flags[sch.region_start(W, epoch % 2):],
                    sig=torch.tensor(sig, dtype=torch.int32), counters=torch.zeros(sch.num_counters(W), dtype=torch.int32),
-                   error=error, rank=rank, world_size=W, epoch=epoch, sig_base=sch.signature_slot(W, epoch % 2, 0),
+                   error=error, rank=rank, world_size=W, call=epoch,
+                   sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
                    claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]))
     return s
 
@@ -84,7 +95,7 @@ def test_ag_consumer_reads_local_rows_in_place_and_every_ready_chunk():
     flags = _flags_with_signature(W, sig, epoch % 2, (1, 2))
     for c in (1, 2):
         for sp in range(2):
-            flags[sch.data_slot(W, c, sp)] = 7  # ready since epoch 7; we wait for epoch 5
+            flags[_slot(W, epoch, sch.data_slot(W, c, sp))] = sch.SET
     gathered = A.clone()
     gathered[:m] = float("nan")  # rank 0's own rows must come from ``a``, in place
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
@@ -103,7 +114,8 @@ def test_ag_consumer_timeout_records_and_releases_the_producer():
     _ag_launch(A[:m], A, w, flags, sig, error, epoch, 0.01, torch.empty(W * m, N))
     code, slot, rec_epoch, seen, peer, chunk = error.tolist()[:6]
     assert (code, slot, rec_epoch, seen, peer, chunk) == (ERR_TIMEOUT_AG, sch.ready_slot(1), 9, 0, 1, 1)
-    assert flags[:W].tolist() == [9, 9], "the producer's waits on peers' ready flags were not released"
+    ready = [flags[_slot(W, epoch, sch.ready_slot(p))].item() for p in range(W)]
+    assert ready == [sch.SET] * W, "the producer's waits on peers' ready flags were not released"
     exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
     assert isinstance(exc, FluxliteTimeoutError) and (exc.peer, exc.chunk, exc.split, exc.epoch) == (1, 1, 0, 9)
     assert "arrival" in str(exc)
@@ -114,7 +126,7 @@ def test_ag_consumer_timeout_on_a_data_flag_names_the_split():
     A, w = torch.randn(W * m, K), torch.randn(N, K)
     sig = sch.call_signature("ag", m, K, N, torch.float32, 2, False)
     flags = _flags_with_signature(W, sig, epoch % 2, (1,))  # arrived, split 0 came, split 1 never
-    flags[sch.data_slot(W, 1, 0)] = epoch
+    flags[_slot(W, epoch, sch.data_slot(W, 1, 0))] = sch.SET
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     _ag_launch(A[:m], A, w, flags, sig, error, epoch, 0.01, torch.empty(W * m, N))
     exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
@@ -128,7 +140,7 @@ def test_ag_consumer_records_a_peer_in_another_call():
     theirs = sch.call_signature("ag", m + 8, K, N, torch.float32, 2, False)
     flags = _flags_with_signature(W, sig, epoch % 2, (1,), words=theirs)
     for sp in range(2):
-        flags[sch.data_slot(W, 1, sp)] = epoch
+        flags[_slot(W, epoch, sch.data_slot(W, 1, sp))] = sch.SET
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     _ag_launch(A[:m], A, w, flags, sig, error, epoch, 1.0, torch.empty(W * m, N))
     rec = error.tolist()
@@ -140,9 +152,11 @@ def test_ag_consumer_records_a_peer_in_another_call():
 
 def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, r=0, W=2):
     s = sch.rs_schedule(W, r, a.shape[0] // W, CFG.block_m, 2)
-    rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv, flags=flags,
-                   sig=torch.tensor(sig, dtype=torch.int32), counters=counters, error=error, rank=r, world_size=W,
-                   epoch=epoch, sig_base=sch.signature_slot(W, epoch % 2, 0), claim_slot=sch.claim_slot(W),
+    rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv,
+                   flags=flags[sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
+                   counters=counters, error=error, rank=r, world_size=W, call=epoch,
+                   sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
+                   claim_slot=sch.claim_slot(W),
                    peer_slots=sch.peer_slots(), timeout_s=1.0, ep=PLAIN, config=CFG, cache={},
                    **_tables(s, w.shape[0]))
     return s
@@ -163,7 +177,7 @@ def test_rs_kernel_stores_partials_counts_tiles_and_reduces(mismatch):
     recv[1] = peer_partial
     partial = torch.full((W, mc, N), float("nan"))
     for sp in range(2):
-        flags[sch.data_slot(W, 1, sp)] = epoch
+        flags[_slot(W, epoch, sch.data_slot(W, 1, sp))] = sch.SET
     counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     out = torch.full((mc, N), float("nan"))
@@ -177,6 +191,64 @@ def test_rs_kernel_stores_partials_counts_tiles_and_reduces(mismatch):
     else:
         assert error.tolist() == [0] * RECORD_WORDS
         _close(out, full[:mc] + peer_partial.double() + b.double(), torch.float32)
+
+
+def _align(flags, state, parity, rank=0, timeout_s=1.0):
+    W = len(flags)
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    align_kern.launch(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
+                      error=error, parity=parity, rank=rank, world_size=W, region=sch.region_slots(W), call=7,
+                      timeout_s=timeout_s, cache={})
+    return error
+
+
+@pytest.mark.parametrize("parity", [0, 1])
+def test_align_kernel_does_nothing_when_the_parities_alternate(parity):
+    W = 3
+    flags = [torch.randint(0, 3, (sch.num_flag_slots(W),), dtype=torch.int32) for _ in range(W)]
+    before = [f.clone() for f in flags]
+    state = torch.tensor([parity, 5], dtype=torch.int32)
+    assert _align(flags, state, parity).tolist() == [0] * RECORD_WORDS
+    assert state.tolist() == [1 - parity, 5], "the next call must use the other parity"
+    assert all(torch.equal(f, b) for f, b in zip(flags, before)), "an aligned call touched a flag"
+
+
+@pytest.mark.parametrize("parity", [0, 1])
+def test_align_kernel_runs_a_null_call_on_the_other_region(parity):
+    """Rank 0 of 3; both peers already arrived at the null call. Rank 0 must set its ready flag in
+    each peer's other region, clear its own other region (junk included) and count the null call."""
+    W, r, other = 3, 0, 1 - parity
+    R = sch.region_slots(W)
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    base = sch.region_start(W, other)
+    mine = flags[r]
+    mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] = 9  # this call's region: untouched
+    mine[base : base + R] = torch.randint(0, 5, (R,), dtype=torch.int32)  # stale junk
+    for p in (1, 2):
+        mine[base + sch.ready_slot(p)] = sch.SET
+    sig = sch.signature_slot(W, 0, 0)
+    mine[sig:] = 3  # signatures are not a region's: kept
+    state = torch.tensor([1 - parity, 2], dtype=torch.int32)  # the previous call used ``parity`` too
+    assert _align(flags, state, parity).tolist() == [0] * RECORD_WORDS
+    assert state.tolist() == [1 - parity, 3]
+    assert mine[base : base + R].abs().sum().item() == 0
+    assert (mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] == 9).all()
+    assert (mine[sig:] == 3).all()
+    for p in (1, 2):
+        assert flags[p][base + sch.ready_slot(r)].item() == sch.SET
+        assert flags[p].sum().item() == sch.SET, "a peer got more than our ready flag"
+
+
+def test_align_kernel_records_a_peer_that_never_arrives():
+    W, parity = 2, 1
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    state = torch.tensor([0, 0], dtype=torch.int32)
+    error = _align(flags, state, parity, timeout_s=0.01)
+    code, slot, call, seen, peer = error.tolist()[:5]
+    assert (code, slot, call, seen, peer) == (ERR_TIMEOUT_ALIGN, sch.ready_slot(1), 7, 0, 1)
+    exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
+    assert isinstance(exc, FluxliteTimeoutError) and exc.peer == 1 and "parity-alignment" in str(exc)
+    assert state.tolist() == [0, 1]
 
 
 def _protocol(rank, W, dtype):

@@ -38,6 +38,7 @@ def _agree(rank: int, W: int) -> None:
         assert rendezvous.broadcast_str(tp, f"s/{src}", mine, src=src, **GENEROUS) == f"from {src}: héllo"
     assert rendezvous.broadcast_str(tp, "empty", "" if rank == 0 else None, **GENEROUS) == ""
     assert rendezvous.all_gather_int(tp, "g", 10**12 * rank - 3, **GENEROUS) == [10**12 * r - 3 for r in range(W)]
+    assert rendezvous.all_gather_str(tp, "gs", f"r{rank}/é" * rank, **GENEROUS) == [f"r{r}/é" * r for r in range(W)]
     # The same key in another group is another key.
     sub = resolve_group(dist.new_group(list(range(W))))
     assert sub.name != tp.name

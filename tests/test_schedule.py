@@ -112,14 +112,22 @@ def test_flag_slots_never_collide(world_size):
         assert slot not in slots, f"{owner} and {slots[slot]} share flag slot {slot}"
         slots[slot] = owner
 
-    for src in range(W):
-        claim(sch.ready_slot(src), ("ready", src))
-    for src, split in itertools.product(range(W), range(S)):
-        claim(sch.data_slot(W, src, split), ("data", src, split))
-        claim(sch.pulled_slot(W, src, split), ("pulled", src, split))
-        assert sch.split_of_data_slot(W, sch.data_slot(W, src, split)) == split
-        assert sch.split_of_data_slot(W, sch.pulled_slot(W, src, split)) == split
-        assert sch.data_slot(W, src, split) == sch.data_slot(W, 0, split) + src * sch.peer_slots()
+    R = sch.region_slots(W)
+    for parity in range(2):
+        base = sch.region_start(W, parity)
+        in_region = []
+        for src in range(W):
+            in_region.append(sch.ready_slot(src))
+            claim(base + sch.ready_slot(src), ("ready", parity, src))
+        for src, split in itertools.product(range(W), range(S)):
+            in_region += [sch.data_slot(W, src, split), sch.pulled_slot(W, src, split)]
+            claim(base + sch.data_slot(W, src, split), ("data", parity, src, split))
+            claim(base + sch.pulled_slot(W, src, split), ("pulled", parity, src, split))
+            assert sch.split_of_data_slot(W, sch.data_slot(W, src, split)) == split
+            assert sch.split_of_data_slot(W, sch.pulled_slot(W, src, split)) == split
+            assert sch.data_slot(W, src, split) == sch.data_slot(W, 0, split) + src * sch.peer_slots()
+        # A region is exactly what a call's owner clears: its flags and nothing else.
+        assert sorted(in_region) == list(range(R))
     for parity, src, word in itertools.product(range(2), range(W), range(sch.SIG_WORDS)):
         claim(sch.signature_slot(W, parity, src) + word, ("signature", parity, src, word))
     assert len(slots) == sch.num_flag_slots(W), "the flag array has slots nobody uses"

@@ -41,7 +41,7 @@ from fluxlite.fused.ag_gemm import _scales_offset
 from fluxlite.fused.ag_gemm import _steps as ag_steps
 from fluxlite.fused.gemm_rs import _steps as rs_steps
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
-from fluxlite.fused.producer import COPY, EPOCH, SIGNAL, WAIT, first_wait
+from fluxlite.fused.producer import COPY, SIGNAL, WAIT, first_wait
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
@@ -227,11 +227,16 @@ def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool =
     return ws, plan, call, rs_steps(call, partial), dict(partial=partial)
 
 
+def _flag(ws, e, rank: int, slot: int) -> int:
+    """The address of ``rank``'s flag ``slot`` (a region offset) of call ``e``'s parity region."""
+    return ws.flag_addr(rank, sch.region_start(ws.world_size, e % 2) + slot)
+
+
 def _signals_before(steps, ws, e, i, dst):
     """Whether rank ``dst`` got this call's signature and ``ready`` flag before step ``i``."""
     W, r = ws.world_size, ws.rank
     sig = ws.flag_addr(dst, sch.signature_slot(W, e % 2, r))
-    ready = (SIGNAL, ws.flag_addr(dst, sch.ready_slot(r)), EPOCH)  # a program serves every epoch
+    ready = (SIGNAL, _flag(ws, e, dst, sch.ready_slot(r)), sch.SET)  # no value depends on the call
     return any(s[0] == COPY and s[1] == sig for s in steps[:i]) and ready in steps[:i]
 
 
@@ -240,7 +245,7 @@ def _check_split_pairs(ws, steps, e, i, flag_rank, slot_of_split, dst_base, src_
     for s in range(splits):
         lo, hi = rows_of_split(s)
         assert steps[i] == (COPY, dst_base + lo * row, src_base + lo * row, (hi - lo) * row), (s, steps[i])
-        assert steps[i + 1] == (SIGNAL, ws.flag_addr(flag_rank, slot_of_split(s)), EPOCH), (s, steps[i + 1])
+        assert steps[i + 1] == (SIGNAL, _flag(ws, e, flag_rank, slot_of_split(s)), sch.SET), (s, steps[i + 1])
         i += 2
     return i
 
@@ -301,12 +306,12 @@ def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_ord
         assert waits and waits[0] == first_wait(steps)
         # Every peer may pull our rows before we wait on anyone: no cycle of waits at any W.
         staged = steps.index((COPY, ws.data_addr(r, e % 2), t["a"].data_ptr(), rows * row))
-        readies = [steps.index((SIGNAL, ws.flag_addr(p, sch.ready_slot(r)), EPOCH)) for p in plan.sched.peers()]
+        readies = [steps.index((SIGNAL, _flag(ws, e, p, sch.ready_slot(r)), sch.SET)) for p in plan.sched.peers()]
         assert staged < min(readies) and max(readies) < waits[0], f"W={W} r={r}"
         peers = [s[3]["peer"] for s in steps if s[0] == WAIT]
         assert peers == list(plan.sched.peers()) == [(r + k) % W for k in range(1, W)], f"W={W} r={r}: {peers}"
         for i, p in zip(waits, peers):
-            assert steps[i][1:3] == (ws.flag_addr(r, sch.ready_slot(p)), EPOCH)
+            assert steps[i][1:3] == (_flag(ws, e, r, sch.ready_slot(p)), sch.SET)
             end = _check_split_pairs(ws, steps, e, i + 1, r, lambda s: sch.pulled_slot(W, p, s),
                                      t["gathered"].data_ptr() + p * rows * row, ws.data_addr(p, e % 2), row,
                                      plan.sched.split_rows, plan.sched.splits)
@@ -343,7 +348,7 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
                     assert steps[i][:3] == (WAIT, ws.counters.data_ptr() + 4 * sch.counter_slot(d, s), tiles)
                     assert steps[i + 1] == (COPY, ws.data_addr(d, e % 2) + (r * mc + lo) * row,
                                             t["partial"].data_ptr() + (d * mc + lo) * row, (hi - lo) * row)
-                    assert steps[i + 2] == (SIGNAL, ws.flag_addr(d, sch.data_slot(W, r, s)), EPOCH)
+                    assert steps[i + 2] == (SIGNAL, _flag(ws, e, d, sch.data_slot(W, r, s)), sch.SET)
                     senders.setdefault((d, s), []).append(r)
                     i += 3
             assert dests == [(r + k) % W for k in range(1, W)], f"W={W} r={r}: send order {dests}"

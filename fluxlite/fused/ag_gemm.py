@@ -1,17 +1,18 @@
 """Fused AllGather-GEMM: the producer program, the CPU consumer and the GPU launch.
 
-Rank ``r``, call ``e``, data parity ``e % 2``. The consumer reads its own rows in place from ``a``
-and each peer's from ``gathered`` once that peer's (chunk, split) flag is set::
+Rank ``r``, a call of parity ``P`` (data half and flag region ``P``). Flags are set (``= 1``) and
+cleared by their owner after the call (:mod:`fluxlite.schedule`). The consumer reads its own rows in
+place from ``a`` and each peer's from ``gathered`` once that peer's (chunk, split) flag is set::
 
     push (the caller does not keep the gathered input; ``gathered`` is our symmetric buffer):
-      producer: every peer p: p.signature[r] <- ours; p.ready[r] = e
-                for p in r-1, r-2, ...: p.gathered[r] <- a, split by split, p.pushed (r, s) = e
+      producer: every peer p: p.signature[P][r] <- ours; p.ready[r] = 1
+                for p in r-1, r-2, ...: p.gathered[r] <- a, split by split, p.pushed (r, s) = 1
     pull (``gathered`` is a fresh tensor that the caller keeps, e.g. for a backward):
-      producer: every peer p: p.signature[r] <- ours
-                staging[r] <- a;  every peer p: p.ready[r] = e          # our rows may now be pulled
+      producer: every peer p: p.signature[P][r] <- ours
+                staging[r] <- a;  every peer p: p.ready[r] = 1          # our rows may now be pulled
                 gathered[r] <- a                                        # for the caller
-                for p in r+1, r+2, ...: wait ready[p] >= e
-                                        gathered[p] <- p.staging, split by split, pulled (p, s) = e
+                for p in r+1, r+2, ...: wait ready[p] >= 1
+                                        gathered[p] <- p.staging, split by split, pulled (p, s) = 1
     consumer: for each row block (schedule order): a peer's block waits for the peer's ready flag,
               checks its signature, waits for the (chunk, split) flag; out = epilogue(A @ W.T)
 
@@ -31,7 +32,7 @@ from ..kernels import ag_gemm as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import DATA_ALIGN
 from .call import Call, get_plan
-from .producer import COPY, EPOCH, SIGNAL, WAIT
+from .producer import COPY, SIGNAL, WAIT
 from .state import FusedState
 
 
@@ -43,8 +44,8 @@ def _scales_offset(rows: int, row_bytes: int) -> int:
 def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
            scale_gathered: torch.Tensor | None) -> list:
     """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
-    the data half and the addresses of ``a``, ``gathered`` and the scales, not on the epoch."""
-    ws, plan, e, parity = call.ws, call.plan, EPOCH, call.parity
+    the data half and the addresses of ``a``, ``gathered`` and the scales, not on the call."""
+    ws, plan, e, parity = call.ws, call.plan, sch.SET, call.parity
     W, r = ws.world_size, ws.rank
     m = a.shape[0]
     row = a.shape[1] * a.element_size()
@@ -59,7 +60,7 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
                               row_scale.data_ptr(), 4 * m))
             for s, (lo, hi) in enumerate(plan.split_rows):
                 steps += [(COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
-                          (SIGNAL, ws.flag_addr(p, sch.data_slot(W, r, s)), e)]
+                          (SIGNAL, call.flag_addr(p, sch.data_slot(W, r, s)), e)]
         return steps
     dst = gathered.data_ptr()
     staged_scales = _scales_offset(m, row)
@@ -67,16 +68,16 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
     steps.append((COPY, ws.data_addr(r, parity), src, m * row))  # staged for the peers to pull
     if row_scale is not None:
         steps.append((COPY, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
-    steps += [(SIGNAL, ws.flag_addr(p, sch.ready_slot(r)), e) for p in plan.sched.peers()]
+    steps += [(SIGNAL, call.flag_addr(p, sch.ready_slot(r)), e) for p in plan.sched.peers()]
     steps.append((COPY, dst + r * m * row, src, m * row))  # only for the caller: nothing waits on it
     for p in plan.sched.peers():
-        steps.append((WAIT, ws.flag_addr(r, sch.ready_slot(p)), e, dict(what="staged rows", peer=p, chunk=p)))
+        steps.append((WAIT, call.flag_addr(r, sch.ready_slot(p)), e, dict(what="staged rows", peer=p, chunk=p)))
         staged = ws.data_addr(p, parity)
         if row_scale is not None:
             steps.append((COPY, scale_gathered.data_ptr() + 4 * p * m, staged + staged_scales, 4 * m))
         for s, (lo, hi) in enumerate(plan.split_rows):
             steps += [(COPY, dst + (p * m + lo) * row, staged + lo * row, (hi - lo) * row),
-                      (SIGNAL, ws.flag_addr(r, sch.pulled_slot(W, p, s)), e)]
+                      (SIGNAL, call.flag_addr(r, sch.pulled_slot(W, p, s)), e)]
     return steps
 
 

@@ -1,4 +1,4 @@
-"""One fused call: its epoch, deadline and call signature; the producer beside the consumer; the
+"""One fused call: its number and parity, deadline and call signature; the producer beside the consumer; the
 join; and the failure handling shared by both ops.
 
 Call agreement: before a rank sets any flag of call ``e`` on a peer, its producer writes the call's
@@ -12,6 +12,7 @@ no host synchronisation.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,9 +26,10 @@ from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import host_wait_flag
 from ..kernels import gemm_core
 from . import producer
-from .state import FusedState
+from .state import FusedState, capturing
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
+SHARED_GPU_FREE_SMS = 8  # SMs a fused kernel leaves to the producer's copy kernels when ranks share a GPU
 # Producer programs a plan keeps: every layer of a model whose layers share shapes (one plan) has
 # its own input addresses, in either data half (80 layers: 160). Calls whose tensors move every
 # time would grow it without bound: past this it starts again.
@@ -42,7 +44,7 @@ def block_m_of(consumer: str, config: gemm_core.GemmConfig) -> int:
 class Bindings:
     """What a plan made for one generation of its workspace (the buffers move only when it grows):
     per data half, the views of our buffers that a call uses, and producer programs by the
-    addresses of the call's own tensors (raw addresses, no epoch: :data:`producer.EPOCH`)."""
+    addresses of the call's own tensors (raw addresses; no value in a program depends on the call)."""
 
     generation: int = -1
     views: dict = field(default_factory=dict)  # parity -> the op's views of our data half
@@ -83,9 +85,19 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
     so a new scale value builds no plan."""
     consumer = state.consumer
     config = config or gemm_core.default_config()
+    if state.ws.is_cuda and state.ws.shares_gpu and not config.num_progs:
+        # A copy between two ranks' buffers on one GPU runs as a copy kernel, not on a copy engine:
+        # a persistent consumer on every SM would starve the producer's pulls until the timeout.
+        config = dataclasses.replace(config, num_progs=max(1, gemm_core.sm_count(state.ws.device) - SHARED_GPU_FREE_SMS))
     key = (op, rows, K, N, dtype, keep_gathered, ep.activation, ep.row_scaled, config, consumer)
     plan = state.plans.get(key)
     if plan is None:
+        if state.ws.is_cuda and capturing():
+            raise FluxliteError(
+                f"fluxlite: a CUDA graph is capturing a fused {op} call with a shape that never ran eagerly "
+                f"(rows={rows}, K={K}, N={N}, {str(dtype).replace('torch.', '')}, return_gathered={keep_gathered}, "
+                f"activation={ep.activation}, row_scale={ep.row_scaled}): run each fused call once eagerly, with "
+                f"the shapes and options you capture, before capturing")
         block_m = block_m_of(consumer, config)
         ws = state.ws
         W, r = ws.world_size, ws.rank
@@ -104,7 +116,7 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
 
 
 class Call:
-    """One fused call on ``state``'s workspace: takes the next epoch; runs a producer program beside
+    """One fused call on ``state``'s workspace: takes the next call number and parity; runs a producer program beside
     a consumer."""
 
     def __init__(self, state: FusedState, op: str, plan: Plan, timeout_s: float) -> None:
@@ -112,6 +124,9 @@ class Call:
         ws = state.ws
         self.epoch = state.next_epoch()
         self.parity = self.epoch % 2
+        self.capturing = ws.is_cuda and capturing()
+        if self.capturing:
+            state.captured = True
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
         # Stream-ordered before the producer's first step (its stream waits on the caller's stream).
@@ -124,7 +139,13 @@ class Call:
 
     @property
     def signature_base(self) -> int:
-        return sch.signature_slot(self.ws.world_size, self.parity, 0)
+        """Where the signatures of this call's parity start, from the start of its flag region."""
+        W = self.ws.world_size
+        return sch.signature_slot(W, self.parity, 0) - sch.region_start(W, self.parity)
+
+    def flag_addr(self, rank: int, slot: int) -> int:
+        """The address (mapped here) of ``rank``'s flag ``slot`` of this call's region."""
+        return self.ws.flag_addr(rank, sch.region_start(self.ws.world_size, self.parity) + slot)
 
     def views(self, make: Callable[[], object]):
         """The views of our data half that this call uses: ``make()``'s, made once per plan, data
@@ -166,21 +187,21 @@ class Call:
         """The signature copies, then our ``ready`` flag on every peer (a flag write fences first, so
         the signature is seen before it). AG with ``return_gathered`` sets ``ready`` itself, once its
         rows are staged, after :meth:`signature_steps`."""
-        ws, ready = self.ws, sch.ready_slot(self.ws.rank)
-        return self.signature_steps() + [(producer.SIGNAL, ws.flag_addr(p, ready), producer.EPOCH)
+        ready = sch.ready_slot(self.ws.rank)
+        return self.signature_steps() + [(producer.SIGNAL, self.flag_addr(p, ready), sch.SET)
                                          for p in self.plan.sched.peers()]
 
     def kernel_args(self) -> dict:
         """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
         ws, plan = self.ws, self.plan
-        return dict(blocks=plan.blocks, tiles=plan.tiles, flags=ws.flags(ws.rank), sig=plan.signature_dev,
+        return dict(blocks=plan.blocks, tiles=plan.tiles, flags=self.state.region(self.parity), sig=plan.signature_dev,
                     counters=self.state.counters, error=self.state.error, rank=ws.rank, world_size=ws.world_size,
-                    epoch=self.epoch, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
+                    call=self.epoch, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
                     timeout_s=self.timeout_s, config=plan.config, cache=plan.kernels)
 
     def wait_info(self) -> dict:
         return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank,
-                    abort=self._abort_if_failed)
+                    epoch=self.epoch, abort=self._abort_if_failed)
 
     def _abort_if_failed(self) -> None:
         if self.failed is not None:
@@ -190,15 +211,15 @@ class Call:
         """CPU consumer: wait for ``peer``'s ready flag, check its call signature against ours, then
         wait for the data flag ``slot`` (see :func:`fluxlite.kernels.flags.wait_peer`)."""
         ws = self.ws
-        flags = ws.flags(ws.rank)
-        host_wait_flag(flags, sch.ready_slot(peer), self.epoch, what="its arrival at this call (ready flag)",
+        flags = self.state.region(self.parity)
+        host_wait_flag(flags, sch.ready_slot(peer), sch.SET, what="its arrival at this call (ready flag)",
                        peer=peer, chunk=chunk, split=split, **self.wait_info())
-        at = sch.signature_slot(ws.world_size, self.parity, peer)
+        at = self.signature_base + peer * sch.SIG_WORDS
         theirs = tuple(flags[at : at + sch.SIG_WORDS].tolist())
         if theirs != self.plan.signature:
             raise FluxliteCallMismatchError(rank=ws.rank, peer=peer, mine=sch.describe_signature(self.plan.signature),
                                             theirs=sch.describe_signature(theirs))
-        host_wait_flag(flags, slot, self.epoch, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
+        host_wait_flag(flags, slot, sch.SET, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
 
     def run(self, steps: list, consume) -> None:
         """Run the producer ``steps`` (thread or stream) beside ``consume()``; join; raise any failure.
@@ -214,18 +235,23 @@ class Call:
         state = self.state
         if self.ws.is_cuda:
             main, side = self.stream, state.producer_handle
+            state.align(self.parity, self.epoch, self.timeout_s, main)
             cu.event_record(state.call_start.cuda_event, main)
             cu.stream_wait_event(side, state.call_start.cuda_event)
             split = producer.first_wait(steps)
-            producer.enqueue_on_stream(steps[:split], side, self.epoch)
+            producer.enqueue_on_stream(steps[:split], side)
             consume()
-            producer.enqueue_on_stream(steps[split:], side, self.epoch)
+            producer.enqueue_on_stream(steps[split:], side)
             cu.event_record(state.call_end.cuda_event, side)
             cu.stream_wait_event(main, state.call_end.cuda_event)
+            state.clear(self.parity, main)
+            if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
+                return
             state.note_kernel_launch(self.timeout_s, main)
             if state.blocking:
                 state.synchronize()
             return
+        state.align(self.parity, self.epoch, self.timeout_s)
         future = state.submit(self._produce_on_thread, steps)
         try:
             consume()
@@ -244,10 +270,11 @@ class Call:
         if exc is not None:
             state.poison(exc)
             raise exc
+        state.clear(self.parity)
 
     def _produce_on_thread(self, steps: list) -> None:
         try:
-            producer.run_on_thread(steps, self.epoch, **self.wait_info())
+            producer.run_on_thread(steps, **self.wait_info())
         except BaseException as exc:
             self.failed = self.failed or exc
             raise

@@ -1,13 +1,14 @@
 """Fused GEMM-ReduceScatter: the producer program, the CPU consumer and the GPU launch.
 
-Rank ``r``, call ``e``, ``mc = M / W`` rows per chunk; ``recv: [W, mc, N]`` is symmetric::
+Rank ``r``, a call of parity ``P``, ``mc = M / W`` rows per chunk; ``recv: [W, mc, N]`` is symmetric
+(data half ``P``); flags are those of region ``P``, set to 1 and cleared by their owner::
 
     consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
               blocks of our chunk: for every peer p: wait ready[p], check its signature, wait (p, s);
                                    out = scale * (A @ W.T + sum_p recv[p]) + b      (fp32, fixed peer order)
-    producer: every peer d: d.signature[r] <- ours; d.ready[r] = e
+    producer: every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
               for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
-                                             d.recv[r] <- partial[d] rows of s; d.flag (r, s) = e
+                                             d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
 
 The producer only ever waits on this rank's own counters, which the consumer always completes
 (a kernel whose own wait timed out still computes and counts every peer tile).
@@ -24,14 +25,14 @@ from ..flags import host_set_flag
 from ..kernels import gemm_rs as kernel
 from ..kernels.gemm_core import GemmConfig
 from .call import Call, get_plan
-from .producer import COPY, EPOCH, SIGNAL, WAIT
+from .producer import COPY, SIGNAL, WAIT
 from .state import FusedState
 
 
 def _steps(call: Call, partial: torch.Tensor) -> list:
     """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
-    the data half and the address of ``partial``, not on the epoch."""
-    ws, plan, e, parity = call.ws, call.plan, EPOCH, call.parity
+    the data half and the address of ``partial``, not on the call."""
+    ws, plan, e, parity = call.ws, call.plan, sch.SET, call.parity
     W, r = ws.world_size, ws.rank
     _, mc, N = partial.shape
     row = N * partial.element_size()
@@ -45,7 +46,7 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
                 (WAIT, counters + 4 * sch.counter_slot(d, s), plan.sched.split_tiles(s, plan.num_n),
                  dict(what="local partial tiles", peer=r, chunk=d, split=s)),
                 (COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
-                (SIGNAL, ws.flag_addr(d, sch.data_slot(W, r, s)), e),
+                (SIGNAL, call.flag_addr(d, sch.data_slot(W, r, s)), e),
             ]
     return steps
 

@@ -9,9 +9,10 @@ beside the consumer GEMM. One program, two devices:
 
 A program is a list of steps on raw addresses (so a step costs a driver call, not a tensor view
 and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)`` and
-``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages). A
-value of :data:`EPOCH` stands for the epoch of the call that runs the program, so one program,
-built once per plan, data half and addresses of the call's own tensors, serves every call.
+``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages). No
+value depends on the call (flags are set to :data:`fluxlite.schedule.SET` and cleared by their
+owner), so one program, built once per plan, data half and addresses of the call's own tensors,
+serves every call, and a program captured in a CUDA graph replays correctly.
 """
 
 from __future__ import annotations
@@ -24,12 +25,6 @@ from .. import _cuda_driver as cu
 from ..flags import host_store, host_wait
 
 COPY, SIGNAL, WAIT = "copy", "signal", "wait"
-EPOCH = "epoch"
-"""A SIGNAL or WAIT value: the epoch of the call that runs the program."""
-
-
-def _value(value, epoch: int) -> int:
-    return epoch if value is EPOCH else value
 
 
 def first_wait(steps: list) -> int:
@@ -37,25 +32,25 @@ def first_wait(steps: list) -> int:
     return next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
 
 
-def run_on_thread(steps: list, epoch: int, **wait_info) -> None:
-    """Run ``steps`` of call ``epoch`` here (the CPU producer thread); every wait bounded by
-    ``wait_info['deadline']``."""
+def run_on_thread(steps: list, **wait_info) -> None:
+    """Run ``steps`` here (the CPU producer thread); every wait bounded by ``wait_info['deadline']``
+    (``wait_info['epoch']`` names the call in a timeout)."""
     with torch.no_grad():
         for step in steps:
             if step[0] == COPY:
                 ctypes.memmove(step[1], step[2], step[3])
             elif step[0] == SIGNAL:
-                host_store(step[1], _value(step[2], epoch))
+                host_store(step[1], step[2])
             else:
-                host_wait(step[1], _value(step[2], epoch), **wait_info, **step[3])
+                host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def enqueue_on_stream(steps: list, stream: int, epoch: int) -> None:
-    """Enqueue ``steps`` of call ``epoch`` on the raw CUDA ``stream`` handle; returns at once."""
+def enqueue_on_stream(steps: list, stream: int) -> None:
+    """Enqueue ``steps`` on the raw CUDA ``stream`` handle; returns at once."""
     for step in steps:
         if step[0] == COPY:
             cu.memcpy_async(stream, step[1], step[2], step[3])
         elif step[0] == SIGNAL:
-            cu.stream_write_value32(stream, step[1], _value(step[2], epoch))
+            cu.stream_write_value32(stream, step[1], step[2])
         else:
-            cu.stream_wait_value32(stream, step[1], _value(step[2], epoch))
+            cu.stream_wait_value32(stream, step[1], step[2])

@@ -12,6 +12,7 @@ are given when it is made; :func:`state_of` takes them from the documented envir
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -43,7 +44,12 @@ class FusedState:
         self.ws = ws
         self.consumer = "triton" if ws.is_cuda else consumer
         self.blocking = blocking
-        self.epoch = 0  # fused calls so far on ws; call e uses data parity e % 2
+        self.epoch = 0  # fused calls so far on ws (eager or captured); call e uses parity e % 2
+        # Once a CUDA graph captured a fused call here, replays move the device's call sequence
+        # without the host: every call then starts with the parity-alignment kernel.
+        self.captured = False
+        self.null_calls = 0  # CPU: parity-alignment null calls run (CUDA: device_parity[1])
+        self._cpu_next_parity = 1  # CPU: the parity the next call must use
         self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
         self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
         self._poison: BaseException | None = None
@@ -61,6 +67,10 @@ class FusedState:
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
         self._err_host = self._err_event = None
         self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
+        # The parity the next call must use, and null calls so far (fluxlite.kernels.align).
+        self.device_parity = torch.tensor([1, 0], dtype=torch.int32, device=ws.device)
+        self._align_kernels: dict = {}
+        self._regions: tuple = (-1, None)  # (workspace generation, flag views per parity)
         if ws.is_cuda:
             self._warm_up()
 
@@ -77,6 +87,12 @@ class FusedState:
         ws = self.ws
         if nbytes_per_parity <= ws.capacity:
             return
+        if self.captured:
+            raise FluxliteError(
+                f"fluxlite: this call needs the workspace to grow from {ws.capacity} to {nbytes_per_parity} bytes "
+                f"per data half, but a CUDA graph has captured fused calls on it and would replay into the freed "
+                f"buffers{' (and it cannot grow during capture)' if capturing() else ''}: warm up with the largest "
+                f"shapes before capturing, or call fluxlite.release_workspaces() on every rank and capture again")
         try:
             # Our device and producer are done with the old buffers before the announcement and the
             # exchange: no call of ours can still read the slots written below.
@@ -91,29 +107,33 @@ class FusedState:
             raise
         for plan in self.plans.values():
             plan.bound.clear()  # views of the old buffers would keep them alive
+        self._flag_bases()  # now: the alignment kernel may first run under capture, which cannot copy it
 
     def _announce(self, signature: tuple[int, ...]) -> None:
-        """Write ``signature`` and the ready flag of the next epoch into every peer's flags (after
-        :meth:`drain`, so no call of ours that could still read those slots is in flight)."""
+        """Write ``signature`` and the ready flag of the next call into every peer's flags (after
+        :meth:`drain`, so no call of ours that could still read those slots is in flight). The
+        workspace grows only while nothing was captured, so the host's next parity is the device's."""
         ws = self.ws
-        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
+        parity = (self.epoch + 1) % 2
         at = sch.signature_slot(ws.world_size, parity, ws.rank)
+        ready = sch.region_start(ws.world_size, parity) + sch.ready_slot(ws.rank)
         words = torch.tensor(signature, dtype=torch.int32)
         for p in range(ws.world_size):
             if p != ws.rank:
                 ws.flags(p)[at : at + sch.SIG_WORDS].copy_(words)
                 if ws.is_cuda:
                     torch.cuda.current_stream(ws.device).synchronize()  # the signature lands before the flag
-                ws.flags(p)[sch.ready_slot(ws.rank)] = epoch
+                ws.flags(p)[ready] = sch.SET
         if ws.is_cuda:
             torch.cuda.current_stream(ws.device).synchronize()
 
     def _raise_if_peer_in_another_call(self, signature: tuple[int, ...]) -> None:
         ws = self.ws
-        epoch, parity = self.epoch + 1, (self.epoch + 1) % 2
+        parity = (self.epoch + 1) % 2
         mine = ws.flags(ws.rank)
+        base = sch.region_start(ws.world_size, parity)
         for p in range(ws.world_size):
-            if p != ws.rank and int(mine[sch.ready_slot(p)]) >= epoch:
+            if p != ws.rank and int(mine[base + sch.ready_slot(p)]) >= sch.SET:
                 at = sch.signature_slot(ws.world_size, parity, p)
                 theirs = tuple(mine[at : at + sch.SIG_WORDS].tolist())
                 if theirs != tuple(signature):
@@ -121,13 +141,79 @@ class FusedState:
                         rank=ws.rank, peer=p, theirs=sch.describe_signature(theirs),
                         mine=f"{sch.describe_signature(signature)}, which grows the workspace")
 
-    # ---- epochs and failure -------------------------------------------------------------------
+    # ---- calls, parities and failure ----------------------------------------------------------
     def next_epoch(self) -> int:
-        """Start a call (after :meth:`check`, which the ops make before they may grow): the new epoch."""
+        """Start a call (after :meth:`check`, which the ops make before they may grow): the new call
+        number (its parity is ``epoch % 2``; the number itself only names the call in errors)."""
         self.epoch += 1
-        if self.epoch >= 2**31 - 1:
-            raise FluxliteError("fluxlite workspace epoch overflowed int32; release and recreate the workspace")
         return self.epoch
+
+    def region(self, parity: int) -> torch.Tensor:
+        """int32 view of this rank's flag region ``parity`` followed by the signature slots: the
+        fused kernels' flag array (:func:`fluxlite.schedule.region_start`)."""
+        generation, views = self._regions
+        if generation != self.ws.generation:
+            flags, W = self.ws.flags(self.ws.rank), self.ws.world_size
+            views = tuple(flags[sch.region_start(W, p):] for p in (0, 1))
+            self._regions = (self.ws.generation, views)
+        return views[parity]
+
+    def align(self, parity: int, call: int, timeout_s: float, stream: int | None = None) -> None:
+        """Before call ``call`` of parity ``parity``: make the device's call sequence alternate
+        parities (:mod:`fluxlite.kernels.align`). CUDA: enqueued on ``stream``; while no graph has
+        captured a fused call here the host's parity is the device's, and one memop records it."""
+        ws = self.ws
+        if ws.is_cuda:
+            from .. import _cuda_driver as cu
+            from ..kernels import align
+
+            if not self.captured:
+                cu.stream_write_value32(stream, self.device_parity.data_ptr(), 1 - parity)
+                return
+            align.launch(state=self.device_parity, flag_bases=self._flag_bases(), error=self.error, parity=parity,
+                         rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size), call=call,
+                         timeout_s=timeout_s, cache=self._align_kernels)
+            return
+        # CPU: the same null call on the host (no graphs here; tests make the host skip a parity).
+        if self._cpu_next_parity != parity:
+            self._null_call(1 - parity, call, timeout_s)
+        self._cpu_next_parity = 1 - parity
+
+    def _null_call(self, parity: int, call: int, timeout_s: float) -> None:
+        from ..flags import host_store, host_wait
+
+        ws, W, r = self.ws, self.ws.world_size, self.ws.rank
+        base = sch.region_start(W, parity)
+        for p in range(W):
+            if p != r:
+                host_store(ws.flag_addr(p, base + sch.ready_slot(r)), sch.SET)
+        deadline = time.monotonic() + timeout_s
+        for p in range(W):
+            if p != r:
+                host_wait(ws.flag_addr(r, base + sch.ready_slot(p)), sch.SET, deadline=deadline, timeout_s=timeout_s,
+                          op="fused call", what="its arrival at a parity-alignment call", rank=r, peer=p,
+                          chunk=-1, epoch=call)
+        self.clear(parity)
+        self.null_calls += 1
+
+    def _flag_bases(self) -> torch.Tensor:
+        ws = self.ws
+        if getattr(self, "_bases", (None, -1))[1] != ws.generation:
+            bases = torch.tensor([ws.flag_addr(p) for p in range(ws.world_size)], dtype=torch.int64)
+            self._bases = (bases.to(ws.device), ws.generation)
+        return self._bases[0]
+
+    def clear(self, parity: int, stream: int | None = None) -> None:
+        """Clear this rank's flag region ``parity`` (CUDA: enqueued on ``stream``), once every flag a
+        peer set there in the call is consumed."""
+        ws = self.ws
+        W = ws.world_size
+        if ws.is_cuda:
+            from .. import _cuda_driver as cu
+
+            cu.memset32_async(stream, ws.flag_addr(ws.rank, sch.region_start(W, parity)), 0, sch.region_slots(W))
+        else:
+            self.region(parity)[: sch.region_slots(W)].zero_()
 
     def poison(self, exc: BaseException, *, raised: bool = True) -> None:
         """Mark the workspace unusable for fused calls after a failure: peers' flags and buffers no
@@ -144,7 +230,8 @@ class FusedState:
         kernel recorded that has become visible without blocking (see :meth:`note_kernel_launch`)."""
         if self._poison is None and self.ws.failed is not None:
             self.poison(self.ws.failed)
-        if self.ws.is_cuda and self._poison is None and self._err_event is not None and self._err_event.query():
+        if (self.ws.is_cuda and self._poison is None and self._err_event is not None and not capturing()
+                and self._err_event.query()):
             self._poison_from_record(self._err_host.tolist())
         if self._poison is None:
             return
@@ -180,7 +267,8 @@ class FusedState:
         cu.event_record(self._err_event.cuda_event, stream)
 
     def synchronize(self) -> None:
-        """Wait (bounded) for this workspace's device work; raise the failure of any earlier call."""
+        """Wait (bounded) for this workspace's device work; raise the failure of any earlier call,
+        including a call replayed from a CUDA graph (the record is read here)."""
         if self.ws.is_cuda:
             self.drain(self._timeout_s or resolve_timeout(None))
             self._poison_from_record(self.error.tolist())
@@ -214,6 +302,13 @@ class FusedState:
             _cuda_driver.stream_wait_value32(handle, word, 0)
             _cuda_driver.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
             _cuda_driver.memset32_async(handle, scratch.data_ptr(), 0, 16)
+            # The alignment kernel on its no-op branch: compiled and loaded now, not beside a
+            # spinning consumer after the first capture.
+            self.device_parity[:1].fill_(0)
+            self.captured = True
+            self.align(0, 0, self._timeout_s, handle)
+            self.captured = False
+            self.device_parity[:1].fill_(1)  # the first call's parity; no null calls counted
         self.drain(self._timeout_s)
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -228,6 +323,11 @@ class FusedState:
             self.plans = {}
 
 
+def capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 _STATES: dict[SymmetricWorkspace, FusedState] = {}
 
 
@@ -236,6 +336,10 @@ def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedSta
     then, bounded by ``timeout_s``) with the options the environment gives at that moment."""
     state = _STATES.get(ws)
     if state is None:
+        if ws.is_cuda and capturing():
+            raise FluxliteError(
+                "fluxlite: a fused call is being captured in a CUDA graph before any fused call ran on this "
+                "workspace: run each fused call once eagerly (with the shapes you capture) before capturing")
         state = _STATES[ws] = FusedState(
             ws, resolve_timeout(timeout_s), consumer=os.environ.get("FLUXLITE_CPU_CONSUMER", "torch"),
             blocking=os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"))

@@ -6,8 +6,7 @@ Math
 ``out[c*m + row, n] = epilogue(sum_k A_c[row, k] * B[n, k])`` for every chunk ``c`` (rank ``c``'s
 ``m`` rows), where ``A_r`` is this rank's ``a: [m, K]``, read in place with no wait, and ``A_c`` for a
 peer ``c`` is rows ``[c*m, (c+1)*m)`` of ``gathered: [W*m, K]``, which the producer fills split by
-split. A row block of a peer's chunk first waits until its ``(chunk, split)`` flag reaches the call's
-epoch and the peer's call signature matches ours (:func:`~fluxlite.kernels.flags.wait_peer`).
+split. A row block of a peer's chunk first waits until its ``(chunk, split)`` flag is set and the peer's call signature matches ours (:func:`~fluxlite.kernels.flags.wait_peer`).
 With ``world_size == 1`` nothing waits: a plain GEMM.
 
 The local chunk comes first in the tile table, so the GEMM starts at once while the peers' rows
@@ -27,8 +26,8 @@ from .flags import TIMEOUT_AG, wait_peer
 
 
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
-# 1 and divisible by 16), or each new epoch or row count would compile a new kernel.
-@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "epoch", "sig_base",
+# 1 and divisible by 16), or each new call number or row count would compile a new kernel.
+@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "call", "sig_base",
                                "claim_slot", "timeout_ns"])
 def ag_gemm_kernel(
     a_local,       # [m, K] this rank's rows (pointer)
@@ -40,11 +39,11 @@ def ag_gemm_kernel(
     scale_gathered,  # fp32 [W*m] the peers' row scales land here, or unused
     blocks_ptr,    # int32 [num_blocks, 4]: (chunk, row0, rows, flag slot or -1), schedule.kernel_blocks
     tiles_ptr,     # int32 [num_tiles, 2]: (block, column block) in claim order, schedule.tile_order
-    flags_ptr,     # int32 this rank's symmetric flag array
+    flags_ptr,     # int32 this rank's flag region of the call's parity (symmetric; signatures at sig_base)
     sig_ptr,       # int32 [SIG_WORDS] this call's signature
     counters_ptr,  # int32 local counters, zeroed before the call (the tile claim counter among them)
     error_ptr,     # int32 error record
-    num_tiles, chunk_rows, N, K, rank, world_size, epoch, sig_base, claim_slot, timeout_ns,
+    num_tiles, chunk_rows, N, K, rank, world_size, call, sig_base, claim_slot, timeout_ns,
     scale,         # fp32 scalar epilogue scale
     HAS_BIAS: tl.constexpr,
     ROW_SCALED: tl.constexpr,
@@ -74,7 +73,7 @@ def ag_gemm_kernel(
         mask = row_ok[:, None] & (offs_n < N)[None, :]
         if slot >= 0:
             if slot != ready_slot:
-                err = wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_AG,
+                err = wait_peer(flags_ptr, slot, call, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_AG,
                                 chunk, chunk, INTERPRET)
                 if err == 0:
                     ready_slot = slot
@@ -83,7 +82,7 @@ def ag_gemm_kernel(
                     # schedule.ready_slot), which a missing peer never sets: release them so the
                     # stream drains and the host can raise instead of hanging.
                     for p in range(0, world_size):
-                        tl.atomic_max(flags_ptr + p, epoch, sem="relaxed", scope="sys")
+                        tl.atomic_max(flags_ptr + p, 1, sem="relaxed", scope="sys")
         is_local = (chunk == rank).to(tl.int32)
         a_row = chunk * chunk_rows + row0
         a_rows = world_size * chunk_rows
@@ -122,7 +121,7 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
            bias: torch.Tensor | None, ep: Epilogue, scale_local: torch.Tensor | None,
            scale_gathered: torch.Tensor | None, blocks: torch.Tensor, tiles: torch.Tensor, flags: torch.Tensor,
            sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, rank: int, world_size: int,
-           epoch: int, sig_base: int, claim_slot: int, timeout_s: float, config: core.GemmConfig,
+           call: int, sig_base: int, claim_slot: int, timeout_s: float, config: core.GemmConfig,
            cache: dict) -> None:
     """Launch :func:`ag_gemm_kernel`. ``a_local: [m, K]``, ``gathered: [W*m, K]``, ``weight: [N, K]``
     (row-major, or the transpose of a row-major ``[K, N]``; ``[2N, K]`` row-major for SwiGLU),
@@ -144,7 +143,7 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
         (a_local, gathered, b, core.descriptor(out3, [1, config.block_m, out_n], use_tma),
          bias if bias is not None else out, scale_local if ep.row_scaled else out,
          scale_gathered if ep.row_scaled else out, blocks, tiles, flags, sig, counters, error,
-         num_tiles, m, N, K, rank, world_size, epoch, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
+         num_tiles, m, N, K, rank, world_size, call, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
         dict(HAS_BIAS=bias is not None, ROW_SCALED=ep.row_scaled, ACTIVATION=ep.code, BLOCK_M=config.block_m,
              BLOCK_N=config.block_n, BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
              UPCAST=interp and a_local.dtype == torch.bfloat16, INTERPRET=interp),
@@ -184,6 +183,6 @@ def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     counters.zero_()
     launch(a_local=a, gathered=a, weight=weight, out=out, bias=bias, ep=ep, scale_local=row_scale,
            scale_gathered=row_scale, blocks=blocks, tiles=tiles, flags=flags, sig=sig, counters=counters,
-           error=error, rank=0, world_size=1, epoch=1, sig_base=0, claim_slot=claim_slot(1), timeout_s=1.0,
+           error=error, rank=0, world_size=1, call=1, sig_base=0, claim_slot=claim_slot(1), timeout_s=1.0,
            config=cfg, cache=_COMPILED)
     return out

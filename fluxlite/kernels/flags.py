@@ -1,19 +1,21 @@
-"""Device-side flag protocol: a bounded acquire-wait on an epoch flag, the peer's call-signature
-check that follows it, a release-signal, and the error record.
+"""Device-side flag protocol: a bounded acquire-wait on a flag, the peer's call-signature check that
+follows it, a release-signal, and the error record.
 
 Math of the protocol
 --------------------
-A flag slot holds the epoch of the last call that made its data ready. Call ``e`` waits for
-``flag >= e``; it never resets a slot, so no barrier separates calls. A waiter gives up after
-``timeout_ns`` (``%globaltimer`` on the GPU; a spin count under the Triton interpreter, which has no
-inline PTX), records what it waited for in the error record once (first failure wins), and returns.
-Once the flag is set, the waiter compares the peer's call signature (written before the flag) with
-its own; a difference is recorded as :data:`ERR_MISMATCH`. Every later wait of the launch sees the
-record and returns at once, so a missing or disagreeing peer costs one timeout, not one per tile.
-The host turns the record into :class:`fluxlite.FluxliteTimeoutError` or
+A flag slot is set (``SET = 1``) by its one writer and cleared by its owner after the call
+(:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call number (``call``) is passed
+only to name the call in the error record, so a kernel captured in a CUDA graph replays with the
+same arguments. A waiter gives up after ``timeout_ns`` (``%globaltimer`` on the GPU; a spin count
+under the Triton interpreter, which has no inline PTX), records what it waited for in the error
+record once (first failure wins), and returns. Once the flag is set, the waiter compares the
+peer's call signature (written before the flag) with its own; a difference is recorded as
+:data:`ERR_MISMATCH`. Every later wait of the launch, and of every later launch, sees the record and
+returns at once, so a missing or disagreeing peer costs one timeout, not one per tile. The host
+turns the record into :class:`fluxlite.FluxliteTimeoutError` or
 :class:`fluxlite.FluxliteCallMismatchError`.
 
-Error record (int32 ``[RECORD_WORDS]``): ``code, slot, epoch, seen, peer, chunk, spare, spare``,
+Error record (int32 ``[RECORD_WORDS]``): ``code, slot, call, seen, peer, chunk, spare, spare``,
 then (mismatch only) the peer's ``SIG_WORDS`` signature words and this rank's.
 
 Ordering: the spinning load is an ``acquire`` at system scope (the data was written by another GPU's
@@ -32,11 +34,14 @@ ERR_TIMEOUT_RS = 2
 """A GEMM-RS row block timed out waiting for a peer's partials."""
 ERR_MISMATCH = 4
 """A peer's call signature differs from this rank's."""
+ERR_TIMEOUT_ALIGN = 8
+"""A peer never arrived at a parity-alignment (null) call (:mod:`fluxlite.kernels.align`)."""
 RECORD_WORDS = 16
 # The same codes as constexprs, for use inside kernels (a kernel reads only constexpr globals).
 TIMEOUT_AG = tl.constexpr(ERR_TIMEOUT_AG)
 TIMEOUT_RS = tl.constexpr(ERR_TIMEOUT_RS)
 MISMATCH = tl.constexpr(ERR_MISMATCH)
+TIMEOUT_ALIGN = tl.constexpr(ERR_TIMEOUT_ALIGN)
 SIG_WORDS = tl.constexpr(4)  # fluxlite.schedule.SIG_WORDS
 
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
@@ -44,13 +49,13 @@ INTERPRET_SPIN_NS = tl.constexpr(200_000)
 
 
 @triton.jit
-def _record(error_ptr, code, slot, epoch, seen, peer, chunk):
+def _record(error_ptr, code, slot, call, seen, peer, chunk):
     """Write the error record unless an earlier failure already did (first failure wins).
     Returns 1 when this call wrote it."""
     won = tl.atomic_cas(error_ptr, 0, code, sem="relaxed", scope="gpu") == 0
     if won:
         tl.store(error_ptr + 1, slot)
-        tl.store(error_ptr + 2, epoch)
+        tl.store(error_ptr + 2, call)
         tl.store(error_ptr + 3, seen)
         tl.store(error_ptr + 4, peer)
         tl.store(error_ptr + 5, chunk)
@@ -58,10 +63,10 @@ def _record(error_ptr, code, slot, epoch, seen, peer, chunk):
 
 
 @triton.jit
-def wait_epoch(flag_ptr, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
-    """Spin until ``*flag_ptr >= epoch`` (acquire, system scope), bounded by ``timeout_ns``.
+def wait_set(flag_ptr, call, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
+    """Spin until ``*flag_ptr`` is set (``>= 1``; acquire, system scope), bounded by ``timeout_ns``.
 
-    Returns the error code in force afterwards: 0 when the flag is ready.
+    Returns the error code in force afterwards: 0 when the flag is set.
     """
     seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
     err = tl.atomic_add(error_ptr, 0, sem="relaxed", scope="gpu")
@@ -70,14 +75,14 @@ def wait_epoch(flag_ptr, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, 
     else:
         start = globaltimer()
     spins = tl.full((), 0, tl.int64)
-    while (seen < epoch) & (err == 0):
+    while (seen < 1) & (err == 0):
         spins += 1
         if INTERPRET:
             elapsed = spins * INTERPRET_SPIN_NS
         else:
             elapsed = globaltimer() - start
         if elapsed > timeout_ns:
-            _record(error_ptr, code, slot, epoch, seen, peer, chunk)
+            _record(error_ptr, code, slot, call, seen, peer, chunk)
             err = tl.full((), code, tl.int32)
         else:
             seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
@@ -87,9 +92,10 @@ def wait_epoch(flag_ptr, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, 
 
 
 @triton.jit
-def wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk,
+def wait_peer(flags_ptr, slot, call, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk,
               INTERPRET: tl.constexpr):
-    """Wait for ``peer``'s data behind ``flags_ptr[slot]`` for call ``epoch``, bounded:
+    """Wait for ``peer``'s data behind ``flags_ptr[slot]`` (``flags_ptr``: the call's flag region),
+    bounded:
 
     1. ``peer``'s ready flag (slot ``peer``, schedule.ready_slot): it has written its signature here;
     2. its signature (at ``flags_ptr[sig_base + peer * SIG_WORDS]``) equals ours (``sig_ptr``);
@@ -98,20 +104,20 @@ def wait_peer(flags_ptr, slot, epoch, sig_base, sig_ptr, error_ptr, timeout_ns, 
     Checking the signature before the data flag means a peer in another call is reported at once,
     whichever flags that call sets. Returns the error code in force: 0 when the data may be used.
     """
-    err = wait_epoch(flags_ptr + peer, epoch, error_ptr, timeout_ns, code, peer, peer, chunk, INTERPRET)
+    err = wait_set(flags_ptr + peer, call, error_ptr, timeout_ns, code, peer, peer, chunk, INTERPRET)
     if err == 0:
         theirs = flags_ptr + sig_base + peer * SIG_WORDS
         differ = tl.full((), 0, tl.int32)
         for w in tl.static_range(SIG_WORDS):
             differ |= (tl.load(theirs + w, volatile=True) != tl.load(sig_ptr + w)).to(tl.int32)
         if differ != 0:
-            if _record(error_ptr, MISMATCH, slot, epoch, epoch, peer, chunk) == 1:
+            if _record(error_ptr, MISMATCH, slot, call, call, peer, chunk) == 1:
                 for w in tl.static_range(SIG_WORDS):
                     tl.store(error_ptr + 8 + w, tl.load(theirs + w, volatile=True))
                     tl.store(error_ptr + 8 + SIG_WORDS + w, tl.load(sig_ptr + w))
             err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
-        err = wait_epoch(flags_ptr + slot, epoch, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
+        err = wait_set(flags_ptr + slot, call, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
     return err
 
 

@@ -1,0 +1,70 @@
+"""Parity alignment: the one-program kernel that runs before each fused call once a CUDA graph has
+captured fused calls on the workspace.
+
+Math of the protocol
+--------------------
+Call ``e`` uses flag region and data half ``P = e % 2`` (:mod:`fluxlite.schedule`), and two
+consecutive calls must use different parities: the flags and data of parity ``P`` are touched again
+no earlier than the next call after the following one, which starts only once every peer has
+finished this one. The host picks each call's parity when it enqueues it (eager) or captures it
+(graph), alternating. A graph replays with the parities of its capture, so on the device two
+consecutive calls can share a parity (a one-call graph replayed twice; an eager call after a replay).
+
+The device keeps ``state = [next parity, null calls]``. Before a call of parity ``P``::
+
+    if state[0] != P:                 # the previous call used P as well
+        null call on 1 - P:           # a barrier through the other region, which is clear
+            every peer p: p.region[1-P].ready[r] = 1        (release, system scope)
+            every peer p: wait region[1-P].ready[p] >= 1   (bounded)
+            clear region[1-P];  state[1] += 1
+    state[0] = 1 - P
+
+The null call is a call with no data: once it returns, every peer has finished the previous call
+(its ``ready`` is sent from its stream after that call and its clear), so this call may write into
+the peers' parity-``P`` buffers. All ranks make the same sequence of calls, so all take the same
+branch. A peer that never arrives is recorded as :data:`~fluxlite.kernels.flags.ERR_TIMEOUT_ALIGN`
+after ``timeout_ns``; every later wait then returns at once.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import launch as direct
+from .flags import TIMEOUT_ALIGN, wait_set
+from .gemm_core import interpreting
+
+
+@triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "call", "timeout_ns"])
+def align_kernel(
+    state_ptr,       # int32 [2]: the parity the next call must use, null calls so far
+    flag_bases_ptr,  # int64 [W]: each rank's flag array, as mapped here
+    error_ptr,       # int32 error record
+    parity, rank, world_size, region, call, timeout_ns,
+    REGION_BLOCK: tl.constexpr,  # a power of two >= region (slots of one parity region)
+    INTERPRET: tl.constexpr,
+):
+    if tl.load(state_ptr, volatile=True) != parity:
+        other = 1 - parity
+        mine = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32)) + other * region
+        for p in range(0, world_size):
+            if p != rank:
+                theirs = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32)) + other * region
+                tl.atomic_xchg(theirs + rank, 1, sem="release", scope="sys")
+        for p in range(0, world_size):
+            if p != rank:
+                wait_set(mine + p, call, error_ptr, timeout_ns, TIMEOUT_ALIGN, p, p, -1, INTERPRET)
+        offs = tl.arange(0, REGION_BLOCK)
+        tl.store(mine + offs, tl.zeros((REGION_BLOCK,), tl.int32), mask=offs < region)
+        tl.store(state_ptr + 1, tl.load(state_ptr + 1, volatile=True) + 1)
+    tl.store(state_ptr, 1 - parity)
+
+
+def launch(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor, parity: int, rank: int,
+           world_size: int, region: int, call: int, timeout_s: float, cache: dict) -> None:
+    """Launch :func:`align_kernel` (one program) on the current stream. ``state: int32 [2]``,
+    ``flag_bases: int64 [W]`` (addresses), ``error``: the fused state's error record."""
+    direct.launch(align_kernel, cache, 1,
+                  (state, flag_bases, error, parity, rank, world_size, region, call, int(timeout_s * 1e9)),
+                  dict(REGION_BLOCK=triton.next_power_of_2(region), INTERPRET=interpreting()),
+                  num_warps=1, num_stages=1)

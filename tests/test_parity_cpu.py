@@ -1,0 +1,95 @@
+"""The parity protocol that makes fused calls replayable from a CUDA graph, run on CPU gloo ranks.
+
+A graph replays its calls with the parities they had at capture, so on the device two consecutive
+calls may share a parity. The host emulates that here by skipping a parity on every rank
+(``state.epoch += 1``, as after a replay the host never saw). The parity-alignment step must then
+insert a null call exactly when two consecutive calls share a parity, every result must match
+float64, and after every call each rank's flag regions must be clear (the owner clears what the
+call set: nothing depends on a call's number any more).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import fluxlite
+from fluxlite import schedule as sch
+
+from .dist_utils import run_ranks
+from .numerics import ag_reference, check, poison_workspace, randn, rs_reference
+
+STEPS = 120
+GROUP = 4  # calls per group: the first is checked in isolation, the rest run back to back
+
+
+def _sequence(rank, W):
+    state_rng = random.Random(7)  # the same sequence of calls and skips on every rank
+    gen = torch.Generator().manual_seed(11)
+    failures: list[str] = []
+    fluxlite.ag_gemm(torch.randn(4, 8), torch.randn(8, 8), impl="fused")  # builds the workspace
+    ws = fluxlite.get_workspace()
+    state = fluxlite.fused.state_of(ws)
+    expected_null_calls, device_next = 0, (state.epoch + 1) % 2
+    R = sch.region_slots(W)
+    for step in range(STEPS):
+        if state_rng.random() < 0.4:
+            state.epoch += 1  # a replay moved the device: the host's next parity repeats the last one
+        m, K, N = state_rng.choice([(1, 8, 8), (37, 24, 16), (130, 16, 40), (300, 64, 96)])
+        op = state_rng.choice(["ag_push", "ag_pull", "rs"])
+        parity = (state.epoch + 1) % 2
+        if parity != device_next:
+            expected_null_calls += 1
+        device_next = 1 - parity
+        settle = step % GROUP == 0  # else back to back, as a graph's calls run: the race a null call closes
+        if settle:
+            dist.barrier()
+            poison_workspace(ws)
+            dist.barrier()
+        if op == "rs":
+            a_parts, w_parts = randn(gen, W, W * m, K, dtype=torch.float32), randn(gen, W, N, K, dtype=torch.float32)
+            out = fluxlite.gemm_rs(a_parts[rank], w_parts[rank], impl="fused")
+            ref = rs_reference(a_parts, w_parts, None, rank)
+        else:
+            a_full, w = randn(gen, W * m, K, dtype=torch.float32), randn(gen, N, K, dtype=torch.float32)
+            out = fluxlite.ag_gemm(a_full[rank * m : (rank + 1) * m], w, impl="fused", return_gathered=op == "ag_pull")
+            if op == "ag_pull":
+                out, gathered = out
+                check(f"step {step} gathered", gathered, a_full.double(), torch.float32, failures)
+            ref = ag_reference(a_full, w, None)
+        check(f"step {step} {op} m={m}", out, ref, torch.float32, failures)
+        if settle:
+            dist.barrier()  # every rank is done with this call: every flag it set is consumed and cleared
+            left = ws.flags(rank)[: 2 * R].nonzero().flatten().tolist()
+            if left:
+                failures.append(f"step {step}: flag slots {left} still set after the call")
+            dist.barrier()  # no rank starts the next call (and sets flags here) before the check
+    assert state.null_calls == expected_null_calls, (state.null_calls, expected_null_calls)
+    assert expected_null_calls > 5, "the sequence never made two consecutive calls share a parity"
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_calls_sharing_a_parity_get_a_null_call_and_stay_exact(world_size):
+    run_ranks(_sequence, world_size)
+
+
+def _missing_at_null_call(rank, W):
+    fluxlite.ag_gemm(torch.randn(4, 8), torch.randn(8, 8), impl="fused")
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    if rank == 1:  # never makes the next call: rank 0's null call waits for it, bounded
+        dist.barrier()
+        return
+    state.epoch += 1  # the next call repeats the last parity: a null call first
+    with pytest.raises(fluxlite.FluxliteTimeoutError) as info:
+        fluxlite.ag_gemm(torch.randn(4, 8), torch.randn(8, 8), impl="fused", timeout=0.5)
+    assert (info.value.rank, info.value.peer, info.value.epoch) == (0, 1, 3), str(info.value)
+    assert "parity-alignment" in str(info.value)
+    dist.barrier()
+
+
+def test_a_peer_missing_at_a_null_call_times_out_naming_it():
+    run_ranks(_missing_at_null_call, 2)
