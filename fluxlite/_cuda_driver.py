@@ -20,7 +20,6 @@ import ctypes
 import threading
 from functools import lru_cache
 
-import torch
 
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 _WRITE_DEFAULT = 0x0  # with a system-wide memory barrier before the write
@@ -35,6 +34,9 @@ _SIGNATURES = {
     "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
     "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
     "cuCtxGetCurrent": ([ctypes.POINTER(_P)], ("cuCtxGetCurrent",)),
+    "cuCtxSetCurrent": ([_P], ("cuCtxSetCurrent",)),
+    "cuDeviceGet": ([ctypes.POINTER(ctypes.c_int), ctypes.c_int], ("cuDeviceGet",)),
+    "cuDevicePrimaryCtxRetain": ([ctypes.POINTER(_P), ctypes.c_int], ("cuDevicePrimaryCtxRetain",)),
 }
 
 
@@ -67,11 +69,23 @@ def ensure_context(device_index: int) -> None:
     ctx = _P()
     _check(_driver()["cuCtxGetCurrent"](ctypes.byref(ctx)), "cuCtxGetCurrent")
     if not ctx.value:
-        torch.cuda.set_device(device_index)  # cudaSetDevice makes the primary context current
-        _check(_driver()["cuCtxGetCurrent"](ctypes.byref(ctx)), "cuCtxGetCurrent")
-        if not ctx.value:
-            raise RuntimeError(f"fluxlite: no CUDA context could be made current for cuda:{device_index}")
+        # Not torch.cuda.set_device: torch skips cudaSetDevice when the thread's device already
+        # reads as the target (a new thread reads 0), and then no context becomes current.
+        _check(_driver()["cuCtxSetCurrent"](_primary_context(device_index)), "cuCtxSetCurrent")
     _bound.device = device_index
+
+
+_PRIMARY: dict[int, int] = {}
+
+
+def _primary_context(device_index: int) -> int:
+    """The device's primary context (the runtime's), retained once per process."""
+    if device_index not in _PRIMARY:
+        dev, ctx = ctypes.c_int(), _P()
+        _check(_driver()["cuDeviceGet"](ctypes.byref(dev), device_index), "cuDeviceGet")
+        _check(_driver()["cuDevicePrimaryCtxRetain"](ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        _PRIMARY[device_index] = ctx.value
+    return _PRIMARY[device_index]
 
 
 def stream_write_value32(stream: int, address: int, value: int) -> None:

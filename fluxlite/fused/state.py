@@ -334,6 +334,12 @@ _STATES: dict[SymmetricWorkspace, FusedState] = {}
 def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedState:
     """The fused state of ``ws``, made on first use (CUDA: its producer operations are warmed up
     then, bounded by ``timeout_s``) with the options the environment gives at that moment."""
+    if ws.is_cuda:
+        from .. import _cuda_driver as cu
+
+        # Before any CUDA call of the fused layer: a thread that never made one (autograd's backward
+        # thread) may have no context current, and driver calls (or a launch) then fail or crash.
+        cu.ensure_context(ws.device.index)
     state = _STATES.get(ws)
     if state is None:
         if ws.is_cuda and capturing():

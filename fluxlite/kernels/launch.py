@@ -27,10 +27,15 @@ def _spec(arg, specialize: bool):
     return (arg == 1, arg % 16 == 0) if specialize else int
 
 
+def _hook_set(hook) -> bool:
+    # Triton >= 3.5 keeps an (empty) HookChain there when no hook is registered, always truthy.
+    return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
+
+
 def _hooks_set() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    runtime = getattr(knobs, "runtime", None)
-    return bool(getattr(runtime, "launch_enter_hook", None) or getattr(runtime, "launch_exit_hook", None))
+    """Whether a Triton launch hook (a profiler's) is registered: then launch through Triton."""
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    return any(_hook_set(getattr(runtime, name, None)) for name in ("launch_enter_hook", "launch_exit_hook"))
 
 
 def launch(fn, cache: dict, grid: int, args: tuple, constexprs: dict, *, num_warps: int, num_stages: int) -> None:
