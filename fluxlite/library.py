@@ -36,9 +36,16 @@ runs first and its reduce-scatter stays in flight while ``grad_w`` computes (Meg
 :func:`start_column_dgrad`). The backward's collectives are functional collectives
 (``torch.ops._c10d_functional``), asynchronous in eager mode and traceable.
 
+With an ``activation`` the backward first turns ``g`` into the pre-activation's grad: it recomputes
+the pre-activation ``z = s * x̂ @ weight.T + b`` from the gathered input (kept, or gathered first)
+and takes ``act'(z) * g`` (:func:`activation_grad`); the math above then runs on that grad. Recompute,
+not save: a saved ``z`` would need a second output of the fused kernel, at ``[W*m, N_local]`` of
+memory per layer (kept for issue 13's GPU measurement to decide).
+
 The gathered output of ``ag_gemm_gathered`` is not differentiable (it is an activation kept for a
-backward). ``activation`` and ``row_scale`` have no backward yet: with either, on inputs that
-require grad, :func:`ag_gemm` raises ``NotImplementedError`` before any communication.
+backward). ``row_scale`` has no backward here (the deferred-norm layer differentiates its own): with
+it, on inputs that require grad, :func:`ag_gemm` raises ``NotImplementedError`` before any
+communication.
 
 Call them through :func:`ag_gemm` and :func:`gemm_rs` below, which take a ``ProcessGroup`` like the
 eager ops and pass its name.
@@ -235,14 +242,37 @@ def row_sp_backward(g: Tensor, weight: Tensor, a: Tensor, *, tp: TPGroup, impl: 
 # ---- autograd of the ops ------------------------------------------------------------------------------
 
 
-def _check_differentiable(op: str, activation: Optional[str], row_scale: Optional[Tensor]) -> None:
-    """Raise ``NotImplementedError`` for the epilogue arguments that have no backward yet: the
-    activation (its backward needs the pre-activation, which the op does not keep) and the row scale."""
-    for name, value in (("activation", activation), ("row_scale", row_scale)):
-        if value is not None:
-            raise NotImplementedError(
-                f"fluxlite::{op}: {name} has no backward yet (got {name}={value!r} on inputs that require "
-                f"grad); apply it outside the op, or call the op under torch.no_grad()")
+def _check_differentiable(op: str, row_scale: Optional[Tensor]) -> None:
+    """Raise ``NotImplementedError`` for a row scale on inputs that require grad (no backward here)."""
+    if row_scale is not None:
+        raise NotImplementedError(
+            f"fluxlite::{op}: row_scale has no backward here (got a row_scale on inputs that require grad); "
+            f"apply it outside the op, use fluxlite.parallel.LayerNormColumnParallelLinear, or call the op "
+            f"under torch.no_grad()")
+
+
+def activation_grad(g: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str,
+                    scale: Optional[float]) -> Tensor:
+    """The grad of the pre-activation ``z = scale * x @ weight.T + bias`` for ``y = act(z)`` with
+    ``y``'s grad ``g``: ``act'(z) * g``, with ``z`` recomputed here.
+
+    ``x: [rows, K]`` (the gathered input), ``weight: [N, K]`` (``[2N', K]`` for SwiGLU),
+    ``g: [rows, N]`` (``[rows, N']``) -> ``[rows, N]`` in ``g.dtype``; the activation's derivative is
+    taken in fp32 (fp64 for fp64) by autograd on :func:`fluxlite.epilogue.apply`, the forward's own
+    reference.
+    """
+    from .epilogue import Epilogue
+    from .epilogue import apply as apply_epilogue
+
+    dtype = torch.promote_types(g.dtype, torch.float32)  # fp32, or fp64 for fp64
+    z = _scaled((x @ weight.t()).to(dtype), scale)
+    if bias is not None:
+        z = z + bias.to(dtype)
+    with torch.enable_grad():
+        z = z.detach().requires_grad_()
+        y = apply_epilogue(z, Epilogue(activation), None, None, dtype)
+        (grad_z,) = torch.autograd.grad(y, z, g.to(dtype))
+    return grad_z.to(g.dtype)
 
 
 def _scaled(t: Tensor, scale: Optional[float]) -> Tensor:
@@ -255,24 +285,29 @@ def _plain_weight_grad(scale: Optional[float]) -> WeightGrad:
 
 def _setup_ag_gemm(ctx, inputs, output) -> None:
     a, weight, bias, group_name, impl, timeout, activation, row_scale, scale = inputs
-    _check_differentiable("ag_gemm", activation, row_scale)
+    _check_differentiable("ag_gemm", row_scale)
     ctx.group_name, ctx.impl, ctx.timeout, ctx.scale = group_name, impl, timeout, scale
-    ctx.has_bias = bias is not None
+    ctx.has_bias, ctx.activation = bias is not None, activation
     if isinstance(output, tuple):  # ag_gemm_gathered: the gathered input is an activation, kept
         ctx.mark_non_differentiable(output[1])
         kept, ctx.regather = output[1], False
     else:  # ag_gemm: keep this rank's rows only; the backward gathers them again
         kept, ctx.regather = a, True
-    ctx.save_for_backward(kept if ctx.needs_input_grad[1] else None, weight)
+    keep = ctx.needs_input_grad[1] or activation is not None  # the activation's grad recomputes from it
+    ctx.save_for_backward(kept if keep else None, weight, bias if activation is not None else None)
 
 
 def _backward_ag_gemm(ctx, grad_out: Tensor, grad_gathered: Optional[Tensor] = None):
     """``g: [W*m, N_local]`` -> grads of ``(a [m, K], weight [N_local, K], bias [N_local])``."""
-    kept, weight = ctx.saved_tensors
+    kept, weight, bias = ctx.saved_tensors
     g, tp = grad_out.contiguous(), _group_of(ctx.group_name)
+    regather = tp if ctx.regather else None
+    if ctx.activation is not None:  # the pre-activation's grad, from the gathered input
+        kept = wait(start_all_gather_rows(kept, tp)) if ctx.regather else kept
+        g, regather = activation_grad(g, kept, weight, bias, ctx.activation, ctx.scale), None
     dgrad = (lambda: start_column_dgrad(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale)
              if ctx.needs_input_grad[0] else None)
-    grads = linear_backward(g, weight, kept, regather=tp if ctx.regather else None, start_dgrad=dgrad,
+    grads = linear_backward(g, weight, kept, regather=regather, start_dgrad=dgrad,
                             weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
                             bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
     return *grads, None, None, None, None, None, None
@@ -321,7 +356,7 @@ def ag_gemm(a: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, group: 
     """
     timeout = _check_attributes(impl, timeout)
     if torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (a, weight, bias)):
-        _check_differentiable("ag_gemm", activation, row_scale)  # before any communication
+        _check_differentiable("ag_gemm", row_scale)  # before any communication
     op = torch.ops.fluxlite.ag_gemm_gathered if return_gathered else torch.ops.fluxlite.ag_gemm
     return op(a, weight, bias, group_name_of(group), impl, timeout, activation, row_scale, scale)
 

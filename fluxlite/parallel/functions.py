@@ -65,7 +65,10 @@ import torch
 
 from .. import library
 from ..group import TPGroup
-from ..library import linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce, start_column_dgrad
+from ..epilogue import Epilogue
+from ..epilogue import apply as apply_epilogue
+from ..library import (activation_grad, linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce,
+                       start_column_dgrad)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class LinearOptions:
         keep_gathered_input: Column with sequence parallelism: keep the gathered input for wgrad
             instead of gathering it again in the backward (see the module docstring).
         gradient_accumulation_fusion: accumulate the weight grad into ``weight.main_grad``.
+        activation: Column: the output's activation (:mod:`fluxlite.epilogue`), fused into the
+            AG-GEMM's epilogue under sequence parallelism; its backward recomputes the
+            pre-activation (:func:`fluxlite.library.activation_grad`).
     """
 
     tp: TPGroup
@@ -89,6 +95,7 @@ class LinearOptions:
     allreduce_dgrad: bool = False
     keep_gathered_input: bool = False
     gradient_accumulation_fusion: bool = False
+    activation: str | None = None
 
     @property
     def sp(self) -> bool:
@@ -201,7 +208,8 @@ def _weight_grad_to(ctx, weight: torch.Tensor):
 def _save(ctx, options: LinearOptions, x: torch.Tensor, weight: torch.Tensor, bias, wgrad_input: torch.Tensor) -> None:
     ctx.options, ctx.main_grad = options, _forward_main_grad(weight, options)
     ctx.has_bias, ctx.in_shape = bias is not None, x.shape
-    ctx.save_for_backward(wgrad_input if ctx.needs_input_grad[1] else None, weight)
+    act = options.activation is not None  # the activation's grad recomputes from the input and bias
+    ctx.save_for_backward(wgrad_input if ctx.needs_input_grad[1] or act else None, weight, bias if act else None)
 
 
 def _input_grad(ctx, grad_x: torch.Tensor | None) -> torch.Tensor | None:
@@ -214,7 +222,7 @@ def _column_sp(x2: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions)
     """``(ag_gemm(x2, weight, bias), the weight grad's input)``: ``x2`` itself (gathered again in the
     backward), or the gathered input with ``keep_gathered_input``."""
     result = library.ag_gemm(x2, weight, bias, group=opt.tp.group, impl=opt.impl,
-                             return_gathered=opt.keep_gathered_input)
+                             return_gathered=opt.keep_gathered_input, activation=opt.activation)
     return result if opt.keep_gathered_input else (result, x2)
 
 
@@ -235,7 +243,7 @@ def _column_out(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, opt: L
     lead = x.shape[:-1]
     if opt.sp:
         lead = (lead[0] * opt.tp.world_size, *lead[1:])
-    return out.view(*lead, weight.shape[0])
+    return out.view(*lead, out.shape[-1])  # SwiGLU: half the weight's rows
 
 
 # ---- the layers' entry points --------------------------------------------------------------------
@@ -264,18 +272,27 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, options: LinearOptions):
         x2 = _rows(x)
-        out, wgrad_input = _column_sp(x2, weight, bias, options) if options.sp else (_linear(x2, weight, bias), x2)
+        if options.sp:
+            out, wgrad_input = _column_sp(x2, weight, bias, options)
+        else:
+            out, wgrad_input = _linear(x2, weight, bias), x2
+            if options.activation is not None:
+                out = apply_epilogue(out, Epilogue(options.activation), None, None, out.dtype)
         _save(ctx, options, x, weight, bias, wgrad_input)
         return _column_out(out, x, weight, options)
 
     @staticmethod
     def backward(ctx, grad_out):
-        wgrad_input, weight = ctx.saved_tensors
+        wgrad_input, weight, bias = ctx.saved_tensors
         opt = ctx.options
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
         g = _rows(grad_out).contiguous()
+        regather = opt.tp if opt.sp and not opt.keep_gathered_input else None
+        if opt.activation is not None:  # the pre-activation's grad, from the gathered input
+            wgrad_input = _all_gather_rows_async(wgrad_input, opt.tp).wait() if regather else wgrad_input
+            g, regather = activation_grad(g, wgrad_input, weight, bias, opt.activation, None), None
         grad_x, grad_w, grad_b = linear_backward(
-            g, weight, wgrad_input, regather=opt.tp if opt.sp and not opt.keep_gathered_input else None,
+            g, weight, wgrad_input, regather=regather,
             start_dgrad=(lambda: _start_column_dgrad(g, weight, opt)) if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
         return _input_grad(ctx, grad_x), grad_w, grad_b, None
@@ -298,7 +315,7 @@ class RowParallelLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        x2, weight = ctx.saved_tensors
+        x2, weight, _ = ctx.saved_tensors
         opt = ctx.options
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
         g = _rows(grad_out).contiguous()

@@ -39,6 +39,7 @@ import torch
 from torch.nn import Parameter
 
 from .._validate import IMPLS
+from ..epilogue import ACTIVATIONS
 from .config import check_config
 from .functions import LinearOptions, column_parallel_linear, row_parallel_linear
 from .mappings import gather_from_tensor_model_parallel_region, scatter_to_tensor_model_parallel_region
@@ -169,6 +170,12 @@ class ColumnParallelLinear(_ParallelLinear):
 
     ``keep_gathered_input=True`` keeps the gathered input for wgrad instead of gathering it again in
     the backward (temporary, until issue 15's GPU measurement; see the module docstring).
+
+    ``activation`` (fluxlite's, not Megatron's): ``None``, ``"gelu"``, ``"gelu_tanh"``, ``"silu"`` or
+    ``"swiglu"``, applied to ``X A + b``; under sequence parallelism in the fused AG-GEMM's epilogue.
+    ``"swiglu"`` takes Megatron's gated fc1 (``output_size = 2 * ffn``; each rank's weight holds its
+    gate rows, then its up rows) and outputs ``ffn / tp`` columns per rank. The bias is inside the
+    activation, so ``skip_bias_add`` cannot go with it.
     """
 
     def __init__(
@@ -192,9 +199,15 @@ class ColumnParallelLinear(_ParallelLinear):
         tp_group=None,
         overlap: str = "auto",
         keep_gathered_input: bool = False,
+        activation: Optional[str] = None,
         **kwargs,
     ):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        if activation is not None and skip_bias_add:
+            raise ValueError(f"activation={activation!r} applies to X A + b, so skip_bias_add must be False, got True")
+        self.activation = activation
         self.gather_output = gather_output
         self.keep_gathered_input = bool(keep_gathered_input)
         self.disable_grad_reduce = disable_grad_reduce
@@ -205,6 +218,9 @@ class ColumnParallelLinear(_ParallelLinear):
         )
         W = self._tp.world_size
         self.output_size_per_partition = divide(output_size, W, "output_size")
+        if activation == "swiglu" and self.output_size_per_partition % 2:
+            raise ValueError(f"activation='swiglu' needs an even output_size / tp (gate and up halves), got "
+                             f"{output_size} / {W} = {self.output_size_per_partition}")
         if skip_weight_param_allocation:
             self.weight = None
             self.master_weight = None
@@ -233,7 +249,8 @@ class ColumnParallelLinear(_ParallelLinear):
         if input_.shape[-1] != self.input_size:
             raise ValueError(f"ColumnParallelLinear expects input [..., {self.input_size}], got {tuple(input_.shape)}")
         bias = self.bias if not self.skip_bias_add else None
-        options = self._options(allreduce_dgrad=self.allreduce_dgrad, keep_gathered_input=self.keep_gathered_input)
+        options = self._options(allreduce_dgrad=self.allreduce_dgrad, keep_gathered_input=self.keep_gathered_input,
+                                activation=self.activation)
         output = column_parallel_linear(input_, weight, bias, options)
         gather_output = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather_output:
