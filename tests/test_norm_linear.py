@@ -28,12 +28,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).norm().item() / max(b.norm().item(), 1e-30)
 
 
-def _layer(W, norm, sp, deferred, impl, dtype, zero_centered, h=40, n=24):
+def _layer(W, norm, sp, deferred, impl, dtype, zero_centered, h=40, n=24, act=None):
     cfg = FP.ModelParallelConfig(sequence_parallel=sp, params_dtype=dtype, use_cpu_initialization=True)
     torch.manual_seed(7)
     layer = LayerNormColumnParallelLinear(h, W * n, config=cfg, init_method=torch.nn.init.normal_, bias=True,
                                           normalization=norm, eps=1e-5, zero_centered_gamma=zero_centered,
-                                          deferred=deferred, overlap=impl)
+                                          deferred=deferred, overlap=impl, activation=act)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():  # non-trivial norm parameters and bias, the same on every rank
         layer.layer_norm_weight.copy_(torch.randn(h, generator=g) * 0.3 + (0.0 if zero_centered else 1.0))
@@ -43,8 +43,18 @@ def _layer(W, norm, sp, deferred, impl, dtype, zero_centered, h=40, n=24):
     return layer
 
 
-def _reference(x_full, layer, W, rank, norm, zero_centered, grad_full):
-    """float64: norm(x) @ W_full.T + b_full, its grads; this rank's slices."""
+def _act(z, act):
+    """The activation in plain torch (SwiGLU: the rank's gate columns, then its up columns)."""
+    if act is None:
+        return z
+    if act == "swiglu":
+        gate, up = z.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return {"gelu": F.gelu, "silu": F.silu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[act](z)
+
+
+def _reference(x_full, layer, W, rank, norm, zero_centered, grad_full, act=None):
+    """float64: act_r(norm(x) @ W_full.T + b_full) per rank's columns, its grads; this rank's slices."""
     dist = torch.distributed
     parts = [torch.empty_like(layer.weight) for _ in range(W)]
     dist.all_gather(parts, layer.weight.detach().contiguous())
@@ -60,31 +70,33 @@ def _reference(x_full, layer, W, rank, norm, zero_centered, grad_full):
         y = F.layer_norm(x, x.shape[-1:], g_eff, beta, 1e-5)
     else:
         y = F.rms_norm(x, x.shape[-1:], g_eff, 1e-5)
-    out = y @ w_full.t() + b_full
-    out.backward(grad_full.double())
+    z = y @ w_full.t() + b_full
     n = layer.weight.shape[0]
+    outs = [_act(z[..., p * n : (p + 1) * n], act) for p in range(W)]
+    torch.cat(outs, dim=-1).backward(grad_full.double())
     cols = slice(rank * n, (rank + 1) * n)
-    return dict(out=out.detach()[..., cols], x=x.grad, w=w_full.grad[cols], b=b_full.grad[cols], gamma=gamma.grad,
+    return dict(out=outs[rank].detach(), x=x.grad, w=w_full.grad[cols], b=b_full.grad[cols], gamma=gamma.grad,
                 beta=None if beta is None else beta.grad)
 
 
-def _case(rank, W, norm, sp, deferred, impl, dtype, zero_centered, offset, failures):
-    layer = _layer(W, norm, sp, deferred, impl, dtype, zero_centered)
+def _case(rank, W, norm, sp, deferred, impl, dtype, zero_centered, offset, failures, act=None):
+    layer = _layer(W, norm, sp, deferred, impl, dtype, zero_centered, act=act)
     s, b, h = 4 * W, 3, layer.input_size
     g = torch.Generator().manual_seed(11)
     x_full = (torch.randn(s, b, h, generator=g) * 2 + offset).to(dtype)
     x_full[1] += 50.0  # one row far off its mean: LayerNorm must centre it
-    grad_full = torch.randn(s, b, W * layer.weight.shape[0], generator=g).to(dtype)
+    n = layer.weight.shape[0] // (2 if act == "swiglu" else 1)  # output columns per rank
+    grad_full = torch.randn(s, b, W * n, generator=g).to(dtype)
     rows = slice(rank * s // W, (rank + 1) * s // W) if sp else slice(None)
     x = x_full[rows].clone().requires_grad_()
-    n = layer.weight.shape[0]
     out, out_bias = layer(x)
     assert out_bias is None
     out.backward(grad_full[..., rank * n : (rank + 1) * n].contiguous())
     if sp:
         FP.allreduce_sequence_parallel_grads(layer)
-    ref = _reference(x_full, layer, W, rank, norm, zero_centered, grad_full)
-    what = f"W={W} r={rank} {norm} sp={sp} deferred={deferred} {impl} {dtype} zc={zero_centered} offset={offset}"
+    ref = _reference(x_full, layer, W, rank, norm, zero_centered, grad_full, act)
+    what = (f"W={W} r={rank} {norm} sp={sp} deferred={deferred} {impl} {dtype} zc={zero_centered} offset={offset} "
+            f"act={act}")
     got = dict(out=out, x=x.grad, w=layer.weight.grad, b=layer.bias.grad, gamma=layer.layer_norm_weight.grad,
                beta=None if layer.layer_norm_bias is None else layer.layer_norm_bias.grad)
     want = dict(ref, x=ref["x"][rows])  # without SP the input is replicated and its grad all-reduced
@@ -99,7 +111,7 @@ def _case(rank, W, norm, sp, deferred, impl, dtype, zero_centered, offset, failu
 def _matrix(rank, W, cases):
     failures: list[str] = []
     for case in cases:
-        _case(rank, W, *case, failures)
+        _case(rank, W, *case[:7], failures, *case[7:])
     assert not failures, f"{len(failures)} failing cases:\n" + "\n".join(failures[:30])
 
 
@@ -112,6 +124,10 @@ def _cases(W):
     out.append(("LayerNorm", W > 1, True, "sequential", torch.float32, False, 30.0))
     out.append(("LayerNorm", W > 1, True, "fused", torch.bfloat16, False, 30.0))
     out.append(("RMSNorm", W > 1, True, "sequential", torch.bfloat16, True, 0.0))
+    # The activation in the same epilogue, and its recomputing backward:
+    out.append(("LayerNorm", W > 1, True, "fused", torch.float32, False, 0.0, "swiglu"))
+    out.append(("RMSNorm", W > 1, True, "sequential", torch.float32, True, 0.0, "gelu"))
+    out.append(("LayerNorm", False, False, "sequential", torch.float32, False, 0.0, "silu"))
     return out
 
 

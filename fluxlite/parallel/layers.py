@@ -105,6 +105,17 @@ class _ParallelLinear(torch.nn.Module):
             lambda state_dict, prefix, *args, **kw: state_dict.setdefault(f"{prefix}_extra_state")
         )
 
+    def _set_activation(self, activation: Optional[str]) -> None:
+        """Check and keep a Column layer's ``activation`` (after ``output_size_per_partition`` is set)."""
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        if activation is not None and self.skip_bias_add:
+            raise ValueError(f"activation={activation!r} applies to X A + b, so skip_bias_add must be False, got True")
+        if activation == "swiglu" and self.output_size_per_partition % 2:
+            raise ValueError(f"activation='swiglu' needs an even output_size / tp (gate and up halves), got "
+                             f"{self.output_size} / {self._tp.world_size} = {self.output_size_per_partition}")
+        self.activation = activation
+
     def _options(self, **extra) -> LinearOptions:
         """What the autograd function needs, read at each forward (``overlap`` may change between steps)."""
         return LinearOptions(self._tp, self.sequence_parallel, self.overlap,
@@ -203,11 +214,6 @@ class ColumnParallelLinear(_ParallelLinear):
         **kwargs,
     ):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        if activation is not None and skip_bias_add:
-            raise ValueError(f"activation={activation!r} applies to X A + b, so skip_bias_add must be False, got True")
-        self.activation = activation
         self.gather_output = gather_output
         self.keep_gathered_input = bool(keep_gathered_input)
         self.disable_grad_reduce = disable_grad_reduce
@@ -218,9 +224,7 @@ class ColumnParallelLinear(_ParallelLinear):
         )
         W = self._tp.world_size
         self.output_size_per_partition = divide(output_size, W, "output_size")
-        if activation == "swiglu" and self.output_size_per_partition % 2:
-            raise ValueError(f"activation='swiglu' needs an even output_size / tp (gate and up halves), got "
-                             f"{output_size} / {W} = {self.output_size_per_partition}")
+        self._set_activation(activation)
         if skip_weight_param_allocation:
             self.weight = None
             self.master_weight = None

@@ -46,6 +46,7 @@ from torch.nn import Parameter
 
 from .. import epilogue, ops
 from .._sequential import epilogue_linear
+from ..library import activation_grad
 from .functions import (
     LinearOptions,
     _all_gather_rows_async,
@@ -120,28 +121,28 @@ class LayerNormLinearFunction(torch.autograd.Function):
         x2 = _rows(x).detach()
         mean, s = stats
         tp = options.tp
+        act = options.activation
         if norm.deferred:
             w_fold, b_fold = folded
             src = (x2.float() - mean[:, None]).to(x2.dtype) if norm.centred else x2
-            kwargs = dict(row_scale=s)
+            scales = s
         else:  # the unfused path, for comparison and as a fallback: norm, then the GEMM
             w_fold, b_fold = weight.detach(), None if bias is None else bias.detach()
-            src, kwargs = normalize(x2, gamma, beta, norm).to(x2.dtype), {}
+            src, scales = normalize(x2, gamma, beta, norm).to(x2.dtype), None
         if options.sp:
-            out = ops.ag_gemm(src, w_fold, b_fold, group=tp.group, impl=options.impl, **kwargs)
+            out = ops.ag_gemm(src, w_fold, b_fold, group=tp.group, impl=options.impl, row_scale=scales,
+                              activation=act)
             lead = (lead[0] * tp.world_size, *lead[1:])
-        elif norm.deferred:
-            out = epilogue_linear(None, src, w_fold, b_fold, epilogue.Epilogue(row_scaled=True), s)
         else:
-            out = epilogue_linear(None, src, w_fold, b_fold)
+            out = epilogue_linear(None, src, w_fold, b_fold, epilogue.Epilogue(act, scales is not None), scales)
         ctx.options, ctx.norm, ctx.main_grad = options, norm, _forward_main_grad(weight, options)
         ctx.has_bias = bias is not None
-        ctx.save_for_backward(x2, weight, gamma, beta)
-        return out.view(*lead, weight.shape[0])
+        ctx.save_for_backward(x2, weight, gamma, beta, bias if act is not None else None)
+        return out.view(*lead, out.shape[-1])  # SwiGLU: half the weight's rows
 
     @staticmethod
     def backward(ctx, grad_out):
-        x2, weight, gamma, beta = ctx.saved_tensors
+        x2, weight, gamma, beta, bias = ctx.saved_tensors
         opt, norm = ctx.options, ctx.norm
         main_grad = _main_grad(ctx, weight)
         g = _rows(grad_out).contiguous()
@@ -152,10 +153,15 @@ class LayerNormLinearFunction(torch.autograd.Function):
             n32 = normalize(xr, gr, br, norm)
         n = n32.detach().to(x2.dtype)
         need_wgrad = ctx.needs_input_grad[1]
-        gathered = (_all_gather_rows_async(n, opt.tp) if opt.sp else _Pending(n)) if need_wgrad else None
+        act = opt.activation
+        gathered = (_all_gather_rows_async(n, opt.tp) if opt.sp else _Pending(n)) if need_wgrad or act else None
+        n_all = None  # the gathered normalised input, once waited for
+        if act is not None:  # the pre-activation's grad: z = norm(x̂) Wᵀ + b, recomputed
+            n_all = gathered.wait()
+            g = activation_grad(g, n_all, weight, bias, act, None)
         need_norm_grads = any(ctx.needs_input_grad[i] for i in (0, 3, 4))
         dn = _column_dgrad(g, weight, opt) if need_norm_grads else None
-        grad_w = _weight_grad(weight, main_grad, g, gathered.wait()) if need_wgrad else None
+        grad_w = _weight_grad(weight, main_grad, g, gathered.wait() if n_all is None else n_all) if need_wgrad else None
         grad_b = _bias_grad(ctx, g)
         grad_x = grad_gamma = grad_beta = None
         if dn is not None:
@@ -181,7 +187,9 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
     The norm comes from ``config.normalization``, ``config.layernorm_epsilon`` and
     ``config.layernorm_zero_centered_gamma``, each overridable by keyword. ``deferred=False`` runs the
     norm first and then the GEMM (the same collective; for comparison). ``overlap`` is fluxlite's
-    ``impl`` of the all-gather GEMM, as in :class:`ColumnParallelLinear`.
+    ``impl`` of the all-gather GEMM, as in :class:`ColumnParallelLinear`; ``activation`` (fluxlite's,
+    not TE's) as in :class:`ColumnParallelLinear`: fused into the same epilogue as the row scale, so
+    norm, GEMM and activation take one kernel.
     """
 
     def __init__(
@@ -204,6 +212,7 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
         zero_centered_gamma: Optional[bool] = None,
         deferred: bool = True,
         overlap: str = "auto",
+        activation: Optional[str] = None,
         **kwargs,
     ):
         super().__init__()
@@ -222,6 +231,7 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
         self.norm = NormOptions(normalization, float(eps), bool(zero_centered_gamma), bool(deferred))
         W = self._tp.world_size
         self.output_size_per_partition = divide(output_size, W, "output_size")
+        self._set_activation(activation)
         self.allreduce_dgrad = W > 1 and not self.sequence_parallel
         self.weight = self._make_weight((self.output_size_per_partition, input_size), 0, init_method, stride, False)
         device = param_device(config, self._tp)
@@ -261,8 +271,8 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
             with torch.no_grad():
                 stats = row_stats(_rows(input_.detach()), self.norm)
         output = LayerNormLinearFunction.apply(input_, self.weight, bias, self.layer_norm_weight, self.layer_norm_bias,
-                                               self._options(allreduce_dgrad=self.allreduce_dgrad), self.norm, folded,
-                                               stats)
+                                               self._options(allreduce_dgrad=self.allreduce_dgrad,
+                                                             activation=self.activation), self.norm, folded, stats)
         return output, (self.bias if self.skip_bias_add else None)
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):
