@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|overlap|norm|all ...]     (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|overlap|norm|graphs|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
 # overlap: fluxlite-profile of the llama3-70b preset at TP=NPROC (8192 tokens), with --tune: table, JSON,
 # CSV and PNG in $OUT/overlap_llama3_70b/, and the dispatch cache it filled in $OUT/dispatch_cache/.
+# On a one-GPU machine, FLUXLITE_GPU_SHARE=1 runs the 2-rank GPU tests with both ranks on that GPU
+# (CUDA IPC; correctness only, timings mean nothing; README "Testing").
 # Each part is bounded; `all` takes about 10 minutes on 2xH200 (at larger NPROC, run the parts one by
 # one). Carry megatron-core's cp312 wheel in .whl/ (device tool: carry [".whl"]) for the Megatron GPU
 # test. Logs and JSON go to $OUT (the device tool's output folder) or ./gpu_out. Megatron's GPU
@@ -69,6 +71,11 @@ if want overlap; then
   FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 420 python3 -m fluxlite.profile --model llama3-70b --tp "$NPROC" \
     --tokens 8192 --nproc "$NPROC" --tune --no-progress --out "$OUT/overlap_llama3_70b" 2>&1 \
     | tee "$OUT/overlap_llama3_70b.log" | grep -v '^W1' | tail -16
+  status=$((status | PIPESTATUS[0]))
+fi
+if want graphs; then  # issue 11: fused calls replayed from a CUDA graph vs eager vs sequential (host, latency, throughput)
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_graphs.py --out "$OUT/bench_graphs.json" 2>&1 \
+    | tee "$OUT/bench_graphs.log" | grep -v '^W1' | tail -10
   status=$((status | PIPESTATUS[0]))
 fi
 if want bench; then
