@@ -11,6 +11,10 @@ The block (defaults: Llama-3-70B's widths): RMSNorm -> QKV ColumnParallelLinear 
 RowParallelLinear -> residual. Activations between the TP regions are [s/tp, b, h] (sequence
 parallel), so the four layers run fluxlite's AG-GEMM / GEMM-RS in the forward and in the backward.
 
+Mode ``megatron`` is the baseline a user compares against: the same block with megatron-core's own
+``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), issue 15's
+comparison, e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
+
 Variants: every ``--modes`` overlap mode under every ``--column-input`` design: ``regather`` (the
 Column layers keep only their input rows and gather them again in the backward, overlapped with the
 dgrad; the default) and ``keep`` (``keep_gathered_input=True``: they keep the gathered input from the
@@ -84,21 +88,33 @@ def parse_args(argv=None):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, a, tp_size: int, dtype: torch.dtype):
+    """The block, its four linear layers fluxlite's, or with ``megatron`` megatron-core's own."""
+
+    def __init__(self, a, tp_size: int, dtype: torch.dtype, megatron: bool = False):
         super().__init__()
-        cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=dtype, use_cpu_initialization=False)
+        if megatron:
+            from megatron.core import ModelParallelConfig as MegatronConfig
+            from megatron.core.tensor_parallel import ColumnParallelLinear as Col
+            from megatron.core.tensor_parallel import RowParallelLinear as Row
+
+            cfg = MegatronConfig(tensor_model_parallel_size=tp_size, sequence_parallel=True, params_dtype=dtype,
+                                 use_cpu_initialization=a.device == "cpu", bf16=dtype == torch.bfloat16,
+                                 fp16=dtype == torch.float16)
+        else:
+            Col, Row = ColumnParallelLinear, RowParallelLinear
+            cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=dtype, use_cpu_initialization=False)
         h, d = a.hidden, a.hidden // a.heads
         self.hq, self.hkv, self.d = a.heads // tp_size, a.kv_heads // tp_size, d
         std, out_std = 0.02, 0.02 / 8
         normal = lambda s: (lambda w: nn.init.normal_(w, std=s))  # noqa: E731
         self.norm1 = nn.RMSNorm(h, dtype=dtype)
-        self.qkv = ColumnParallelLinear(h, (a.heads + 2 * a.kv_heads) * d, config=cfg, init_method=normal(std), bias=False)
-        self.proj = RowParallelLinear(a.heads * d, h, config=cfg, init_method=normal(out_std), bias=False,
-                                      input_is_parallel=True, skip_bias_add=False)
+        self.qkv = Col(h, (a.heads + 2 * a.kv_heads) * d, config=cfg, init_method=normal(std), bias=False)
+        self.proj = Row(a.heads * d, h, config=cfg, init_method=normal(out_std), bias=False,
+                        input_is_parallel=True, skip_bias_add=False)
         self.norm2 = nn.RMSNorm(h, dtype=dtype)
-        self.fc1 = ColumnParallelLinear(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False, stride=2)
-        self.fc2 = RowParallelLinear(a.ffn, h, config=cfg, init_method=normal(out_std), bias=False,
-                                     input_is_parallel=True, skip_bias_add=False)
+        self.fc1 = Col(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False, stride=2)
+        self.fc2 = Row(a.ffn, h, config=cfg, init_method=normal(out_std), bias=False,
+                       input_is_parallel=True, skip_bias_add=False)
         for norm in (self.norm1, self.norm2):
             norm.weight.sequence_parallel = True
 
@@ -110,6 +126,7 @@ class LlamaBlock(nn.Module):
             layer.overlap = variant.mode
         for layer in (self.qkv, self.fc1):
             layer.keep_gathered_input = variant.keep_gathered_input
+        return self
 
     def forward(self, x):  # x: [s/tp, b, h]
         qkv, _ = self.qkv(self.norm1(x))  # [s, b, (hq + 2 hkv) d] on this rank
@@ -178,6 +195,45 @@ class Variant:
         return self.mode + ("+keep" if self.keep_gathered_input else "")
 
 
+class Blocks:
+    """fluxlite's block, and megatron-core's twin with the same weights when ``megatron`` is a mode."""
+
+    def __init__(self, a, W: int, dtype: torch.dtype, device, megatron: bool) -> None:
+        torch.manual_seed(0)
+        self.fluxlite = LlamaBlock(a, W, dtype).to(device)
+        self.megatron = None
+        if megatron:
+            _megatron_parallel_state(W, device)
+            self.megatron = LlamaBlock(a, W, dtype, megatron=True).to(device)
+            theirs = dict(self.megatron.named_parameters())
+            with torch.no_grad():
+                for name, p in self.fluxlite.named_parameters():
+                    theirs[name].copy_(p)  # same local shards: both layers keep [out/tp, in] / [out, in/tp]
+            for norm in (self.megatron.norm1, self.megatron.norm2):
+                norm.weight.sequence_parallel = True
+
+    def configure(self, variant: Variant) -> LlamaBlock:
+        return self.megatron if variant.mode == "megatron" else self.fluxlite.configure(variant)
+
+
+def _megatron_parallel_state(W: int, device) -> None:
+    """Megatron's model-parallel state with TP = ``W``. A CPU smoke run gets the stand-ins that let
+    Megatron's layers run on gloo (as tests/test_parallel_megatron.py does); not a benchmark."""
+    import contextlib
+    import warnings
+
+    warnings.filterwarnings("ignore")  # Megatron warns at import about apex / TE
+    if device.type == "cpu":
+        torch.cuda.current_device = lambda: torch.device("cpu")
+    from megatron.core import parallel_state, tensor_parallel
+
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=W)
+    if device.type == "cuda":
+        tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    else:
+        tensor_parallel.random.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+
+
 def time_throughput(timer: Timer, fn, steps: int) -> float:
     """Milliseconds per call of ``fn`` over ``steps`` calls queued back to back: on CUDA behind a
     ~50 ms sleep, so that the host runs ahead of the GPU and only the GPU's time counts."""
@@ -235,13 +291,15 @@ def main(argv=None) -> int:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     timer = Timer(device)  # CUDA events (wall clock on CPU), ranks aligned before each step
     modes = a.modes.split(",")
-    variants = [Variant(mode, design) for design in designs for mode in modes]
+    # Megatron's layers have one backward design: one variant, filed under the first design.
+    variants = [Variant(mode, design) for design in designs for mode in modes
+                if mode != "megatron" or design == designs[0]]
     for what, n in (("heads", a.heads), ("kv-heads", a.kv_heads), ("ffn", a.ffn), ("seq", a.seq)):
         if n % W:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
 
-    torch.manual_seed(0)
-    block = LlamaBlock(a, W, dtype).to(device)
+    blocks = Blocks(a, W, dtype, device, "megatron" in modes)
+    block = blocks.fluxlite
     g = torch.Generator(device=device).manual_seed(1 + rank)
     x = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
     grad = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g)
@@ -250,7 +308,7 @@ def main(argv=None) -> int:
     # correctness across variants on the first step
     errors, first = {}, None
     for v in variants:
-        block.configure(v)
+        block = blocks.configure(v)
         out = run()
         _sync(device)
         snap = [out.detach().clone(), x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
@@ -263,7 +321,7 @@ def main(argv=None) -> int:
     # warm-up with the peak memory of each variant, then the timings, variants interleaved
     peak, kept = {}, {}
     for v in variants:
-        block.configure(v)
+        block = blocks.configure(v)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(a.warmup):
@@ -277,11 +335,11 @@ def main(argv=None) -> int:
     throughput = {v.name: [] for v in variants}
     for _ in range(a.iters):
         for v in variants:
-            block.configure(v)
+            block = blocks.configure(v)
             latency[v.name].append(timer.time_once(run))
     for _ in range(a.rounds):
         for v in variants:
-            block.configure(v)
+            block = blocks.configure(v)
             throughput[v.name].append(time_throughput(timer, run, a.throughput_steps))
     _sync(device)
     stats = {}
@@ -302,7 +360,7 @@ def main(argv=None) -> int:
     throughput_speedups = {m: results[base]["throughput_ms"] / results[m]["throughput_ms"] for m in modes[1:]}
     design_choice = {}
     if len(designs) > 1:  # the decision issue 15 asks for: keep over regather, per mode
-        for m in modes:
+        for m in (m for m in modes if m != "megatron"):
             r, k = by_design["regather"][m], by_design["keep"][m]
             design_choice[m] = dict(
                 latency_keep_over_regather=k["median_ms"] / r["median_ms"],

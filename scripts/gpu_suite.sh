@@ -58,7 +58,10 @@ if want gemm; then
   status=$((status | PIPESTATUS[0]))
 fi
 if want layers; then
-  timeout 200 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --out "$OUT/bench_layers.json" 2>&1 \
+  # megatron: the same block with megatron-core's layers (needs its wheel in .whl/), issue 15's baseline
+  modes=sequential,fused,auto
+  python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --modes "$modes" --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
 fi
