@@ -56,13 +56,19 @@ SET = 1
 """The value of a set flag (a cleared one holds 0)."""
 
 
+REGION_ALIGN = 64
+"""Slots a region is padded to (256 bytes): both parities' regions then start equally aligned, so the
+kernels, which take their call's region as a pointer, see one specialisation, not one per parity."""
+
+
 def region_slots(world_size: int) -> int:
-    """Slots of one parity region: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``.
+    """Slots of one parity region: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``,
+    padded to :data:`REGION_ALIGN`.
 
     :func:`ready_slot`, :func:`data_slot` and :func:`pulled_slot` are offsets into a region; the
     kernels get the region of their call's parity as their flag array.
     """
-    return world_size + 2 * world_size * MAX_SPLITS
+    return -(-(world_size + 2 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
 
 
 def region_start(world_size: int, parity: int) -> int:
@@ -74,8 +80,9 @@ def num_flag_slots(world_size: int) -> int:
     """Size of the symmetric int32 flag array for a group of ``world_size`` ranks.
 
     Layout: the regions of parity 0 and 1 (:func:`region_slots`), then
-    ``signature[2 parities][W][SIG_WORDS]``. Every slot has exactly one writer (the peer it is
-    indexed by, or for ``pulled`` this rank's own producer); the owner clears its region.
+    ``signature[2 parities][W][SIG_WORDS]``. Every slot but the regions' padding has exactly one
+    writer (the peer it is indexed by, or for ``pulled`` this rank's own producer); the owner clears
+    its region.
     """
     return 2 * region_slots(world_size) + 2 * world_size * SIG_WORDS
 

@@ -116,10 +116,13 @@ def _thousand_calls(rank, world_size):
         a_rs = torch.randn(world_size * m, K, generator=gen, device=_dev()).to(BF16)
         out = fluxlite.gemm_rs(a_rs, w, b, impl="fused")
         assert rel_err(out, _rs_reference(a_rs, w, b)) < TOL, f"call {i}: RS m={m}"
+        if i % 7 == 0:  # an odd call now and then: every plan meets both parities (flag regions, data halves)
+            assert rel_err(fluxlite.ag_gemm(a_ag, w, b, impl="fused"), ref) < TOL, f"call {i}: extra AG m={m}"
     fluxlite.synchronize()
     state = fluxlite.fused.state_of(ws)
-    assert state.epoch == 2000
-    # Every plan launched its kernel directly after the first call (Triton's per-call binding skipped).
+    assert state.epoch == 2000 + len(range(0, 1000, 7))
+    # Every plan launched its kernel directly after the first call (Triton's per-call binding skipped),
+    # one compiled kernel whichever parity's flag region it got.
     assert all(len(plan.kernels) == 1 for plan in state.plans.values()), [len(p.kernels) for p in state.plans.values()]
 
 

@@ -126,11 +126,14 @@ def test_flag_slots_never_collide(world_size):
             assert sch.split_of_data_slot(W, sch.data_slot(W, src, split)) == split
             assert sch.split_of_data_slot(W, sch.pulled_slot(W, src, split)) == split
             assert sch.data_slot(W, src, split) == sch.data_slot(W, 0, split) + src * sch.peer_slots()
-        # A region is exactly what a call's owner clears: its flags and nothing else.
-        assert sorted(in_region) == list(range(R))
+        # A region is what a call's owner clears: its flags, then padding nobody writes.
+        assert sorted(in_region) == list(range(len(in_region))) and len(in_region) <= R
+        # Both regions start 256-byte aligned: the kernels see one pointer alignment whatever the parity.
+        assert (4 * base) % 256 == 0 and R % sch.REGION_ALIGN == 0
+    padding = 2 * (R - (W + 2 * W * S))
     for parity, src, word in itertools.product(range(2), range(W), range(sch.SIG_WORDS)):
         claim(sch.signature_slot(W, parity, src) + word, ("signature", parity, src, word))
-    assert len(slots) == sch.num_flag_slots(W), "the flag array has slots nobody uses"
+    assert len(slots) + padding == sch.num_flag_slots(W), "the flag array has slots nobody uses"
     counters = [sch.counter_slot(d, s) for d, s in itertools.product(range(W), range(S))] + [sch.claim_slot(W)]
     assert sorted(counters) == list(range(sch.num_counters(W))), "counters must tile the counter array"
 
