@@ -60,6 +60,7 @@ from pathlib import Path
 import torch
 
 from . import rendezvous
+from . import workspace as _workspace
 from .errors import FluxliteCallMismatchError, FluxliteError
 from .group import TPGroup
 from .kernels.gemm_core import GemmConfig
@@ -329,7 +330,7 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
             return _MEMORY[key]
         if mode == "off" or (mode == "on" and a.device.type != "cuda"):
             return rule(key.world_size, flops, a.device, a.dtype)
-    if a.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if _workspace.capturing(a.device):
         return describe(key, flops, a.device, a.dtype)
     choice = _agree(key, tp, a, run, timeout_s, retune)
     if tuned is not None:

@@ -329,6 +329,12 @@ def wait_idle(streams: list, ws: SymmetricWorkspace, timeout_s: float) -> None:
         delay = min(2 * delay, 1e-3)
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether work for ``device`` is being captured into a CUDA graph now (the current stream is
+    capturing). The one test of the capture rules (docs/cuda_graphs.md); never true on CPU."""
+    return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _numel(shape) -> int:
     n = 1
     for s in shape:
@@ -380,7 +386,7 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
     key = (id(tp.group), str(device))
     ws = _WORKSPACES.get(key)
     if ws is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if capturing(device):
             raise FluxliteError(
                 "fluxlite: a CUDA graph is capturing a fused call before its workspace exists (building one is a "
                 "collective with allocations and synchronisations): run each fused call once eagerly, with the "

@@ -26,7 +26,8 @@ from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import host_wait_flag
 from ..kernels import gemm_core
 from . import producer
-from .state import FusedState, capturing
+from .. import workspace as _workspace
+from .state import FusedState
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
 SHARED_GPU_FREE_SMS = 8  # SMs a fused kernel leaves to the producer's copy kernels when ranks share a GPU
@@ -92,7 +93,7 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
     key = (op, rows, K, N, dtype, keep_gathered, ep.activation, ep.row_scaled, config, consumer)
     plan = state.plans.get(key)
     if plan is None:
-        if state.ws.is_cuda and capturing():
+        if _workspace.capturing(state.ws.device):
             raise FluxliteError(
                 f"fluxlite: a CUDA graph is capturing a fused {op} call with a shape that never ran eagerly "
                 f"(rows={rows}, K={K}, N={N}, {str(dtype).replace('torch.', '')}, return_gathered={keep_gathered}, "
@@ -124,7 +125,7 @@ class Call:
         ws = state.ws
         self.epoch = state.next_epoch()
         self.parity = self.epoch % 2
-        self.capturing = ws.is_cuda and capturing()
+        self.capturing = _workspace.capturing(ws.device)
         if self.capturing:
             state.captured = True
         self.deadline = time.monotonic() + timeout_s

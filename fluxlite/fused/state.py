@@ -22,6 +22,7 @@ from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import exception_from_record, resolve_timeout
 from ..kernels.flags import RECORD_WORDS
+from .. import workspace as _workspace
 from ..workspace import SymmetricWorkspace, wait_idle
 
 
@@ -91,7 +92,7 @@ class FusedState:
             raise FluxliteError(
                 f"fluxlite: this call needs the workspace to grow from {ws.capacity} to {nbytes_per_parity} bytes "
                 f"per data half, but a CUDA graph has captured fused calls on it and would replay into the freed "
-                f"buffers{' (and it cannot grow during capture)' if capturing() else ''}: warm up with the largest "
+                f"buffers{' (and it cannot grow during capture)' if _workspace.capturing(ws.device) else ''}: warm up with the largest "
                 f"shapes before capturing, or call fluxlite.release_workspaces() on every rank and capture again")
         try:
             # Our device and producer are done with the old buffers before the announcement and the
@@ -230,7 +231,8 @@ class FusedState:
         kernel recorded that has become visible without blocking (see :meth:`note_kernel_launch`)."""
         if self._poison is None and self.ws.failed is not None:
             self.poison(self.ws.failed)
-        if (self.ws.is_cuda and self._poison is None and self._err_event is not None and not capturing()
+        if (self.ws.is_cuda and self._poison is None and self._err_event is not None
+                and not _workspace.capturing(self.ws.device)
                 and self._err_event.query()):
             self._poison_from_record(self._err_host.tolist())
         if self._poison is None:
@@ -323,11 +325,6 @@ class FusedState:
             self.plans = {}
 
 
-def capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
 _STATES: dict[SymmetricWorkspace, FusedState] = {}
 
 
@@ -342,7 +339,7 @@ def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedSta
         cu.ensure_context(ws.device.index)
     state = _STATES.get(ws)
     if state is None:
-        if ws.is_cuda and capturing():
+        if _workspace.capturing(ws.device):
             raise FluxliteError(
                 "fluxlite: a fused call is being captured in a CUDA graph before any fused call ran on this "
                 "workspace: run each fused call once eagerly (with the shapes you capture) before capturing")
