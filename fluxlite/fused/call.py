@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -247,6 +248,9 @@ class Call:
             cu.stream_wait_event(main, state.call_end.cuda_event)
             state.clear(self.parity, main)
             if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
+                if state.blocking:  # Python's default warning filter shows it once per process
+                    warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
+                                  "cannot synchronise); call fluxlite.synchronize() after replays instead", stacklevel=2)
                 return
             state.note_kernel_launch(self.timeout_s, main)
             if state.blocking:
