@@ -206,19 +206,26 @@ or accumulated elsewhere (the layers' ``main_grad``) and ``None`` or a placehold
 
 
 def linear_backward(g: Tensor, weight: Tensor, x: Tensor, *, regather: Optional[TPGroup], start_dgrad,
-                    weight_grad: Optional[WeightGrad], bias_grad: bool):
-    """The backward of ``y = x̂ · weightᵀ + b`` with its communication in flight while the weight grad
-    computes, in this order::
+                    weight_grad: Optional[WeightGrad], bias_grad: bool, activation: Optional[str] = None,
+                    bias: Optional[Tensor] = None, scale: Optional[float] = None):
+    """The backward of ``y = act(s · x̂ · weightᵀ + b)`` (``act``: ``activation``, identity when None;
+    ``s``: ``scale``, 1 when None) with its communication in flight while the weight grad computes,
+    in this order::
 
         x̂ = all_gather(x)        started first, when ``regather`` (the group) and the weight grad is wanted
-        dx = start_dgrad()       started (a started collective, or a tensor), when it is not None
+                                 (with an activation: gathered and waited for here, first, and then
+        g = act'(z) · g           with z = s · x̂ · weightᵀ + bias recomputed: activation_grad)
+        dx = start_dgrad(g)      started (a started collective, or a tensor), when it is not None
         dW = weight_grad(g, x̂)   when it is not None, after waiting for x̂
         db = Σ_rows g            when ``bias_grad``
         wait dx
 
     Returns ``(dx, dW, db)`` with ``None`` for what was not asked for."""
+    if activation is not None:
+        x = wait(start_all_gather_rows(x, regather)) if regather is not None else x
+        g, regather = activation_grad(g, x, weight, bias, activation, scale), None
     gathered = start_all_gather_rows(x, regather) if regather is not None and weight_grad is not None else None
-    dx = start_dgrad() if start_dgrad is not None else None
+    dx = start_dgrad(g) if start_dgrad is not None else None
     dw = None if weight_grad is None else weight_grad(g, x if gathered is None else wait(gathered))
     db = g.sum(0) if bias_grad else None
     return (None if dx is None else wait(dx)), dw, db
@@ -300,16 +307,13 @@ def _setup_ag_gemm(ctx, inputs, output) -> None:
 def _backward_ag_gemm(ctx, grad_out: Tensor, grad_gathered: Optional[Tensor] = None):
     """``g: [W*m, N_local]`` -> grads of ``(a [m, K], weight [N_local, K], bias [N_local])``."""
     kept, weight, bias = ctx.saved_tensors
-    g, tp = grad_out.contiguous(), _group_of(ctx.group_name)
-    regather = tp if ctx.regather else None
-    if ctx.activation is not None:  # the pre-activation's grad, from the gathered input
-        kept = wait(start_all_gather_rows(kept, tp)) if ctx.regather else kept
-        g, regather = activation_grad(g, kept, weight, bias, ctx.activation, ctx.scale), None
-    dgrad = (lambda: start_column_dgrad(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale)
+    tp = _group_of(ctx.group_name)
+    dgrad = ((lambda g: start_column_dgrad(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale))
              if ctx.needs_input_grad[0] else None)
-    grads = linear_backward(g, weight, kept, regather=regather, start_dgrad=dgrad,
+    grads = linear_backward(grad_out.contiguous(), weight, kept, regather=tp if ctx.regather else None, start_dgrad=dgrad,
                             weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
-                            bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
+                            bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=ctx.activation, bias=bias,
+                            scale=ctx.scale)
     return *grads, None, None, None, None, None, None
 
 

@@ -36,14 +36,19 @@ def _check_fused_dtype(op: str, a: torch.Tensor) -> None:
         )
 
 
+def _check_call(op: str, a, weight, bias, group, impl, timeout, a_shape: str, weight_shape: str):
+    """The checks both ops make first: ``(tp, a, weight, bias)`` as the call uses them."""
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = resolve_group(group)
+    return (tp, *check_operands(op, tp, a, weight, bias, a_shape, weight_shape))
+
+
 def check_ag_gemm(a, weight, bias, *, group, impl, timeout, out, activation, row_scale, scale):
     """Every check of an AG-GEMM call, before any communication (the eager op and the custom op's
     fake, :mod:`fluxlite.library`, share it). Returns ``(tp, a, weight, bias, ep, out_shape)`` with
     the operands as the call uses them."""
-    check_impl(impl)
-    check_timeout(timeout)
-    tp = resolve_group(group)
-    a, weight, bias = check_operands("ag_gemm", tp, a, weight, bias, "[m, K]", "[N_local, K]")
+    tp, a, weight, bias = _check_call("ag_gemm", a, weight, bias, group, impl, timeout, "[m, K]", "[N_local, K]")
     ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
                         weight_rows=weight.shape[0], like=a)
     if ep.gated:
@@ -55,10 +60,7 @@ def check_ag_gemm(a, weight, bias, *, group, impl, timeout, out, activation, row
 
 def check_gemm_rs(a, weight, bias, *, group, impl, timeout, out, scale):
     """Every check of a GEMM-RS call, before any communication (shared as :func:`check_ag_gemm`)."""
-    check_impl(impl)
-    check_timeout(timeout)
-    tp = resolve_group(group)
-    a, weight, bias = check_operands("gemm_rs", tp, a, weight, bias, "[M, K_local]", "[N, K_local]")
+    tp, a, weight, bias = _check_call("gemm_rs", a, weight, bias, group, impl, timeout, "[M, K_local]", "[N, K_local]")
     ep = epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
                         weight_rows=weight.shape[0], like=a)
     check_rows_divisible("gemm_rs", a.shape[0], tp.world_size)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .dist_utils import run_ranks
+from .numerics import poison_empty_tensors
 
 ACTS = ("gelu", "gelu_tanh", "silu", "swiglu")
 TOL = 1e-9
@@ -41,6 +42,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str, case: dict, failure
 def _cases(rank, W):
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig
 
+    poison_empty_tensors()  # every torch.empty the layer makes starts as NaN: an unwritten element fails
     failures: list[str] = []
     s, b, K, N = 4 * W, 3, 24, 8 * W  # N: the layer's output_size (2 * ffn for SwiGLU)
     for n, (act, sp, overlap, keep) in enumerate(itertools.product(ACTS, (True, False), ("fused", "sequential"),

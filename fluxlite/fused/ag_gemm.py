@@ -45,7 +45,7 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
            scale_gathered: torch.Tensor | None) -> list:
     """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
     the data half and the addresses of ``a``, ``gathered`` and the scales, not on the call."""
-    ws, plan, e, parity = call.ws, call.plan, sch.SET, call.parity
+    ws, plan, parity = call.ws, call.plan, call.parity
     W, r = ws.world_size, ws.rank
     m = a.shape[0]
     row = a.shape[1] * a.element_size()
@@ -60,7 +60,7 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
                               row_scale.data_ptr(), 4 * m))
             for s, (lo, hi) in enumerate(plan.split_rows):
                 steps += [(COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
-                          (SIGNAL, call.flag_addr(p, sch.data_slot(W, r, s)), e)]
+                          (SIGNAL, call.flag_addr(p, sch.data_slot(W, r, s)), sch.SET)]
         return steps
     dst = gathered.data_ptr()
     staged_scales = _scales_offset(m, row)
@@ -68,16 +68,16 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
     steps.append((COPY, ws.data_addr(r, parity), src, m * row))  # staged for the peers to pull
     if row_scale is not None:
         steps.append((COPY, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
-    steps += [(SIGNAL, call.flag_addr(p, sch.ready_slot(r)), e) for p in plan.sched.peers()]
+    steps += [(SIGNAL, call.flag_addr(p, sch.ready_slot(r)), sch.SET) for p in plan.sched.peers()]
     steps.append((COPY, dst + r * m * row, src, m * row))  # only for the caller: nothing waits on it
     for p in plan.sched.peers():
-        steps.append((WAIT, call.flag_addr(r, sch.ready_slot(p)), e, dict(what="staged rows", peer=p, chunk=p)))
+        steps.append((WAIT, call.flag_addr(r, sch.ready_slot(p)), sch.SET, dict(what="staged rows", peer=p, chunk=p)))
         staged = ws.data_addr(p, parity)
         if row_scale is not None:
             steps.append((COPY, scale_gathered.data_ptr() + 4 * p * m, staged + staged_scales, 4 * m))
         for s, (lo, hi) in enumerate(plan.split_rows):
             steps += [(COPY, dst + (p * m + lo) * row, staged + lo * row, (hi - lo) * row),
-                      (SIGNAL, call.flag_addr(r, sch.pulled_slot(W, p, s)), e)]
+                      (SIGNAL, call.flag_addr(r, sch.pulled_slot(W, p, s)), sch.SET)]
     return steps
 
 

@@ -87,10 +87,6 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
     so a new scale value builds no plan."""
     consumer = state.consumer
     config = config or gemm_core.default_config()
-    if state.ws.is_cuda and state.ws.shares_gpu and not config.num_progs:
-        # A copy between two ranks' buffers on one GPU runs as a copy kernel, not on a copy engine:
-        # a persistent consumer on every SM would starve the producer's pulls until the timeout.
-        config = dataclasses.replace(config, num_progs=max(1, gemm_core.sm_count(state.ws.device) - SHARED_GPU_FREE_SMS))
     key = (op, rows, K, N, dtype, keep_gathered, ep.activation, ep.row_scaled, config, consumer)
     plan = state.plans.get(key)
     if plan is None:
@@ -100,8 +96,12 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
                 f"(rows={rows}, K={K}, N={N}, {str(dtype).replace('torch.', '')}, return_gathered={keep_gathered}, "
                 f"activation={ep.activation}, row_scale={ep.row_scaled}): run each fused call once eagerly, with "
                 f"the shapes and options you capture, before capturing")
-        block_m = block_m_of(consumer, config)
         ws = state.ws
+        if ws.is_cuda and ws.shares_gpu and not config.num_progs:
+            # A copy between two ranks' buffers on one GPU runs as a copy kernel, not on a copy engine:
+            # a persistent consumer on every SM would starve the producer's pulls until the timeout.
+            config = dataclasses.replace(config, num_progs=max(1, gemm_core.sm_count(ws.device) - SHARED_GPU_FREE_SMS))
+        block_m = block_m_of(consumer, config)
         W, r = ws.world_size, ws.rank
         sched = sch.ag_schedule(W, r, rows, block_m) if op == "ag" else sch.rs_schedule(W, r, rows // W, block_m)
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1

@@ -32,7 +32,7 @@ from .state import FusedState
 def _steps(call: Call, partial: torch.Tensor) -> list:
     """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
     the data half and the address of ``partial``, not on the call."""
-    ws, plan, e, parity = call.ws, call.plan, sch.SET, call.parity
+    ws, plan, parity = call.ws, call.plan, call.parity
     W, r = ws.world_size, ws.rank
     _, mc, N = partial.shape
     row = N * partial.element_size()
@@ -46,7 +46,7 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
                 (WAIT, counters + 4 * sch.counter_slot(d, s), plan.sched.split_tiles(s, plan.num_n),
                  dict(what="local partial tiles", peer=r, chunk=d, split=s)),
                 (COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
-                (SIGNAL, call.flag_addr(d, sch.data_slot(W, r, s)), e),
+                (SIGNAL, call.flag_addr(d, sch.data_slot(W, r, s)), sch.SET),
             ]
     return steps
 

@@ -49,8 +49,6 @@ class FusedState:
         # Once a CUDA graph captured a fused call here, replays move the device's call sequence
         # without the host: every call then starts with the parity-alignment kernel.
         self.captured = False
-        self.null_calls = 0  # CPU: parity-alignment null calls run (CUDA: device_parity[1])
-        self._cpu_next_parity = 1  # CPU: the parity the next call must use
         self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
         self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
         self._poison: BaseException | None = None
@@ -68,10 +66,11 @@ class FusedState:
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
         self._err_host = self._err_event = None
         self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
-        # The parity the next call must use, and null calls so far (fluxlite.kernels.align).
+        # The parity the next call must use, and null calls so far (fluxlite.kernels.align); on CPU
+        # the host's null calls keep it the same way.
         self.device_parity = torch.tensor([1, 0], dtype=torch.int32, device=ws.device)
         self._align_kernels: dict = {}
-        self._regions: tuple = (-1, None)  # (workspace generation, flag views per parity)
+        self._bound = (-1, (), None)  # (workspace generation, flag region views per parity, peers' flag addresses)
         if ws.is_cuda:
             self._warm_up()
 
@@ -108,7 +107,7 @@ class FusedState:
             raise
         for plan in self.plans.values():
             plan.bound.clear()  # views of the old buffers would keep them alive
-        self._flag_bases()  # now: the alignment kernel may first run under capture, which cannot copy it
+        self._bind()  # now: the alignment kernel may first run under capture, which cannot copy to the device
 
     def _announce(self, signature: tuple[int, ...]) -> None:
         """Write ``signature`` and the ready flag of the next call into every peer's flags (after
@@ -149,36 +148,51 @@ class FusedState:
         self.epoch += 1
         return self.epoch
 
+    @property
+    def null_calls(self) -> int:
+        """Parity-alignment null calls run so far (reads the device; for tests and diagnostics)."""
+        return int(self.device_parity[1])
+
+    def _bind(self) -> tuple:
+        """``(flag region views per parity, int64 [W] peers' flag addresses)`` for the workspace's
+        current buffers, made once per generation (a growth moves them)."""
+        ws = self.ws
+        if self._bound[0] != ws.generation:
+            flags, W = ws.flags(ws.rank), ws.world_size
+            regions = tuple(flags[sch.region_start(W, p):] for p in (0, 1))
+            bases = torch.tensor([ws.flag_addr(p) for p in range(W)], dtype=torch.int64).to(ws.device)
+            self._bound = (ws.generation, regions, bases)
+        return self._bound[1:]
+
     def region(self, parity: int) -> torch.Tensor:
         """int32 view of this rank's flag region ``parity`` followed by the signature slots: the
         fused kernels' flag array (:func:`fluxlite.schedule.region_start`)."""
-        generation, views = self._regions
-        if generation != self.ws.generation:
-            flags, W = self.ws.flags(self.ws.rank), self.ws.world_size
-            views = tuple(flags[sch.region_start(W, p):] for p in (0, 1))
-            self._regions = (self.ws.generation, views)
-        return views[parity]
+        return self._bind()[0][parity]
 
     def align(self, parity: int, call: int, timeout_s: float, stream: int | None = None) -> None:
         """Before call ``call`` of parity ``parity``: make the device's call sequence alternate
         parities (:mod:`fluxlite.kernels.align`). CUDA: enqueued on ``stream``; while no graph has
-        captured a fused call here the host's parity is the device's, and one memop records it."""
-        ws = self.ws
-        if ws.is_cuda:
+        captured a fused call here the host's parity is the device's, and one memop records it.
+        CPU (no graphs; tests make the host skip a parity): the same null call, on the host."""
+        if not self.ws.is_cuda:
+            if int(self.device_parity[0]) != parity:
+                self._null_call(1 - parity, call, timeout_s)
+            self.device_parity[0] = 1 - parity
+        elif self.captured:
+            self._align_kernel(parity, call, timeout_s)
+        else:
             from .. import _cuda_driver as cu
-            from ..kernels import align
 
-            if not self.captured:
-                cu.stream_write_value32(stream, self.device_parity.data_ptr(), 1 - parity)
-                return
-            align.launch(state=self.device_parity, flag_bases=self._flag_bases(), error=self.error, parity=parity,
-                         rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size), call=call,
-                         timeout_s=timeout_s, cache=self._align_kernels)
-            return
-        # CPU: the same null call on the host (no graphs here; tests make the host skip a parity).
-        if self._cpu_next_parity != parity:
-            self._null_call(1 - parity, call, timeout_s)
-        self._cpu_next_parity = 1 - parity
+            cu.stream_write_value32(stream, self.device_parity.data_ptr(), 1 - parity)
+
+    def _align_kernel(self, parity: int, call: int, timeout_s: float) -> None:
+        """Launch :func:`fluxlite.kernels.align.align_kernel` on the current stream."""
+        from ..kernels import align
+
+        ws = self.ws
+        align.launch(state=self.device_parity, flag_bases=self._bind()[1], error=self.error, parity=parity,
+                     rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size), call=call,
+                     timeout_s=timeout_s, cache=self._align_kernels)
 
     def _null_call(self, parity: int, call: int, timeout_s: float) -> None:
         from ..flags import host_store, host_wait
@@ -195,14 +209,7 @@ class FusedState:
                           op="fused call", what="its arrival at a parity-alignment call", rank=r, peer=p,
                           chunk=-1, epoch=call)
         self.clear(parity)
-        self.null_calls += 1
-
-    def _flag_bases(self) -> torch.Tensor:
-        ws = self.ws
-        if getattr(self, "_bases", (None, -1))[1] != ws.generation:
-            bases = torch.tensor([ws.flag_addr(p) for p in range(ws.world_size)], dtype=torch.int64)
-            self._bases = (bases.to(ws.device), ws.generation)
-        return self._bases[0]
+        self.device_parity[1] += 1
 
     def clear(self, parity: int, stream: int | None = None) -> None:
         """Clear this rank's flag region ``parity`` (CUDA: enqueued on ``stream``), once every flag a
@@ -307,9 +314,7 @@ class FusedState:
             # The alignment kernel on its no-op branch: compiled and loaded now, not beside a
             # spinning consumer after the first capture.
             self.device_parity[:1].fill_(0)
-            self.captured = True
-            self.align(0, 0, self._timeout_s, handle)
-            self.captured = False
+            self._align_kernel(0, 0, self._timeout_s)
             self.device_parity[:1].fill_(1)  # the first call's parity; no null calls counted
         self.drain(self._timeout_s)
 

@@ -67,8 +67,7 @@ from .. import library
 from ..group import TPGroup
 from ..epilogue import Epilogue
 from ..epilogue import apply as apply_epilogue
-from ..library import (activation_grad, linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce,
-                       start_column_dgrad)
+from ..library import linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce, start_column_dgrad
 
 
 @dataclass(frozen=True)
@@ -286,15 +285,12 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         wgrad_input, weight, bias = ctx.saved_tensors
         opt = ctx.options
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
-        g = _rows(grad_out).contiguous()
-        regather = opt.tp if opt.sp and not opt.keep_gathered_input else None
-        if opt.activation is not None:  # the pre-activation's grad, from the gathered input
-            wgrad_input = _all_gather_rows_async(wgrad_input, opt.tp).wait() if regather else wgrad_input
-            g, regather = activation_grad(g, wgrad_input, weight, bias, opt.activation, None), None
         grad_x, grad_w, grad_b = linear_backward(
-            g, weight, wgrad_input, regather=regather,
-            start_dgrad=(lambda: _start_column_dgrad(g, weight, opt)) if ctx.needs_input_grad[0] else None,
-            weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
+            _rows(grad_out).contiguous(), weight, wgrad_input,
+            regather=opt.tp if opt.sp and not opt.keep_gathered_input else None,
+            start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt)) if ctx.needs_input_grad[0] else None,
+            weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
+            bias=bias)
         return _input_grad(ctx, grad_x), grad_w, grad_b, None
 
 
@@ -324,6 +320,6 @@ class RowParallelLinearFunction(torch.autograd.Function):
             grads = row_sp_backward(g, weight, x2, tp=opt.tp, impl=opt.impl, timeout=None, scale=None,
                                     need_dx=need_dx, weight_grad=weight_grad, bias_grad=bias_grad)
         else:
-            grads = linear_backward(g, weight, x2, regather=None, start_dgrad=(lambda: g @ weight) if need_dx else None,
+            grads = linear_backward(g, weight, x2, regather=None, start_dgrad=(lambda g: g @ weight) if need_dx else None,
                                     weight_grad=weight_grad, bias_grad=bias_grad)
         return _input_grad(ctx, grads[0]), grads[1], grads[2], None
