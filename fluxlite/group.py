@@ -117,13 +117,13 @@ def init(backend: str | None = None) -> TPGroup:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if backend is None:
             shared = gpus and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > gpus
-            backend = ("cpu:gloo,cuda:gloo" if shared else "nccl") if gpus else "gloo"
-        if gpus and "nccl" not in backend and "cuda" in backend:
-            torch.cuda.set_device(local_rank % gpus)
+            backend = "gloo" if not gpus else "cpu:gloo,cuda:gloo" if shared else "nccl"
         if backend == "nccl":
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
             dist.init_process_group(backend=backend, device_id=device)
         else:
+            if gpus and "cuda" in backend:  # ranks may share GPUs here
+                torch.cuda.set_device(local_rank % gpus)
             dist.init_process_group(backend=backend)
     return resolve_group()
