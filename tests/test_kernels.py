@@ -211,6 +211,21 @@ def test_the_direct_launch_steps_aside_only_for_a_registered_launch_hook():
     assert not launch._hooks_set()
 
 
+
+def test_the_direct_launch_key_separates_what_triton_compiles_apart():
+    """A cached kernel is reused only for calls Triton would compile the same way: an int past 32
+    bits is an i64 argument even when not specialised (a timeout of 3 s in ns), a tensor's 16-byte
+    alignment and dtype, and for a specialised int, 1 and divisibility by 16. A float's value is
+    not, or every new epilogue scale would add a cache entry."""
+    from fluxlite.kernels.launch import _spec
+
+    assert _spec(7, False) == _spec(1000, False) != _spec(3_000_000_000, False)
+    assert len({_spec(1, True), _spec(16, True), _spec(17, True), _spec(2**40, True)}) == 4
+    assert _spec(0.5, False) == _spec(2.0, False)
+    t = torch.empty(8, dtype=torch.float32)
+    assert _spec(t, True) != _spec(t[1:], True)
+    assert _spec(t, True) != _spec(t.double(), True)
+
 def _align(flags, state, parity, rank=0, timeout_s=1.0):
     W = len(flags)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)

@@ -3,9 +3,11 @@
 ``fn[grid](*args, **constexprs)`` binds and specialises every argument on every call (about 0.1 ms
 of host time for the fused kernels' ~25 arguments). The first call of each specialisation goes
 that way and keeps the compiled kernel; later calls hand the same arguments straight to its
-launcher. A call's specialisation key is computed here the way Triton computes it (pointer
-alignment, integers equal to 1 or divisible by 16, descriptor block shapes), so a call that Triton
-would compile differently never runs a kernel compiled for another.
+launcher. A call's specialisation key is computed here the way Triton computes it (a tensor's dtype
+and 16-byte alignment; a host TMA descriptor's dtype, block shape, strides and alignment; an int's
+width, and whether it equals 1 or is divisible by 16 unless it is in ``do_not_specialize``; a
+float's type), so a call that Triton would compile differently never runs a kernel compiled for
+another.
 """
 
 from __future__ import annotations
@@ -16,15 +18,31 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .gemm_core import interpreting
 
+_INT32 = (-(2**31), 2**31)
+
 
 def _spec(arg, specialize: bool):
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
     if isinstance(arg, TensorDescriptor):
         return "desc", arg.base.dtype, tuple(arg.block_shape), arg.base.data_ptr() % 16 == 0, tuple(arg.strides)
-    if isinstance(arg, bool) or not isinstance(arg, int):
-        return type(arg), arg
-    return (arg == 1, arg % 16 == 0) if specialize else int
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        # Triton types an int i32 or i64 by its value, whether or not it specialises on it.
+        wide = not _INT32[0] <= arg < _INT32[1]
+        return (wide, arg == 1, arg % 16 == 0) if specialize else wide
+    return type(arg)  # a float or bool: typed, never specialised on its value
+
+
+_SPECIALIZED: dict = {}
+
+
+def _specialized(fn, count: int) -> tuple[bool, ...]:
+    """Per positional argument of ``fn``: whether Triton specialises on its value."""
+    flags = _SPECIALIZED.get(fn)
+    if flags is None:
+        skip, names = fn.do_not_specialize, fn.arg_names
+        flags = _SPECIALIZED[fn] = tuple(i not in skip and names[i] not in skip for i in range(len(names)))
+    return flags[:count]
 
 
 def _hook_set(hook) -> bool:
@@ -46,14 +64,12 @@ def launch(fn, cache: dict, grid: int, args: tuple, constexprs: dict, *, num_war
     if interpreting() or _hooks_set():
         fn[(grid,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         return
-    skip = fn.do_not_specialize
-    names = fn.arg_names
-    key = (tuple(_spec(a, i not in skip and names[i] not in skip) for i, a in enumerate(args)),
-           tuple(constexprs.items()), num_warps, num_stages)
+    key = (tuple(map(_spec, args, _specialized(fn, len(args)))), tuple(constexprs.items()), num_warps, num_stages)
     kernel = cache.get(key)
     if kernel is None:
-        if list(constexprs) != list(names[len(args):]):
-            raise TypeError(f"{fn.__name__}: constexprs must be {names[len(args):]} in order, got {list(constexprs)}")
+        names = fn.arg_names[len(args):]
+        if list(constexprs) != list(names):
+            raise TypeError(f"{fn.__name__}: constexprs must be {names} in order, got {list(constexprs)}")
         cache[key] = fn[(grid,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         return
     stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
