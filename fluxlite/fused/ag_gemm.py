@@ -132,5 +132,6 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
     addresses = (a.data_ptr(), gathered.data_ptr(),
                  *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
     steps = call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
-    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch)
+    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch,
+             call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale))
     return out, (None if push else gathered)

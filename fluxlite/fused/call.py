@@ -36,7 +36,12 @@ SHARED_GPU_FREE_SMS = 8  # SMs a fused kernel leaves to the producer's copy kern
 # its own input addresses, in either data half (80 layers: 160). Calls whose tensors move every
 # time would grow it without bound: past this it starts again.
 MAX_PROGRAMS = 256
-
+# Eager calls replayed from a graph (Call.run): a call's work is captured the second time its key
+# is seen (the first may be a one-off), and at most this many per plan and workspace generation.
+# Graphs are never dropped while the workspace lives (a replay of one may still be in flight), so
+# keys past the limit run without a graph.
+MAX_GRAPHS = 512
+_SEEN_ONCE, _NO_GRAPH = object(), object()
 
 def block_m_of(consumer: str, config: gemm_core.GemmConfig) -> int:
     return config.block_m if consumer == "triton" else CPU_BLOCK_M
@@ -51,12 +56,15 @@ class Bindings:
     generation: int = -1
     views: dict = field(default_factory=dict)  # parity -> the op's views of our data half
     programs: dict = field(default_factory=dict)  # (parity, addresses of the call's tensors) -> steps
+    graphs: dict = field(default_factory=dict)  # Call.replay_key -> torch.cuda.CUDAGraph (or seen once)
 
     def clear(self) -> None:
-        """Drop everything (after a growth: the views would keep the old buffers alive)."""
+        """Drop everything (after a growth, once the device is idle: the views would keep the old
+        buffers alive, and the programs and graphs address them)."""
         self.generation = -1
         self.views.clear()
         self.programs.clear()
+        self.graphs.clear()
 
 
 @dataclass(frozen=True)
@@ -131,13 +139,9 @@ class Call:
             state.captured = True
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
-        # Stream-ordered before the producer's first step (its stream waits on the caller's stream).
         if ws.is_cuda:
             cu.ensure_context(ws.device.index)
             self.stream = torch._C._cuda_getCurrentRawStream(ws.device.index)
-            cu.memset32_async(self.stream, state.counters.data_ptr(), 0, state.counters.numel())
-        else:
-            state.counters.zero_()
 
     @property
     def signature_base(self) -> int:
@@ -223,39 +227,36 @@ class Call:
                                             theirs=sch.describe_signature(theirs))
         host_wait_flag(flags, slot, sch.SET, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
 
-    def run(self, steps: list, consume) -> None:
+    def replay_key(self, *tensors: torch.Tensor | None, scale: float) -> tuple:
+        """What a CUDA call's enqueued work depends on beyond its plan and workspace generation: the
+        parity, the addresses and strides of ``tensors`` (every tensor the producer or the kernel
+        touches), the epilogue ``scale`` and the timeout (both launch arguments)."""
+        return (self.parity, scale, self.timeout_s,
+                *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
+
+    def run(self, steps: list, consume, replay_key: tuple | None = None) -> None:
         """Run the producer ``steps`` (thread or stream) beside ``consume()``; join; raise any failure.
 
-        On CUDA the producer's steps up to its first wait are queued before the kernel (its first
-        copies start while the kernel is being launched), the rest after it. A stream wait blocks
-        everything queued behind it when streams share a hardware queue (always so with
-        ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets; by chance otherwise), so no wait may sit
-        in front of the kernel: RS's producer waits on the kernel's own counters, and AG's pull
-        waits on a peer that may never come, where only the kernel's bounded wait (which then
-        releases the producer) ends the call.
+        On CUDA the work is enqueued on the caller's stream and the producer stream
+        (:meth:`_enqueue`). An eager call whose ``replay_key`` (:meth:`replay_key`) was seen before
+        replays that work from a CUDA graph captured the second time (:meth:`_replay`): one launch
+        instead of some twenty driver calls, the host cost a fused call would otherwise add to a
+        one-call-at-a-time (latency-bound) step.
         """
         state = self.state
         if self.ws.is_cuda:
-            main, side = self.stream, state.producer_handle
-            state.align(self.parity, self.epoch, self.timeout_s, main)
-            cu.event_record(state.call_start.cuda_event, main)
-            cu.stream_wait_event(side, state.call_start.cuda_event)
-            split = producer.first_wait(steps)
-            producer.enqueue_on_stream(steps[:split], side)
-            consume()
-            producer.enqueue_on_stream(steps[split:], side)
-            cu.event_record(state.call_end.cuda_event, side)
-            cu.stream_wait_event(main, state.call_end.cuda_event)
-            state.clear(self.parity, main)
+            if not self._replay(replay_key, steps, consume):
+                self._enqueue(steps, consume, self.stream)
             if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
                 if state.blocking:  # Python's default warning filter shows it once per process
                     warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
                                   "cannot synchronise); call fluxlite.synchronize() after replays instead", stacklevel=2)
                 return
-            state.note_kernel_launch(self.timeout_s, main)
+            state.note_kernel_launch(self.timeout_s, self.stream)
             if state.blocking:
                 state.synchronize()
             return
+        state.counters.zero_()
         state.align(self.parity, self.epoch, self.timeout_s)
         future = state.submit(self._produce_on_thread, steps)
         try:
@@ -276,6 +277,60 @@ class Call:
             state.poison(exc)
             raise exc
         state.clear(self.parity)
+
+    def _enqueue(self, steps: list, consume, main: int) -> None:
+        """Enqueue the call on the raw stream ``main`` (the caller's, or a capture's) and the producer
+        stream, which forks from ``main`` and joins it again before the flags are cleared.
+
+        The producer's steps up to its first wait are queued before the kernel (its first copies
+        start while the kernel is being launched), the rest after it. A stream wait blocks
+        everything queued behind it when streams share a hardware queue (always so with
+        ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets; by chance otherwise), so no wait may sit
+        in front of the kernel: RS's producer waits on the kernel's own counters, and AG's pull
+        waits on a peer that may never come, where only the kernel's bounded wait (which then
+        releases the producer) ends the call.
+        """
+        state = self.state
+        side = state.producer_handle
+        cu.memset32_async(main, state.counters.data_ptr(), 0, state.counters.numel())
+        state.align(self.parity, self.epoch, self.timeout_s, main)
+        cu.event_record(state.call_start.cuda_event, main)
+        cu.stream_wait_event(side, state.call_start.cuda_event)
+        split = producer.first_wait(steps)
+        producer.enqueue_on_stream(steps[:split], side)
+        consume()
+        producer.enqueue_on_stream(steps[split:], side)
+        cu.event_record(state.call_end.cuda_event, side)
+        cu.stream_wait_event(main, state.call_end.cuda_event)
+        state.clear(self.parity, main)
+
+    def _replay(self, key: tuple | None, steps: list, consume) -> bool:
+        """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
+        once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
+        first sighting, past :data:`MAX_GRAPHS`, under a user's capture, or once a user's graph holds
+        fused calls of this workspace (the device's parity is then not the host's, and the
+        alignment kernel must run first: :mod:`fluxlite.kernels.align`)."""
+        if key is None or self.capturing or self.state.captured:
+            return False
+        graphs = self._bindings().graphs
+        graph = graphs.get(key)
+        if graph is None:
+            if len(graphs) < MAX_GRAPHS:
+                graphs[key] = _SEEN_ONCE
+            return False
+        if graph is _SEEN_ONCE:
+            try:
+                graph = self.state.capture(lambda stream: self._enqueue(steps, consume, stream))
+            except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
+                graphs[key] = _NO_GRAPH
+                warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "
+                              f"graph ({type(exc).__name__}: {exc})", stacklevel=3)
+                return False
+            graphs[key] = graph
+        if graph is _NO_GRAPH:
+            return False
+        graph.replay()
+        return True
 
     def _produce_on_thread(self, steps: list) -> None:
         try:

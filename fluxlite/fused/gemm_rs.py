@@ -93,5 +93,6 @@ def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
                       peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
 
     steps = call.program((partial.data_ptr(),), lambda: _steps(call, partial))
-    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch)
+    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch,
+             call.replay_key(a, partial, weight, out, bias, scale=ep.scale))
     return out

@@ -61,6 +61,12 @@ class FusedState:
             self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
             for event in (self.call_start, self.call_end):
                 event.record(self.producer_stream)  # creates the event, so it has a raw handle
+            # Eager calls replayed from graphs (fluxlite.fused.call.Call.run): captured on a stream of
+            # their own, into one memory pool (what a launch allocates: Triton's scratch). Calls on
+            # one workspace are stream-ordered (they share its counters and flags), so their graphs
+            # never replay at once and may share the pool.
+            self._capture_stream = torch.cuda.Stream(device=ws.device)
+            self._graph_pool = torch.cuda.graph_pool_handle()
         else:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
@@ -288,6 +294,19 @@ class FusedState:
         the producer stream are idle."""
         if self.ws.is_cuda:
             wait_idle([torch.cuda.current_stream(self.ws.device), self.producer_stream], self.ws, timeout_s)
+
+    def capture(self, enqueue) -> torch.cuda.CUDAGraph:
+        """A CUDA graph of what ``enqueue(stream)`` enqueues on the raw capturing ``stream`` (an eager
+        call's work, to replay). ``thread_local``: other threads' CUDA calls (a gloo or NCCL worker)
+        neither break the capture nor are broken by it."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(self._capture_stream):
+            graph.capture_begin(pool=self._graph_pool, capture_error_mode="thread_local")
+            try:
+                enqueue(self._capture_stream.cuda_stream)
+            finally:
+                graph.capture_end()
+        return graph
 
     # ---- the producer -------------------------------------------------------------------------
     def submit(self, fn, *args, **kwargs):
