@@ -307,11 +307,13 @@ class Call:
     def _replay(self, key: tuple | None, steps: list, consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
-        first sighting, past :data:`MAX_GRAPHS`, under a user's capture, or once a user's graph holds
-        fused calls of this workspace (the device's parity is then not the host's, and the
-        alignment kernel must run first: :mod:`fluxlite.kernels.align`)."""
-        if key is None or self.capturing or self.state.captured:
+        first sighting, past :data:`MAX_GRAPHS`, or under a user's capture. Once a user's graph holds
+        fused calls of this workspace, the device's parity is no longer the host's and a call starts
+        with the alignment kernel instead of a memop (:meth:`FusedState.align`): graphs captured
+        before and after that are kept apart."""
+        if key is None or self.capturing:
             return False
+        key = (self.state.captured, *key)
         graphs = self._bindings().graphs
         graph = graphs.get(key)
         if graph is None:
