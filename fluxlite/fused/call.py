@@ -227,11 +227,15 @@ class Call:
                                             theirs=sch.describe_signature(theirs))
         host_wait_flag(flags, slot, sch.SET, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
 
-    def replay_key(self, *tensors: torch.Tensor | None, scale: float) -> tuple:
-        """What a CUDA call's enqueued work depends on beyond its plan and workspace generation: the
-        parity, the addresses and strides of ``tensors`` (every tensor the producer or the kernel
-        touches), the epilogue ``scale`` and the timeout (both launch arguments)."""
-        return (self.parity, scale, self.timeout_s,
+    def replay_key(self, *tensors: torch.Tensor | None, scale: float) -> tuple | None:
+        """What a CUDA call's enqueued work depends on beyond its plan and workspace generation:
+        whether a user's graph holds fused calls here (the call then starts with the alignment
+        kernel, not a memop: :meth:`FusedState.align`), the parity, the addresses and strides of
+        ``tensors`` (every tensor the producer or the kernel touches), the epilogue ``scale`` and the
+        timeout (both launch arguments). ``None`` on CPU, which replays nothing."""
+        if not self.ws.is_cuda:
+            return None
+        return (self.state.captured, self.parity, scale, self.timeout_s,
                 *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
 
     def run(self, steps: list, consume, replay_key: tuple | None = None) -> None:
@@ -307,13 +311,9 @@ class Call:
     def _replay(self, key: tuple | None, steps: list, consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
-        first sighting, past :data:`MAX_GRAPHS`, or under a user's capture. Once a user's graph holds
-        fused calls of this workspace, the device's parity is no longer the host's and a call starts
-        with the alignment kernel instead of a memop (:meth:`FusedState.align`): graphs captured
-        before and after that are kept apart."""
+        first sighting, past :data:`MAX_GRAPHS`, or under a user's capture."""
         if key is None or self.capturing:
             return False
-        key = (self.state.captured, *key)
         graphs = self._bindings().graphs
         graph = graphs.get(key)
         if graph is None:
