@@ -12,6 +12,7 @@ microsecond or two each rather than a torch dispatch each.
   peers' symmetric memory is mapped here), on the copy engine.
 - ``cuMemsetD32Async``, ``cuEventRecord``, ``cuStreamWaitEvent``: zeroing the counters and ordering
   the producer stream after the caller's.
+- ``cuGraphLaunch``: an eager call replayed from its own graph (:meth:`fluxlite.fused.call.Call.run`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _SIGNATURES = {
     "cuMemsetD32Async": ([_U64, _UINT, _SZ, _P], ("cuMemsetD32Async",)),
     "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
     "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
+    "cuGraphLaunch": ([_P, _P], ("cuGraphLaunch",)),
     "cuCtxGetCurrent": ([ctypes.POINTER(_P)], ("cuCtxGetCurrent",)),
     "cuCtxSetCurrent": ([_P], ("cuCtxSetCurrent",)),
     "cuDeviceGet": ([ctypes.POINTER(ctypes.c_int), ctypes.c_int], ("cuDeviceGet",)),
@@ -122,3 +124,11 @@ def event_record(event: int, stream: int) -> None:
 def stream_wait_event(stream: int, event: int) -> None:
     """Enqueue on ``stream``: later work waits until ``event`` (recorded on another stream) completes."""
     _check(_driver()["cuStreamWaitEvent"](stream, event, 0), "cuStreamWaitEvent")
+
+
+def graph_launch(graph_exec: int, stream: int) -> None:
+    """Enqueue the instantiated graph ``graph_exec`` (a raw ``CUgraphExec``) on ``stream``.
+
+    ``torch.cuda.CUDAGraph.replay()`` also refills the default generator's seed and offset tensors
+    (two fill kernels) before it launches: for graphs without random numbers, only the launch."""
+    _check(_driver()["cuGraphLaunch"](graph_exec, stream), "cuGraphLaunch")

@@ -23,7 +23,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from fluxlite.kernels import ag_gemm, align, gemm_core, gemm_rs  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
-INTS = ("num_tiles", "chunk_rows", "N", "K", "rank", "world_size", "call", "sig_base", "claim_slot")
+INTS = ("num_tiles", "chunk_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot")
 
 
 def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None):
@@ -38,7 +38,7 @@ def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, 
 def variants(dtype: str, config: gemm_core.GemmConfig):
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     scalars = {n: "i32" for n in INTS} | {"timeout_ns": "i64", "scale": "fp32"}
-    tables = {n: "*i32" for n in ("blocks_ptr", "tiles_ptr", "flags_ptr", "sig_ptr", "counters_ptr", "error_ptr")}
+    tables = {n: "*i32" for n in ("blocks_ptr", "tiles_ptr", "flags_ptr", "sig_ptr", "counters_ptr", "error_ptr", "call_ptr")}
     scales = dict(scale_local="*fp32", scale_gathered="*fp32")
     for use_tma, kmajor, bias in itertools.product((True, False), (False, True), (False, True)):
         def desc(shape):
@@ -71,7 +71,7 @@ def main() -> None:
     cases = [("bf16", *v) for v in variants("bf16", config)] + [("fp16", *v) for v in list(variants("fp16", config))[:2]]
     cases.append(("int32", "align (parity alignment, W=8)", align.align_kernel,
                   dict(state_ptr="*i32", flag_bases_ptr="*i64", error_ptr="*i32", parity="i32", rank="i32",
-                       world_size="i32", region="i32", call="i32", timeout_ns="i64"),
+                       world_size="i32", region="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, INTERPRET=False)))
     for dtype, name, fn, types, consts in cases:
         if True:

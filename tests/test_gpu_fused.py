@@ -159,14 +159,51 @@ def _recurring_calls(rank, world_size):
             assert rel_err(out, 0.5 * ref + b.float()) < TOL, f"call {i}: extra AG"
     fluxlite.synchronize()
     state = fluxlite.fused.state_of(fluxlite.get_workspace())
-    graphs = {op: sum(isinstance(g, torch.cuda.CUDAGraph) for g in plan.bound.graphs.values())
-              for (op, *_), plan in state.plans.items()}
+    graphs = {op: _replays(plan) for (op, *_), plan in state.plans.items()}
     assert graphs["ag"] >= 2, graphs  # both parities: its tensors never move
     assert graphs["rs"] >= 2, graphs  # its partial buffer is allocated per call, mostly at one address
 
 
+def _replays(plan) -> int:
+    """How many of ``plan``'s eager calls have a graph to replay from."""
+    from fluxlite.fused.state import Replay
+
+    return sum(isinstance(g, Replay) for g in plan.bound.graphs.values())
+
+
 def test_recurring_eager_calls_replay_from_graphs_with_fresh_data():
     run_gpu_ranks(_recurring_calls, 2)
+
+
+def _peer_stops_during_replays(rank, world_size, op):
+    """Rank 1 stops after six calls that rank 0 replays from graphs; rank 0's seventh call, a
+    replay, times out in its kernel, and the record the graph copied back must make rank 0's next
+    call raise that timeout (without blocking), naming rank, peer and call."""
+    import fluxlite
+
+    gen = torch.Generator(device=_dev()).manual_seed(5 + rank)
+    a = torch.randn(256 if op == "ag" else 512, 512, generator=gen, device=_dev()).to(BF16)
+    w = (torch.randn(384, 512, generator=gen, device=_dev()) / 512**0.5).to(BF16)
+    call = {"ag": lambda: fluxlite.ag_gemm(a, w, impl="fused", timeout=2.0),
+            "rs": lambda: fluxlite.gemm_rs(a, w, impl="fused", timeout=2.0)}[op]
+    for _ in range(6):
+        call()
+    fluxlite.synchronize()
+    dist.barrier()
+    if rank == 0:
+        (plan,) = fluxlite.fused.state_of(fluxlite.get_workspace()).plans.values()
+        assert _replays(plan) == 2, "both parities' calls should replay by now"
+        call()  # replayed; no peer
+        torch.cuda.current_stream().synchronize()  # the kernel gave up after 2 s
+        with pytest.raises(fluxlite.FluxliteTimeoutError) as info:
+            call()
+        assert (info.value.rank, info.value.peer, info.value.epoch) == (0, 1, 7), str(info.value)
+    dist.barrier()
+
+
+@pytest.mark.parametrize("op", ["ag", "rs"])
+def test_a_replayed_calls_timeout_is_raised_by_the_next_call(op):
+    run_gpu_ranks(_peer_stops_during_replays, 2, op, limit_s=90)
 
 
 def _skipped_call(rank, world_size, op):

@@ -130,7 +130,8 @@ def test_fused_calls_replay_from_a_graph_with_fresh_data():
 
 def _interleaved(rank, world_size):
     """Graph A (one call), graph B (two calls) and eager calls in a seeded random order, the same on
-    both ranks; the null calls the device ran must be those a host model of parities predicts."""
+    both ranks; the null calls the device ran must be those a host model of parities predicts, and its
+count of calls (which names a call in an error record) every call it ran, replays included."""
     import fluxlite
 
     ag, rs = _Case("ag", 700, 256, 384), _Case("rs", 1400, 256, 320)
@@ -139,6 +140,7 @@ def _interleaved(rank, world_size):
         case.check(case.run(), "eager warm-up")
     state = fluxlite.fused.state_of(fluxlite.get_workspace())
     parity_next = (state.epoch + 1) % 2  # the device's next parity: eager calls alternate
+    calls = state.epoch  # the device's count of calls: the eager ones so far (captures run nothing)
     a_parity = [(state.epoch + 1) % 2]
     graph_a, out_a = _capture(ag.run)
     b_parities = [(state.epoch + 1) % 2, (state.epoch + 2) % 2]
@@ -146,14 +148,15 @@ def _interleaved(rank, world_size):
     predicted = 0
 
     def device_runs(parities):
-        nonlocal parity_next, predicted
+        nonlocal parity_next, predicted, calls
         for p in parities:
             predicted += p != parity_next
             parity_next = 1 - p
+            calls += 1
 
     rng = random.Random(5)
     history = []
-    assert state.device_parity.tolist() == [parity_next, 0]
+    assert state.sequence.tolist() == [parity_next, 0, calls]
     for step in range(300):
         kind = rng.choice(["A", "B", "eager ag", "eager rs"])
         ag.load(step)
@@ -175,8 +178,8 @@ def _interleaved(rank, world_size):
             device_runs([(state.epoch + 1) % 2])
             case.check(case.run(), f"step {step}: {kind}")
         history.append(kind)
-        ran = state.device_parity.tolist()
-        assert ran == [parity_next, predicted], f"after {history}: device [next parity, null calls] {ran}"
+        ran = state.sequence.tolist()
+        assert ran == [parity_next, predicted, calls], f"after {history}: device [next parity, null calls, calls] {ran}"
     fluxlite.synchronize()
     assert predicted > 20, "the sequence never made two consecutive calls share a parity"
 

@@ -81,7 +81,7 @@ def _ag_launch(a_local, gathered, w, flags, sig, error, epoch, timeout_s, out, r
     ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, ep=PLAIN, scale_local=None,
                    scale_gathered=None, flags=flags[sch.region_start(W, epoch % 2):],
                    sig=torch.tensor(sig, dtype=torch.int32), counters=torch.zeros(sch.num_counters(W), dtype=torch.int32),
-                   error=error, rank=rank, world_size=W, call=epoch,
+                   error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=rank, world_size=W,
                    sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
                    claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]))
     return s
@@ -154,7 +154,7 @@ def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, 
     s = sch.rs_schedule(W, r, a.shape[0] // W, CFG.block_m, 2)
     rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv,
                    flags=flags[sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
-                   counters=counters, error=error, rank=r, world_size=W, call=epoch,
+                   counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=r, world_size=W,
                    sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
                    claim_slot=sch.claim_slot(W),
                    peer_slots=sch.peer_slots(), timeout_s=1.0, ep=PLAIN, config=CFG, cache={},
@@ -230,7 +230,7 @@ def _align(flags, state, parity, rank=0, timeout_s=1.0):
     W = len(flags)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     align_kern.launch(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
-                      error=error, parity=parity, rank=rank, world_size=W, region=sch.region_slots(W), call=7,
+                      error=error, parity=parity, rank=rank, world_size=W, region=sch.region_slots(W),
                       timeout_s=timeout_s, cache={})
     return error
 
@@ -240,9 +240,9 @@ def test_align_kernel_does_nothing_when_the_parities_alternate(parity):
     W = 3
     flags = [torch.randint(0, 3, (sch.num_flag_slots(W),), dtype=torch.int32) for _ in range(W)]
     before = [f.clone() for f in flags]
-    state = torch.tensor([parity, 5], dtype=torch.int32)
+    state = torch.tensor([parity, 5, 11], dtype=torch.int32)
     assert _align(flags, state, parity).tolist() == [0] * RECORD_WORDS
-    assert state.tolist() == [1 - parity, 5], "the next call must use the other parity"
+    assert state.tolist() == [1 - parity, 5, 12], "the next call must use the other parity; the call is counted"
     assert all(torch.equal(f, b) for f, b in zip(flags, before)), "an aligned call touched a flag"
 
 
@@ -261,9 +261,9 @@ def test_align_kernel_runs_a_null_call_on_the_other_region(parity):
         mine[base + sch.ready_slot(p)] = sch.SET
     sig = sch.signature_slot(W, 0, 0)
     mine[sig:] = 3  # signatures are not a region's: kept
-    state = torch.tensor([1 - parity, 2], dtype=torch.int32)  # the previous call used ``parity`` too
+    state = torch.tensor([1 - parity, 2, 4], dtype=torch.int32)  # the previous call used ``parity`` too
     assert _align(flags, state, parity).tolist() == [0] * RECORD_WORDS
-    assert state.tolist() == [1 - parity, 3]
+    assert state.tolist() == [1 - parity, 3, 5], "a null call is counted apart from calls"
     assert mine[base : base + R].abs().sum().item() == 0
     assert (mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] == 9).all()
     assert (mine[sig:] == 3).all()
@@ -275,13 +275,13 @@ def test_align_kernel_runs_a_null_call_on_the_other_region(parity):
 def test_align_kernel_records_a_peer_that_never_arrives():
     W, parity = 2, 1
     flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
-    state = torch.tensor([0, 0], dtype=torch.int32)
+    state = torch.tensor([0, 0, 6], dtype=torch.int32)
     error = _align(flags, state, parity, timeout_s=0.01)
     code, slot, call, seen, peer = error.tolist()[:5]
-    assert (code, slot, call, seen, peer) == (ERR_TIMEOUT_ALIGN, sch.ready_slot(1), 7, 0, 1)
+    assert (code, slot, call, seen, peer) == (ERR_TIMEOUT_ALIGN, sch.ready_slot(1), 7, 0, 1), "names the call it starts"
     exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
     assert isinstance(exc, FluxliteTimeoutError) and exc.peer == 1 and "parity-alignment" in str(exc)
-    assert state.tolist() == [0, 1]
+    assert state.tolist() == [0, 1, 7]
 
 
 def _protocol(rank, W, dtype):

@@ -56,7 +56,7 @@ class Bindings:
     generation: int = -1
     views: dict = field(default_factory=dict)  # parity -> the op's views of our data half
     programs: dict = field(default_factory=dict)  # (parity, addresses of the call's tensors) -> steps
-    graphs: dict = field(default_factory=dict)  # Call.replay_key -> torch.cuda.CUDAGraph (or seen once)
+    graphs: dict = field(default_factory=dict)  # Call.replay_key -> state.Replay (or seen once, or no graph)
 
     def clear(self) -> None:
         """Drop everything (after a growth, once the device is idle: the views would keep the old
@@ -201,8 +201,8 @@ class Call:
         """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
         ws, plan = self.ws, self.plan
         return dict(blocks=plan.blocks, tiles=plan.tiles, flags=self.state.region(self.parity), sig=plan.signature_dev,
-                    counters=self.state.counters, error=self.state.error, rank=ws.rank, world_size=ws.world_size,
-                    call=self.epoch, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
+                    counters=self.state.counters, error=self.state.error, call=self.state.call_number, rank=ws.rank,
+                    world_size=ws.world_size, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
                     timeout_s=self.timeout_s, config=plan.config, cache=plan.kernels)
 
     def wait_info(self) -> dict:
@@ -228,14 +228,14 @@ class Call:
         host_wait_flag(flags, slot, sch.SET, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
 
     def replay_key(self, *tensors: torch.Tensor | None, scale: float) -> tuple | None:
-        """What a CUDA call's enqueued work depends on beyond its plan and workspace generation:
-        whether a user's graph holds fused calls here (the call then starts with the alignment
-        kernel, not a memop: :meth:`FusedState.align`), the parity, the addresses and strides of
-        ``tensors`` (every tensor the producer or the kernel touches), the epilogue ``scale`` and the
-        timeout (both launch arguments). ``None`` on CPU, which replays nothing."""
+        """What a CUDA call's enqueued work depends on beyond its plan and workspace generation: the
+        parity, the addresses and strides of ``tensors`` (every tensor the producer or the kernel
+        touches), the epilogue ``scale`` and the timeout (both launch arguments). Not the call's
+        number: the kernels read it from the device (:mod:`fluxlite.kernels.align`). ``None`` on
+        CPU, which replays nothing."""
         if not self.ws.is_cuda:
             return None
-        return (self.state.captured, self.parity, scale, self.timeout_s,
+        return (self.parity, scale, self.timeout_s,
                 *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
 
     def run(self, steps: list, consume, replay_key: tuple | None = None) -> None:
@@ -250,7 +250,7 @@ class Call:
         state = self.state
         if self.ws.is_cuda:
             if not self._replay(replay_key, steps, consume):
-                self._enqueue(steps, consume, self.stream)
+                self._enqueue(steps, consume, self.stream, copy_record=not self.capturing)
             if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
                 if state.blocking:  # Python's default warning filter shows it once per process
                     warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
@@ -282,9 +282,11 @@ class Call:
             raise exc
         state.clear(self.parity)
 
-    def _enqueue(self, steps: list, consume, main: int) -> None:
+    def _enqueue(self, steps: list, consume, main: int, *, copy_record: bool) -> None:
         """Enqueue the call on the raw stream ``main`` (the caller's, or a capture's) and the producer
-        stream, which forks from ``main`` and joins it again before the flags are cleared.
+        stream, which forks from ``main`` and joins it again before the flags are cleared; with
+        ``copy_record`` (an eager call, replayed or not) last the copy of the kernel's error record
+        to the host (:meth:`FusedState.copy_error_record`).
 
         The producer's steps up to its first wait are queued before the kernel (its first copies
         start while the kernel is being launched), the rest after it. A stream wait blocks
@@ -297,7 +299,7 @@ class Call:
         state = self.state
         side = state.producer_handle
         cu.memset32_async(main, state.counters.data_ptr(), 0, state.counters.numel())
-        state.align(self.parity, self.epoch, self.timeout_s, main)
+        state.align(self.parity, self.epoch, self.timeout_s)
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
         split = producer.first_wait(steps)
@@ -307,6 +309,8 @@ class Call:
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
         state.clear(self.parity, main)
+        if copy_record:
+            state.copy_error_record(main)
 
     def _replay(self, key: tuple | None, steps: list, consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
@@ -322,7 +326,7 @@ class Call:
             return False
         if graph is _SEEN_ONCE:
             try:
-                graph = self.state.capture(lambda stream: self._enqueue(steps, consume, stream))
+                graph = self.state.capture(lambda stream: self._enqueue(steps, consume, stream, copy_record=True))
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "
@@ -331,7 +335,7 @@ class Call:
             graphs[key] = graph
         if graph is _NO_GRAPH:
             return False
-        graph.replay()
+        cu.graph_launch(graph.exec, self.stream)
         return True
 
     def _produce_on_thread(self, steps: list) -> None:

@@ -11,9 +11,11 @@ are given when it is made; :func:`state_of` takes them from the documented envir
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -27,6 +29,13 @@ from ..workspace import SymmetricWorkspace, wait_idle
 
 
 CONSUMERS = ("torch", "triton")
+
+
+class Replay(NamedTuple):
+    """An eager call's work captured in a CUDA graph (:meth:`FusedState.capture`)."""
+
+    graph: torch.cuda.CUDAGraph  # owns the executable graph
+    exec: int  # its raw CUgraphExec, launched on the caller's stream (fluxlite._cuda_driver.graph_launch)
 
 
 class FusedState:
@@ -46,8 +55,8 @@ class FusedState:
         self.consumer = "triton" if ws.is_cuda else consumer
         self.blocking = blocking
         self.epoch = 0  # fused calls so far on ws (eager or captured); call e uses parity e % 2
-        # Once a CUDA graph captured a fused call here, replays move the device's call sequence
-        # without the host: every call then starts with the parity-alignment kernel.
+        # Once a user's CUDA graph captured a fused call here, its replays move the device's call
+        # sequence without the host: the workspace may no longer grow (the graphs hold its buffers).
         self.captured = False
         self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
         self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
@@ -70,11 +79,20 @@ class FusedState:
         else:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
-        self._err_host = self._err_event = None
+        if ws.is_cuda:
+            # The record's copy on the host, refreshed after every eager call (copy_error_record),
+            # and the event after the last refresh: check() reads the code word, and the whole
+            # record only once the code is set and the copy done.
+            self._err_host = torch.zeros(RECORD_WORDS, dtype=torch.int32, pin_memory=True)
+            self._err_code = ctypes.c_int32.from_address(self._err_host.data_ptr())
+            self._err_event = torch.cuda.Event()
+            self._err_event.record(self.producer_stream)  # creates the event, so it has a raw handle
         self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
-        # The parity the next call must use, and null calls so far (fluxlite.kernels.align); on CPU
-        # the host's null calls keep it the same way.
-        self.device_parity = torch.tensor([1, 0], dtype=torch.int32, device=ws.device)
+        # The device's call sequence (fluxlite.kernels.align): the parity the next call must use,
+        # null calls so far, and calls so far (the number a kernel's error record names); on CPU the
+        # host keeps it the same way.
+        self.sequence = torch.tensor([1, 0, 0], dtype=torch.int32, device=ws.device)
+        self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
         self._bound = (-1, (), None)  # (workspace generation, flag region views per parity, peers' flag addresses)
         if ws.is_cuda:
@@ -157,7 +175,7 @@ class FusedState:
     @property
     def null_calls(self) -> int:
         """Parity-alignment null calls run so far (reads the device; for tests and diagnostics)."""
-        return int(self.device_parity[1])
+        return int(self.sequence[1])
 
     def _bind(self) -> tuple:
         """``(flag region views per parity, int64 [W] peers' flag addresses)`` for the workspace's
@@ -175,29 +193,26 @@ class FusedState:
         fused kernels' flag array (:func:`fluxlite.schedule.region_start`)."""
         return self._bind()[0][parity]
 
-    def align(self, parity: int, call: int, timeout_s: float, stream: int | None = None) -> None:
-        """Before call ``call`` of parity ``parity``: make the device's call sequence alternate
-        parities (:mod:`fluxlite.kernels.align`). CUDA: enqueued on ``stream``; while no graph has
-        captured a fused call here the host's parity is the device's, and one memop records it.
-        CPU (no graphs; tests make the host skip a parity): the same null call, on the host."""
-        if not self.ws.is_cuda:
-            if int(self.device_parity[0]) != parity:
-                self._null_call(1 - parity, call, timeout_s)
-            self.device_parity[0] = 1 - parity
-        elif self.captured:
-            self._align_kernel(parity, call, timeout_s)
-        else:
-            from .. import _cuda_driver as cu
+    def align(self, parity: int, call: int, timeout_s: float) -> None:
+        """Start call ``call`` of parity ``parity``: count it, and make the device's call sequence
+        alternate parities (:mod:`fluxlite.kernels.align`). CUDA: the alignment kernel, on the
+        current stream (in a graph it replays with the graph). CPU (no graphs; tests make the host
+        skip a parity): the same steps on the host, whose count is then the host's."""
+        if self.ws.is_cuda:
+            self._align_kernel(parity, timeout_s)
+            return
+        self.sequence[2] += 1
+        if int(self.sequence[0]) != parity:
+            self._null_call(1 - parity, call, timeout_s)
+        self.sequence[0] = 1 - parity
 
-            cu.stream_write_value32(stream, self.device_parity.data_ptr(), 1 - parity)
-
-    def _align_kernel(self, parity: int, call: int, timeout_s: float) -> None:
+    def _align_kernel(self, parity: int, timeout_s: float) -> None:
         """Launch :func:`fluxlite.kernels.align.align_kernel` on the current stream."""
         from ..kernels import align
 
         ws = self.ws
-        align.launch(state=self.device_parity, flag_bases=self._bind()[1], error=self.error, parity=parity,
-                     rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size), call=call,
+        align.launch(state=self.sequence, flag_bases=self._bind()[1], error=self.error, parity=parity,
+                     rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size),
                      timeout_s=timeout_s, cache=self._align_kernels)
 
     def _null_call(self, parity: int, call: int, timeout_s: float) -> None:
@@ -215,7 +230,7 @@ class FusedState:
                           op="fused call", what="its arrival at a parity-alignment call", rank=r, peer=p,
                           chunk=-1, epoch=call)
         self.clear(parity)
-        self.device_parity[1] += 1
+        self.sequence[1] += 1
 
     def clear(self, parity: int, stream: int | None = None) -> None:
         """Clear this rank's flag region ``parity`` (CUDA: enqueued on ``stream``), once every flag a
@@ -244,9 +259,8 @@ class FusedState:
         kernel recorded that has become visible without blocking (see :meth:`note_kernel_launch`)."""
         if self._poison is None and self.ws.failed is not None:
             self.poison(self.ws.failed)
-        if (self.ws.is_cuda and self._poison is None and self._err_event is not None
-                and not _workspace.capturing(self.ws.device)
-                and self._err_event.query()):
+        if (self.ws.is_cuda and self._poison is None and self._err_code.value
+                and not _workspace.capturing(self.ws.device) and self._err_event.query()):
             self._poison_from_record(self._err_host.tolist())
         if self._poison is None:
             return
@@ -268,17 +282,19 @@ class FusedState:
         if exc is not None:
             self.poison(exc, raised=False)
 
+    def copy_error_record(self, stream: int) -> None:
+        """Enqueue on ``stream`` (last in an eager call, and in its replayed graph): copy the kernel's
+        error record to pinned memory, so that a later :meth:`check` sees a failure without blocking."""
+        from .. import _cuda_driver as cu
+
+        cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * RECORD_WORDS)
+
     def note_kernel_launch(self, timeout_s: float, stream: int) -> None:
-        """After a fused launch on CUDA: copy the error record to pinned memory without blocking,
-        so the next call (or :meth:`synchronize`) raises a failure that the kernel recorded."""
+        """After an eager fused call on CUDA (:meth:`copy_error_record` enqueued last): the event that
+        tells :meth:`check` the copy is done, and the timeout its error would name."""
         from .. import _cuda_driver as cu
 
         self._timeout_s = timeout_s
-        if self._err_event is None:
-            self._err_host = torch.zeros(self.error.numel(), dtype=torch.int32, pin_memory=True)
-            self._err_event = torch.cuda.Event()
-            self._err_event.record()  # creates the event, so it has a raw handle
-        cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * self.error.numel())
         cu.event_record(self._err_event.cuda_event, stream)
 
     def synchronize(self) -> None:
@@ -295,7 +311,7 @@ class FusedState:
         if self.ws.is_cuda:
             wait_idle([torch.cuda.current_stream(self.ws.device), self.producer_stream], self.ws, timeout_s)
 
-    def capture(self, enqueue) -> torch.cuda.CUDAGraph:
+    def capture(self, enqueue) -> Replay:
         """A CUDA graph of what ``enqueue(stream)`` enqueues on the raw capturing ``stream`` (an eager
         call's work, to replay). ``thread_local``: other threads' CUDA calls (a gloo or NCCL worker)
         neither break the capture nor are broken by it."""
@@ -306,7 +322,7 @@ class FusedState:
                 enqueue(self._capture_stream.cuda_stream)
             finally:
                 graph.capture_end()
-        return graph
+        return Replay(graph, graph.raw_cuda_graph_exec())
 
     # ---- the producer -------------------------------------------------------------------------
     def submit(self, fn, *args, **kwargs):
@@ -332,9 +348,10 @@ class FusedState:
             _cuda_driver.memset32_async(handle, scratch.data_ptr(), 0, 16)
             # The alignment kernel on its no-op branch: compiled and loaded now, not beside a
             # spinning consumer after the first capture.
-            self.device_parity[:1].fill_(0)
-            self._align_kernel(0, 0, self._timeout_s)
-            self.device_parity[:1].fill_(1)  # the first call's parity; no null calls counted
+            self.sequence[:1].fill_(0)
+            self._align_kernel(0, self._timeout_s)
+            self.sequence[:1].fill_(1)  # the first call's parity; no null calls counted
+            self.sequence[2:].fill_(0)  # nor calls
         self.drain(self._timeout_s)
 
     def close(self, timeout_s: float | None = None) -> None:

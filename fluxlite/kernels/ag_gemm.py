@@ -26,8 +26,8 @@ from .flags import TIMEOUT_AG, wait_peer
 
 
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
-# 1 and divisible by 16), or each new call number or row count would compile a new kernel.
-@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "call", "sig_base",
+# 1 and divisible by 16), or each new row count would compile a new kernel.
+@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "sig_base",
                                "claim_slot", "timeout_ns"])
 def ag_gemm_kernel(
     a_local,       # [m, K] this rank's rows (pointer)
@@ -43,7 +43,8 @@ def ag_gemm_kernel(
     sig_ptr,       # int32 [SIG_WORDS] this call's signature
     counters_ptr,  # int32 local counters, zeroed before the call (the tile claim counter among them)
     error_ptr,     # int32 error record
-    num_tiles, chunk_rows, N, K, rank, world_size, call, sig_base, claim_slot, timeout_ns,
+    call_ptr,      # int32 the device's call count: this call's number, for the error record
+    num_tiles, chunk_rows, N, K, rank, world_size, sig_base, claim_slot, timeout_ns,
     scale,         # fp32 scalar epilogue scale
     HAS_BIAS: tl.constexpr,
     ROW_SCALED: tl.constexpr,
@@ -73,7 +74,7 @@ def ag_gemm_kernel(
         mask = row_ok[:, None] & (offs_n < N)[None, :]
         if slot >= 0:
             if slot != ready_slot:
-                err = wait_peer(flags_ptr, slot, call, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_AG,
+                err = wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_AG,
                                 chunk, chunk, INTERPRET)
                 if err == 0:
                     ready_slot = slot
@@ -120,8 +121,8 @@ def ag_gemm_kernel(
 def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
            bias: torch.Tensor | None, ep: Epilogue, scale_local: torch.Tensor | None,
            scale_gathered: torch.Tensor | None, blocks: torch.Tensor, tiles: torch.Tensor, flags: torch.Tensor,
-           sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, rank: int, world_size: int,
-           call: int, sig_base: int, claim_slot: int, timeout_s: float, config: core.GemmConfig,
+           sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, call: torch.Tensor, rank: int,
+           world_size: int, sig_base: int, claim_slot: int, timeout_s: float, config: core.GemmConfig,
            cache: dict) -> None:
     """Launch :func:`ag_gemm_kernel`. ``a_local: [m, K]``, ``gathered: [W*m, K]``, ``weight: [N, K]``
     (row-major, or the transpose of a row-major ``[K, N]``; ``[2N, K]`` row-major for SwiGLU),
@@ -142,8 +143,8 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
         ag_gemm_kernel, cache, core.num_programs(config, num_tiles, a_local.device),
         (a_local, gathered, b, core.descriptor(out3, [1, config.block_m, out_n], use_tma),
          bias if bias is not None else out, scale_local if ep.row_scaled else out,
-         scale_gathered if ep.row_scaled else out, blocks, tiles, flags, sig, counters, error,
-         num_tiles, m, N, K, rank, world_size, call, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
+         scale_gathered if ep.row_scaled else out, blocks, tiles, flags, sig, counters, error, call,
+         num_tiles, m, N, K, rank, world_size, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
         dict(HAS_BIAS=bias is not None, ROW_SCALED=ep.row_scaled, ACTIVATION=ep.code, BLOCK_M=config.block_m,
              BLOCK_N=config.block_n, BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
              UPCAST=interp and a_local.dtype == torch.bfloat16, INTERPRET=interp),
@@ -176,13 +177,14 @@ def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                        torch.zeros(num_flag_slots(1), dtype=torch.int32, device=dev),
                        torch.zeros(SIG_WORDS, dtype=torch.int32, device=dev),
                        torch.zeros(16, dtype=torch.int32, device=dev),
-                       torch.zeros(num_counters(1), dtype=torch.int32, device=dev))
-    blocks, tiles, flags, sig, error, counters = _PLAIN[key]
+                       torch.zeros(num_counters(1), dtype=torch.int32, device=dev),
+                       torch.ones(1, dtype=torch.int32, device=dev))
+    blocks, tiles, flags, sig, error, counters, call = _PLAIN[key]
     if out is None:
         out = a.new_empty((M, N))
     counters.zero_()
     launch(a_local=a, gathered=a, weight=weight, out=out, bias=bias, ep=ep, scale_local=row_scale,
            scale_gathered=row_scale, blocks=blocks, tiles=tiles, flags=flags, sig=sig, counters=counters,
-           error=error, rank=0, world_size=1, call=1, sig_base=0, claim_slot=claim_slot(1), timeout_s=1.0,
+           error=error, call=call, rank=0, world_size=1, sig_base=0, claim_slot=claim_slot(1), timeout_s=1.0,
            config=cfg, cache=_COMPILED)
     return out

@@ -4,9 +4,10 @@ follows it, a release-signal, and the error record.
 Math of the protocol
 --------------------
 A flag slot is set (``SET = 1``) by its one writer and cleared by its owner after the call
-(:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call number (``call``) is passed
-only to name the call in the error record, so a kernel captured in a CUDA graph replays with the
-same arguments. A waiter gives up after ``timeout_ns`` (``%globaltimer`` on the GPU; a spin count
+(:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call's number is read from the
+device's call count (``call_ptr``, which :mod:`fluxlite.kernels.align` advances before every call)
+when a failure is recorded, not passed in: a kernel replayed from a CUDA graph then names the call it
+runs as, not the call it was captured in. A waiter gives up after ``timeout_ns`` (``%globaltimer`` on the GPU; a spin count
 under the Triton interpreter, which has no inline PTX), records what it waited for in the error
 record once (first failure wins), and returns. Once the flag is set, the waiter compares the
 peer's call signature (written before the flag) with its own; a difference is recorded as
@@ -49,13 +50,13 @@ INTERPRET_SPIN_NS = tl.constexpr(200_000)
 
 
 @triton.jit
-def _record(error_ptr, code, slot, call, seen, peer, chunk):
-    """Write the error record unless an earlier failure already did (first failure wins).
-    Returns 1 when this call wrote it."""
+def _record(error_ptr, code, slot, call_ptr, seen, peer, chunk):
+    """Write the error record unless an earlier failure already did (first failure wins); the call
+    is named by the device's call count at ``call_ptr``. Returns 1 when this call wrote it."""
     won = tl.atomic_cas(error_ptr, 0, code, sem="relaxed", scope="gpu") == 0
     if won:
         tl.store(error_ptr + 1, slot)
-        tl.store(error_ptr + 2, call)
+        tl.store(error_ptr + 2, tl.load(call_ptr, volatile=True))
         tl.store(error_ptr + 3, seen)
         tl.store(error_ptr + 4, peer)
         tl.store(error_ptr + 5, chunk)
@@ -63,7 +64,7 @@ def _record(error_ptr, code, slot, call, seen, peer, chunk):
 
 
 @triton.jit
-def wait_set(flag_ptr, call, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
+def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
     """Spin until ``*flag_ptr`` is set (``>= 1``; acquire, system scope), bounded by ``timeout_ns``.
 
     Returns the error code in force afterwards: 0 when the flag is set.
@@ -82,7 +83,7 @@ def wait_set(flag_ptr, call, error_ptr, timeout_ns, code, slot, peer, chunk, INT
         else:
             elapsed = globaltimer() - start
         if elapsed > timeout_ns:
-            _record(error_ptr, code, slot, call, seen, peer, chunk)
+            _record(error_ptr, code, slot, call_ptr, seen, peer, chunk)
             err = tl.full((), code, tl.int32)
         else:
             seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
@@ -92,7 +93,7 @@ def wait_set(flag_ptr, call, error_ptr, timeout_ns, code, slot, peer, chunk, INT
 
 
 @triton.jit
-def wait_peer(flags_ptr, slot, call, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk,
+def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk,
               INTERPRET: tl.constexpr):
     """Wait for ``peer``'s data behind ``flags_ptr[slot]`` (``flags_ptr``: the call's flag region),
     bounded:
@@ -104,20 +105,20 @@ def wait_peer(flags_ptr, slot, call, sig_base, sig_ptr, error_ptr, timeout_ns, c
     Checking the signature before the data flag means a peer in another call is reported at once,
     whichever flags that call sets. Returns the error code in force: 0 when the data may be used.
     """
-    err = wait_set(flags_ptr + peer, call, error_ptr, timeout_ns, code, peer, peer, chunk, INTERPRET)
+    err = wait_set(flags_ptr + peer, call_ptr, error_ptr, timeout_ns, code, peer, peer, chunk, INTERPRET)
     if err == 0:
         theirs = flags_ptr + sig_base + peer * SIG_WORDS
         differ = tl.full((), 0, tl.int32)
         for w in tl.static_range(SIG_WORDS):
             differ |= (tl.load(theirs + w, volatile=True) != tl.load(sig_ptr + w)).to(tl.int32)
         if differ != 0:
-            if _record(error_ptr, MISMATCH, slot, call, call, peer, chunk) == 1:
+            if _record(error_ptr, MISMATCH, slot, call_ptr, 0, peer, chunk) == 1:
                 for w in tl.static_range(SIG_WORDS):
                     tl.store(error_ptr + 8 + w, tl.load(theirs + w, volatile=True))
                     tl.store(error_ptr + 8 + SIG_WORDS + w, tl.load(sig_ptr + w))
             err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
-        err = wait_set(flags_ptr + slot, call, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
+        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
     return err
 
 

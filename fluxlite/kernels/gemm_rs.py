@@ -43,7 +43,7 @@ def _publish(counters_ptr, slot, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr)
         signal_add(counters_ptr + slot, 1)
 
 
-@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "call", "sig_base",
+@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "sig_base",
                                "claim_slot", "timeout_ns"])
 def gemm_rs_kernel(
     a_desc,        # a [M, K_local]
@@ -56,7 +56,8 @@ def gemm_rs_kernel(
                    # chunk's counter, or the local chunk's flag slot of peer 0 (peer p: + p * PEER_SLOTS)
     tiles_ptr,     # int32 [num_tiles, 2]: (block, column block) in claim order, schedule.tile_order
     flags_ptr, sig_ptr, counters_ptr, error_ptr,
-    num_tiles, chunk_rows, N, K, rank, world_size, call, sig_base, claim_slot, timeout_ns,
+    call_ptr,      # int32 the device's call count: this call's number, for the error record
+    num_tiles, chunk_rows, N, K, rank, world_size, sig_base, claim_slot, timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
     PEER_SLOTS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -92,7 +93,7 @@ def gemm_rs_kernel(
         else:
             for p in range(0, world_size):
                 if p != rank:
-                    wait_peer(flags_ptr, slot + p * PEER_SLOTS, call, sig_base, sig_ptr, error_ptr, timeout_ns,
+                    wait_peer(flags_ptr, slot + p * PEER_SLOTS, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns,
                               TIMEOUT_RS, p, chunk, INTERPRET)
                     if USE_TMA:
                         part = recv.load([p, row0, n0]).reshape(BLOCK_M, BLOCK_N)
@@ -110,8 +111,8 @@ def gemm_rs_kernel(
 
 def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor,
-           flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, rank: int,
-           world_size: int, call: int, sig_base: int, claim_slot: int, peer_slots: int, timeout_s: float,
+           flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor,
+           call: torch.Tensor, rank: int, world_size: int, sig_base: int, claim_slot: int, peer_slots: int, timeout_s: float,
            ep: Epilogue, config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
     of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; the tables and
@@ -130,8 +131,8 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
         gemm_rs_kernel, cache, core.num_programs(config, num_tiles, a.device),
         (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, tile3, use_tma),
          bias if bias is not None else out, core.descriptor(partial, tile3, use_tma),
-         core.descriptor(recv, tile3, use_tma), blocks, tiles, flags, sig, counters, error,
-         num_tiles, mc, N, K, rank, world_size, call, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
+         core.descriptor(recv, tile3, use_tma), blocks, tiles, flags, sig, counters, error, call,
+         num_tiles, mc, N, K, rank, world_size, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=peer_slots, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
              BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
              UPCAST=interp and a.dtype == torch.bfloat16, INTERPRET=interp),
