@@ -227,11 +227,14 @@ def test_the_direct_launch_key_separates_what_triton_compiles_apart():
     assert _spec(t, True) != _spec(t.double(), True)
 
 def _align(flags, state, parity, rank=0, timeout_s=1.0):
+    """Run the alignment kernel on stale tile counters, which it must zero whatever else it does."""
     W = len(flags)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    counters = torch.randint(1, 100, (sch.num_counters(W),), dtype=torch.int32)
     align_kern.launch(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
-                      error=error, parity=parity, rank=rank, world_size=W, region=sch.region_slots(W),
-                      timeout_s=timeout_s, cache={})
+                      error=error, counters=counters, parity=parity, rank=rank, world_size=W,
+                      region=sch.region_slots(W), timeout_s=timeout_s, cache={})
+    assert counters.abs().sum().item() == 0, f"tile counters left: {counters.tolist()}"
     return error
 
 

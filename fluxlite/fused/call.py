@@ -260,7 +260,6 @@ class Call:
             if state.blocking:
                 state.synchronize()
             return
-        state.counters.zero_()
         state.align(self.parity, self.epoch, self.timeout_s)
         future = state.submit(self._produce_on_thread, steps)
         try:
@@ -298,7 +297,6 @@ class Call:
         """
         state = self.state
         side = state.producer_handle
-        cu.memset32_async(main, state.counters.data_ptr(), 0, state.counters.numel())
         state.align(self.parity, self.epoch, self.timeout_s)
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)

@@ -20,9 +20,11 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import exception_from_record, resolve_timeout
+from ..kernels import align
 from ..kernels.flags import RECORD_WORDS
 from .. import workspace as _workspace
 from ..workspace import SymmetricWorkspace, wait_idle
@@ -194,25 +196,25 @@ class FusedState:
         return self._bind()[0][parity]
 
     def align(self, parity: int, call: int, timeout_s: float) -> None:
-        """Start call ``call`` of parity ``parity``: count it, and make the device's call sequence
-        alternate parities (:mod:`fluxlite.kernels.align`). CUDA: the alignment kernel, on the
-        current stream (in a graph it replays with the graph). CPU (no graphs; tests make the host
-        skip a parity): the same steps on the host, whose count is then the host's."""
+        """Start call ``call`` of parity ``parity``: count it, zero the tile counters, and make the
+        device's call sequence alternate parities (:mod:`fluxlite.kernels.align`). CUDA: the
+        alignment kernel, on the current stream (in a graph it replays with the graph). CPU (no
+        graphs; tests make the host skip a parity): the same steps on the host, whose count is then
+        the host's."""
         if self.ws.is_cuda:
             self._align_kernel(parity, timeout_s)
             return
         self.sequence[2] += 1
+        self.counters.zero_()
         if int(self.sequence[0]) != parity:
             self._null_call(1 - parity, call, timeout_s)
         self.sequence[0] = 1 - parity
 
     def _align_kernel(self, parity: int, timeout_s: float) -> None:
         """Launch :func:`fluxlite.kernels.align.align_kernel` on the current stream."""
-        from ..kernels import align
-
         ws = self.ws
-        align.launch(state=self.sequence, flag_bases=self._bind()[1], error=self.error, parity=parity,
-                     rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size),
+        align.launch(state=self.sequence, flag_bases=self._bind()[1], error=self.error, counters=self.counters,
+                     parity=parity, rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size),
                      timeout_s=timeout_s, cache=self._align_kernels)
 
     def _null_call(self, parity: int, call: int, timeout_s: float) -> None:
@@ -238,8 +240,6 @@ class FusedState:
         ws = self.ws
         W = ws.world_size
         if ws.is_cuda:
-            from .. import _cuda_driver as cu
-
             cu.memset32_async(stream, ws.flag_addr(ws.rank, sch.region_start(W, parity)), 0, sch.region_slots(W))
         else:
             self.region(parity)[: sch.region_slots(W)].zero_()
@@ -285,15 +285,11 @@ class FusedState:
     def copy_error_record(self, stream: int) -> None:
         """Enqueue on ``stream`` (last in an eager call, and in its replayed graph): copy the kernel's
         error record to pinned memory, so that a later :meth:`check` sees a failure without blocking."""
-        from .. import _cuda_driver as cu
-
         cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * RECORD_WORDS)
 
     def note_kernel_launch(self, timeout_s: float, stream: int) -> None:
         """After an eager fused call on CUDA (:meth:`copy_error_record` enqueued last): the event that
         tells :meth:`check` the copy is done, and the timeout its error would name."""
-        from .. import _cuda_driver as cu
-
         self._timeout_s = timeout_s
         cu.event_record(self._err_event.cuda_event, stream)
 
@@ -332,8 +328,6 @@ class FusedState:
     def _warm_up(self) -> None:
         """Run every producer-side operation once while nothing spins: with lazy module loading, the
         first launch of a kernel beside a spinning consumer can deadlock (ANCHORS.md)."""
-        from .. import _cuda_driver
-
         ws, stream = self.ws, self.producer_stream
         scratch = torch.empty(2, 64, dtype=torch.uint8, device=ws.device)
         with torch.cuda.stream(stream):
@@ -342,12 +336,12 @@ class FusedState:
             scratch[0].copy_(peer)
             word = self.counters.data_ptr()
             handle = stream.cuda_stream
-            _cuda_driver.stream_write_value32(handle, word, 0)
-            _cuda_driver.stream_wait_value32(handle, word, 0)
-            _cuda_driver.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
-            _cuda_driver.memset32_async(handle, scratch.data_ptr(), 0, 16)
+            cu.stream_write_value32(handle, word, 0)
+            cu.stream_wait_value32(handle, word, 0)
+            cu.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
+            cu.memset32_async(handle, scratch.data_ptr(), 0, 16)
             # The alignment kernel on its no-op branch: compiled and loaded now, not beside a
-            # spinning consumer after the first capture.
+            # spinning consumer.
             self.sequence[:1].fill_(0)
             self._align_kernel(0, self._timeout_s)
             self.sequence[:1].fill_(1)  # the first call's parity; no null calls counted
@@ -373,8 +367,6 @@ def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedSta
     """The fused state of ``ws``, made on first use (CUDA: its producer operations are warmed up
     then, bounded by ``timeout_s``) with the options the environment gives at that moment."""
     if ws.is_cuda:
-        from .. import _cuda_driver as cu
-
         # Before any CUDA call of the fused layer: a thread that never made one (autograd's backward
         # thread) may have no context current, and driver calls (or a launch) then fail or crash.
         cu.ensure_context(ws.device.index)

@@ -1,4 +1,5 @@
-"""Parity alignment and the call count: the one-program kernel that starts every fused call on CUDA.
+"""Parity alignment, the call count and the tile counters: the one-program kernel that starts every
+fused call on CUDA.
 
 Math of the protocol
 --------------------
@@ -12,6 +13,7 @@ consecutive calls can share a parity (a one-call graph replayed twice; an eager 
 The device keeps ``state = [next parity, null calls, calls]``. Before a call of parity ``P``::
 
     state[2] += 1                     # this call's number, which its error record names
+    counters[:] = 0                   # the call's tile counters (one graph node fewer than a memset)
     if state[0] != P:                 # the previous call used P as well
         null call on 1 - P:           # a barrier through the other region, which is clear
             every peer p: p.region[1-P].ready[r] = 1        (release, system scope)
@@ -39,16 +41,20 @@ from .flags import TIMEOUT_ALIGN, wait_set
 from .gemm_core import interpreting
 
 
-@triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "timeout_ns"])
+@triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "num_counters", "timeout_ns"])
 def align_kernel(
     state_ptr,       # int32 [3]: the parity the next call must use, null calls so far, calls so far
     flag_bases_ptr,  # int64 [W]: each rank's flag array, as mapped here
     error_ptr,       # int32 error record
-    parity, rank, world_size, region, timeout_ns,
+    counters_ptr,    # int32 [num_counters] the call's tile counters
+    parity, rank, world_size, region, num_counters, timeout_ns,
     REGION_BLOCK: tl.constexpr,  # a power of two >= region (slots of one parity region)
+    COUNTERS_BLOCK: tl.constexpr,  # a power of two >= num_counters
     INTERPRET: tl.constexpr,
 ):
     tl.store(state_ptr + 2, tl.load(state_ptr + 2, volatile=True) + 1)
+    offs_c = tl.arange(0, COUNTERS_BLOCK)
+    tl.store(counters_ptr + offs_c, tl.zeros((COUNTERS_BLOCK,), tl.int32), mask=offs_c < num_counters)
     if tl.load(state_ptr, volatile=True) != parity:
         other = 1 - parity
         mine = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32)) + other * region
@@ -65,11 +71,14 @@ def align_kernel(
     tl.store(state_ptr, 1 - parity)
 
 
-def launch(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor, parity: int, rank: int,
-           world_size: int, region: int, timeout_s: float, cache: dict) -> None:
+def launch(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor, counters: torch.Tensor,
+           parity: int, rank: int, world_size: int, region: int, timeout_s: float, cache: dict) -> None:
     """Launch :func:`align_kernel` (one program) on the current stream. ``state: int32 [3]``,
-    ``flag_bases: int64 [W]`` (addresses), ``error``: the fused state's error record."""
+    ``flag_bases: int64 [W]`` (addresses), ``error``: the fused state's error record, ``counters``:
+    its int32 tile counters."""
+    n = counters.numel()
     direct.launch(align_kernel, cache, 1,
-                  (state, flag_bases, error, parity, rank, world_size, region, int(timeout_s * 1e9)),
-                  dict(REGION_BLOCK=triton.next_power_of_2(region), INTERPRET=interpreting()),
+                  (state, flag_bases, error, counters, parity, rank, world_size, region, n, int(timeout_s * 1e9)),
+                  dict(REGION_BLOCK=triton.next_power_of_2(region), COUNTERS_BLOCK=triton.next_power_of_2(n),
+                       INTERPRET=interpreting()),
                   num_warps=1, num_stages=1)

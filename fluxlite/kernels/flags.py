@@ -7,8 +7,8 @@ A flag slot is set (``SET = 1``) by its one writer and cleared by its owner afte
 (:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call's number is read from the
 device's call count (``call_ptr``, which :mod:`fluxlite.kernels.align` advances before every call)
 when a failure is recorded, not passed in: a kernel replayed from a CUDA graph then names the call it
-runs as, not the call it was captured in. A waiter gives up after ``timeout_ns`` (``%globaltimer`` on the GPU; a spin count
-under the Triton interpreter, which has no inline PTX), records what it waited for in the error
+runs as, not the call it was captured in. A waiter gives up after ``timeout_ns`` (``%globaltimer``
+on the GPU; a spin count under the Triton interpreter, which has no inline PTX), records what it waited for in the error
 record once (first failure wins), and returns. Once the flag is set, the waiter compares the
 peer's call signature (written before the flag) with its own; a difference is recorded as
 :data:`ERR_MISMATCH`. Every later wait of the launch, and of every later launch, sees the record and

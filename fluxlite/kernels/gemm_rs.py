@@ -112,8 +112,8 @@ def gemm_rs_kernel(
 def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor,
-           call: torch.Tensor, rank: int, world_size: int, sig_base: int, claim_slot: int, peer_slots: int, timeout_s: float,
-           ep: Epilogue, config: core.GemmConfig, cache: dict) -> None:
+           call: torch.Tensor, rank: int, world_size: int, sig_base: int, claim_slot: int, peer_slots: int,
+           timeout_s: float, ep: Epilogue, config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
     of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; the tables and
     flag arguments come from the call plan, ``cache`` keeps its compiled kernels; ``ep``: the
