@@ -170,7 +170,9 @@ class FusedState:
     # ---- calls, parities and failure ----------------------------------------------------------
     def next_epoch(self) -> int:
         """Start a call (after :meth:`check`, which the ops make before they may grow): the new call
-        number (its parity is ``epoch % 2``; the number itself only names the call in errors)."""
+        number (its parity is ``epoch % 2``; the number itself only names the call in the host's
+        errors: a CUDA kernel's record names the device's count, :attr:`sequence`, which is the same
+        number until a user's graph replays fused calls)."""
         self.epoch += 1
         return self.epoch
 
