@@ -250,7 +250,7 @@ class Call:
         state = self.state
         if self.ws.is_cuda:
             if not self._replay(replay_key, steps, consume):
-                self._enqueue(steps, consume, self.stream, copy_record=not self.capturing)
+                self._enqueue(steps, consume)
             if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
                 if state.blocking:  # Python's default warning filter shows it once per process
                     warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
@@ -281,11 +281,12 @@ class Call:
             raise exc
         state.clear(self.parity)
 
-    def _enqueue(self, steps: list, consume, main: int, *, copy_record: bool) -> None:
-        """Enqueue the call on the raw stream ``main`` (the caller's, or a capture's) and the producer
-        stream, which forks from ``main`` and joins it again before the flags are cleared; with
-        ``copy_record`` (an eager call, replayed or not) last the copy of the kernel's error record
-        to the host (:meth:`FusedState.copy_error_record`).
+    def _enqueue(self, steps: list, consume) -> None:
+        """Enqueue the call on the current stream (the caller's, or the capture stream of its own
+        graph), where the alignment kernel and the consumer launch, and on the producer stream,
+        which forks from it and joins it again before the flags are cleared. An eager call (not one
+        a user's graph captures) ends with the copy of the kernel's error record to the host
+        (:meth:`FusedState.copy_error_record`), in its own graph too.
 
         The producer's steps up to its first wait are queued before the kernel (its first copies
         start while the kernel is being launched), the rest after it. A stream wait blocks
@@ -296,7 +297,7 @@ class Call:
         releases the producer) ends the call.
         """
         state = self.state
-        side = state.producer_handle
+        main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
         state.align(self.parity, self.epoch, self.timeout_s)
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
@@ -307,7 +308,7 @@ class Call:
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
         state.clear(self.parity, main)
-        if copy_record:
+        if not self.capturing:
             state.copy_error_record(main)
 
     def _replay(self, key: tuple | None, steps: list, consume) -> bool:
@@ -324,7 +325,7 @@ class Call:
             return False
         if graph is _SEEN_ONCE:
             try:
-                graph = self.state.capture(lambda stream: self._enqueue(steps, consume, stream, copy_record=True))
+                graph = self.state.capture(lambda: self._enqueue(steps, consume))
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "

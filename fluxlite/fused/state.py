@@ -310,14 +310,14 @@ class FusedState:
             wait_idle([torch.cuda.current_stream(self.ws.device), self.producer_stream], self.ws, timeout_s)
 
     def capture(self, enqueue) -> Replay:
-        """A CUDA graph of what ``enqueue(stream)`` enqueues on the raw capturing ``stream`` (an eager
-        call's work, to replay). ``thread_local``: other threads' CUDA calls (a gloo or NCCL worker)
-        neither break the capture nor are broken by it."""
+        """A CUDA graph of what ``enqueue()`` enqueues on the current stream, made the capture stream
+        here (an eager call's work, to replay). ``thread_local``: other threads' CUDA calls (a gloo
+        or NCCL worker) neither break the capture nor are broken by it."""
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(self._capture_stream):
             graph.capture_begin(pool=self._graph_pool, capture_error_mode="thread_local")
             try:
-                enqueue(self._capture_stream.cuda_stream)
+                enqueue()
             finally:
                 graph.capture_end()
         return Replay(graph, graph.raw_cuda_graph_exec())
