@@ -16,31 +16,31 @@ _BACKEND_DEVICES = {"gloo": "cpu", "nccl": "cuda"}
 
 @dataclass(frozen=True)
 class TPGroup:
-    """A tensor-parallel group: ``rank`` of ``world_size``, and the device types it can serve."""
+    """A tensor-parallel group: ``rank`` of ``world_size``, the device types it can serve, and whether
+    gloo serves its CUDA tensors (ranks sharing GPUs, :func:`init`)."""
 
     group: dist.ProcessGroup
     rank: int
     world_size: int
     device_types: frozenset[str]
+    gloo_serves_cuda: bool = False
 
     @property
     def name(self) -> str:
         return self.group.group_name
 
 
-def _device_types(group: dist.ProcessGroup) -> frozenset[str]:
-    # get_backend gives "gloo", "nccl", or a device map such as "cpu:gloo,cuda:nccl".
-    backend = str(dist.get_backend(group))
-    types = set()
-    for part in backend.split(","):
+def _backends(group: dist.ProcessGroup) -> dict[str, str]:
+    """The backend serving each device type: get_backend gives "gloo", "nccl", or a device map such
+    as "cpu:gloo,cuda:nccl"."""
+    backends = {}
+    for part in str(dist.get_backend(group)).split(","):
         if ":" in part:
             dev, name = part.split(":", 1)
-            types.add(dev.strip())
-        else:
-            name = part.strip()
-            if name in _BACKEND_DEVICES:
-                types.add(_BACKEND_DEVICES[name])
-    return frozenset(types)
+            backends[dev.strip()] = name.strip()
+        elif part.strip() in _BACKEND_DEVICES:
+            backends[_BACKEND_DEVICES[part.strip()]] = part.strip()
+    return backends
 
 
 _RESOLVED: dict[int, TPGroup] = {}
@@ -65,11 +65,13 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         return tp
     if not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
+    backends = _backends(group)
     tp = TPGroup(
         group=group,
         rank=dist.get_rank(group),
         world_size=dist.get_world_size(group),
-        device_types=_device_types(group),
+        device_types=frozenset(backends),
+        gloo_serves_cuda=backends.get("cuda") == "gloo",
     )
     _RESOLVED[id(group)] = tp
     if "cpu" in tp.device_types:

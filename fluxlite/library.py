@@ -157,7 +157,16 @@ def start_all_gather_rows(x: Tensor, tp: TPGroup) -> Tensor:
     """Start gathering ``[m, ...]`` -> ``[W*m, ...]`` rank-major; :func:`wait` returns it. Work issued
     in between overlaps it."""
     W = tp.world_size
-    return x if W == 1 else torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), W, tp.name)
+    if W == 1:
+        return x
+    if x.is_cuda and tp.gloo_serves_cuda and not _tracing(x):
+        # gloo's functional all-gather of a CUDA tensor reads the device pointer on the host and
+        # crashes the process (SIGSEGV in gloo's worker thread on torch 2.11; pytorch/pytorch#152645);
+        # the plain collective stages through host memory. It returns when done, as gloo would anyway.
+        out = x.new_empty((W * x.shape[0], *x.shape[1:]))
+        dist.all_gather_into_tensor(out, x.contiguous(), group=tp.group)
+        return out
+    return torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), W, tp.name)
 
 
 def start_reduce_scatter_rows(x: Tensor, tp: TPGroup) -> Tensor:

@@ -285,15 +285,18 @@ def test_reduce_overhead_compile_replays_the_fused_ops():
     run_gpu_ranks(_reduce_overhead, 2, limit_s=300)
 
 
-def _layer_pair(rank, world_size):
-    """Column -> GELU -> Row under sequence parallelism, forward and backward in one graph."""
+def _layer_pair(rank, world_size, keep_gathered_input):
+    """Column -> GELU -> Row under sequence parallelism, forward and backward in one graph. Without
+    ``keep_gathered_input`` the Column's backward gathers its input again (a c10d collective in the
+    graph)."""
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear
 
     W, s, b, K = world_size, 256, 2, 256
     torch.manual_seed(0)  # the same parameters on every rank (each keeps its shard)
     cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=BF16)
     col = ColumnParallelLinear(K, 4 * K, config=cfg, init_method=torch.nn.init.xavier_normal_, bias=True,
-                               gather_output=False, skip_bias_add=False, overlap="fused")
+                               gather_output=False, skip_bias_add=False, overlap="fused",
+                               keep_gathered_input=keep_gathered_input)
     row = RowParallelLinear(4 * K, K, config=cfg, init_method=torch.nn.init.xavier_normal_, bias=True,
                             input_is_parallel=True, skip_bias_add=False, overlap="fused")
     params = [*col.parameters(), *row.parameters()]
@@ -339,7 +342,8 @@ def _layer_pair(rank, world_size):
     fluxlite.synchronize()
 
 
-@pytest.mark.skipif(shared_gpus(), reason="2 ranks on one GPU: the layers' backward crashed (SIGSEGV in a native "
-                    "thread, not fluxlite's) with gloo serving CUDA tensors on torch 2.11; needs a GPU per rank")
-def test_a_layer_pair_forward_and_backward_replays_from_a_graph():
-    run_gpu_ranks(_layer_pair, 2, limit_s=300)
+@pytest.mark.parametrize("keep_gathered_input", [True, False], ids=["keep", "regather"])
+def test_a_layer_pair_forward_and_backward_replays_from_a_graph(keep_gathered_input):
+    if shared_gpus() and not keep_gathered_input:
+        pytest.skip("2 ranks on one GPU: the re-gather is a gloo collective, which a CUDA graph cannot capture")
+    run_gpu_ranks(_layer_pair, 2, keep_gathered_input, limit_s=300)
