@@ -43,7 +43,7 @@ def _backends(group: dist.ProcessGroup) -> dict[str, str]:
     return backends
 
 
-_RESOLVED: dict[int, TPGroup] = {}
+_RESOLVED: dict[str, TPGroup] = {}
 
 
 def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
@@ -60,11 +60,13 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         )
     if group is None:
         group = dist.group.WORLD
-    tp = _RESOLVED.get(id(group))
-    if tp is not None and tp.group is group:
-        return tp
     if not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
+    # By name, not id(): Dynamo traces a group's name (the layers resolve groups inside compiled
+    # forwards) but not id() of it. A name comes back after destroy_process_group: hence the identity check.
+    tp = _RESOLVED.get(group.group_name)
+    if tp is not None and tp.group is group:
+        return tp
     backends = _backends(group)
     tp = TPGroup(
         group=group,
@@ -73,7 +75,7 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         device_types=frozenset(backends),
         gloo_serves_cuda=backends.get("cuda") == "gloo",
     )
-    _RESOLVED[id(group)] = tp
+    _RESOLVED[group.group_name] = tp
     if "cpu" in tp.device_types:
         _drain_gloo_at_exit()
     return tp

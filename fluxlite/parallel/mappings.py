@@ -3,8 +3,9 @@
 "First dim" is the sequence dim (sequence parallelism splits it); "last dim" is the hidden dim
 (tensor parallelism splits it). Gathers are rank-major. Every function takes ``group`` (a
 ``ProcessGroup``; default: Megatron's TP group when its parallel state is initialised, else the
-default process group). The collectives are fluxlite's ``all_gather_rows`` / ``reduce_scatter_rows``
-(gloo and NCCL, torch 2.11 and 2.13) and ``dist.all_reduce``.
+default process group). The collectives are functional (:mod:`fluxlite.library`'s ``start_*``, then
+``wait``), out of place: under ``torch.compile`` on torch 2.11, these functions built on the in-place
+``dist`` collectives gave zero grads, with no error (tests/test_compile_cpu.py, run on 2.11).
 
 ================================================  ===========================  ===========================
 function                                          forward                      backward
@@ -24,10 +25,9 @@ reduce_scatter_to_sequence_parallel_region        reduce-scatter first dim     a
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from .._sequential import all_gather_rows, reduce_scatter_rows
 from ..group import TPGroup
+from ..library import start_all_gather_rows, start_all_reduce, start_reduce_scatter_rows, wait
 from .utils import tp_group_of
 
 __all__ = [
@@ -45,11 +45,7 @@ __all__ = [
 
 def _all_reduce(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     """The sum over ranks, in a new tensor (never in place: autograd may hand one grad to several users)."""
-    if tp.world_size == 1:
-        return x
-    out = x.contiguous().clone()
-    dist.all_reduce(out, group=tp.group)
-    return out
+    return wait(start_all_reduce(x.contiguous(), tp))
 
 
 def _split_first(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
@@ -59,7 +55,11 @@ def _split_first(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     if x.shape[0] % W:
         raise ValueError(f"the first dim ({x.shape[0]}) must be divisible by the tensor-parallel size ({W})")
     m = x.shape[0] // W
-    return x[tp.rank * m : (tp.rank + 1) * m].contiguous()
+    # A copy, not a view of the input: torch 2.11's AOTAutograd gave an autograd.Function whose
+    # output is a view of its input a zero grad (it bypassed the backward), with no error.
+    # A copy, not a view of the input: torch 2.11's AOTAutograd gave an autograd.Function whose
+    # output is a view of its input a zero grad (it bypassed the backward), with no error.
+    return x[tp.rank * m : (tp.rank + 1) * m].clone()
 
 
 def _split_last(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
@@ -73,13 +73,13 @@ def _split_last(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
 
 
 def _gather_first(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
-    return all_gather_rows(x, tp)
+    return wait(start_all_gather_rows(x, tp))
 
 
 def _gather_last(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     if tp.world_size == 1:
         return x
-    gathered = all_gather_rows(x.movedim(-1, 0), tp)  # [W*n, ...], rank-major
+    gathered = _gather_first(x.movedim(-1, 0), tp)  # [W*n, ...], rank-major
     return gathered.movedim(0, -1).contiguous()
 
 
@@ -88,7 +88,7 @@ def _reduce_scatter_first(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
         raise ValueError(
             f"the first dim ({x.shape[0]}) must be divisible by the tensor-parallel size ({tp.world_size})"
         )
-    return reduce_scatter_rows(x, tp)
+    return wait(start_reduce_scatter_rows(x, tp))
 
 
 # ---- the autograd functions ----------------------------------------------------------------------
