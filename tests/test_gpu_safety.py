@@ -384,8 +384,10 @@ def _layers(seed):
     cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=BF16)
     torch.manual_seed(seed)
     init = torch.nn.init.xavier_normal_
+    # keep_gathered_input: the backward is fused ops only (a re-gather would be a c10d collective,
+    # whose missing peer is the c10d timeout's to end, not fluxlite's)
     col = ColumnParallelLinear(1024, 4096, config=cfg, init_method=init, bias=True, gather_output=False,
-                               overlap="fused")
+                               overlap="fused", keep_gathered_input=True)
     row = RowParallelLinear(4096, 1024, config=cfg, init_method=init, bias=True, input_is_parallel=True,
                             skip_bias_add=False, overlap="fused")
     return col, row

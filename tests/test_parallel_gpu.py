@@ -56,6 +56,10 @@ def _compiled_gpt(rank, W):
 
 @pytest.mark.gpu
 def test_train_gpt_model_compiles_fullgraph_2_gpus():
-    from tests.gpu_utils import run_gpu_ranks
+    from tests.gpu_utils import run_gpu_ranks, shared_gpus
+
+    if shared_gpus():  # eager calls take the plain collective there (fluxlite.library.start_all_gather_rows)
+        pytest.skip("2 ranks on one GPU: the compiled head's all-gather is torch's functional one, which crashes "
+                    "on gloo-served CUDA tensors (pytorch/pytorch#152645)")
 
     run_gpu_ranks(_compiled_gpt, 2, limit_s=300)
