@@ -133,9 +133,10 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
                  *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
     steps = call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
     # The pull program's stream waits on the peers' ready flags, which a missing peer never sets and
-    # only the kernel's timeout releases. Enqueued eagerly, the kernel is ahead of those waits; in a
-    # graph the launch order is CUDA's, and a replay whose peer never came hung the GPU (a layer
-    # backward on 2 ranks sharing an H100, 2026-11-23): pull calls run without a graph of their own.
+    # only the kernel's timeout releases. Enqueued eagerly, the kernel is queued ahead of those waits;
+    # replayed from a graph (launch order CUDA's), a call whose peer never came hung the GPU (a layer
+    # backward on 2 ranks sharing an H100, 2026-11-23; README "CUDA graphs"): pull calls run without
+    # a graph of their own.
     key = call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale) if push else None
     call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch, key)
     return out, (None if push else gathered)
