@@ -109,3 +109,41 @@ def test_single_rank_needs_no_store_and_arguments_are_checked() -> None:
         rendezvous.broadcast_str(tp, "k", None, **GENEROUS)
     with pytest.raises(TypeError):
         rendezvous.all_gather_int(tp, "k", 2.5, **GENEROUS)
+
+
+@pytest.mark.parametrize("backend,devices,gloo_cuda", [
+    ("gloo", {"cpu": "gloo"}, False),
+    ("nccl", {"cuda": "nccl"}, False),
+    ("cpu:gloo,cuda:nccl", {"cpu": "gloo", "cuda": "nccl"}, False),
+    ("cpu:gloo,cuda:gloo", {"cpu": "gloo", "cuda": "gloo"}, True),  # fluxlite.init's ranks sharing a GPU
+    ("ucc", {}, False),
+])
+def test_the_backend_serving_each_device_is_read_from_the_group(monkeypatch, backend, devices, gloo_cuda):
+    """What a group's backend string says serves each device type, and whether gloo serves CUDA
+    tensors (then the layers' eager all-gathers avoid torch's functional one, which crashes there)."""
+    from fluxlite import group as g
+
+    monkeypatch.setattr(g.dist, "get_backend", lambda group: backend)
+    assert g._backends(object()) == devices
+    assert (g._backends(object()).get("cuda") == "gloo") is gloo_cuda
+
+
+def _resolved_by_name(rank: int, W: int) -> None:
+    tp = resolve_group()
+    assert resolve_group() is tp and resolve_group(dist.group.WORLD) is tp  # cached
+    assert (tp.rank, tp.world_size, tp.device_types, tp.gloo_serves_cuda) == (rank, W, frozenset({"cpu"}), False)
+    sub = dist.new_group(list(range(W)))
+    assert resolve_group(sub).group is sub and resolve_group(sub) is not tp
+    # A new default group after destroy_process_group may reuse the old one's name: the cache must
+    # not hand back the old TPGroup (its group is gone).
+    name = tp.name
+    store = dist.distributed_c10d._get_default_store()
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=W)
+    fresh = resolve_group()
+    assert fresh.group is dist.group.WORLD and fresh is not tp, (name, fresh.name)
+    dist.barrier()
+
+
+def test_groups_resolve_once_per_group_and_never_to_a_destroyed_one():
+    run_ranks(_resolved_by_name, 2)
