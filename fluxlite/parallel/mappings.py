@@ -57,8 +57,6 @@ def _split_first(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     m = x.shape[0] // W
     # A copy, not a view of the input: torch 2.11's AOTAutograd gave an autograd.Function whose
     # output is a view of its input a zero grad (it bypassed the backward), with no error.
-    # A copy, not a view of the input: torch 2.11's AOTAutograd gave an autograd.Function whose
-    # output is a view of its input a zero grad (it bypassed the backward), with no error.
     return x[tp.rank * m : (tp.rank + 1) * m].clone()
 
 
