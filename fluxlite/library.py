@@ -61,6 +61,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from . import ops
+from ._sequential import all_gather_rows
 from ._validate import check_impl, check_timeout
 from .group import TPGroup, resolve_group
 
@@ -163,9 +164,7 @@ def start_all_gather_rows(x: Tensor, tp: TPGroup) -> Tensor:
         # gloo's functional all-gather of a CUDA tensor reads the device pointer on the host and
         # crashes the process (SIGSEGV in gloo's worker thread on torch 2.11; pytorch/pytorch#152645);
         # the plain collective stages through host memory. It returns when done, as gloo would anyway.
-        out = x.new_empty((W * x.shape[0], *x.shape[1:]))
-        dist.all_gather_into_tensor(out, x.contiguous(), group=tp.group)
-        return out
+        return all_gather_rows(x, tp)
     return torch.ops._c10d_functional.all_gather_into_tensor(x.contiguous(), W, tp.name)
 
 

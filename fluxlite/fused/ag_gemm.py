@@ -131,12 +131,7 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
 
     addresses = (a.data_ptr(), gathered.data_ptr(),
                  *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
-    steps = call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
-    # The pull program's stream waits on the peers' ready flags, which a missing peer never sets and
-    # only the kernel's timeout releases. Enqueued eagerly, the kernel is queued ahead of those waits;
-    # replayed from a graph (launch order CUDA's), a call whose peer never came hung the GPU (a layer
-    # backward on 2 ranks sharing an H100, 2026-11-23; README "CUDA graphs"): pull calls run without
-    # a graph of their own.
-    key = call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale) if push else None
-    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch, key)
+    program = call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
+    call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
+             call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale))
     return out, (None if push else gathered)

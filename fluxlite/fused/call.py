@@ -55,7 +55,7 @@ class Bindings:
 
     generation: int = -1
     views: dict = field(default_factory=dict)  # parity -> the op's views of our data half
-    programs: dict = field(default_factory=dict)  # (parity, addresses of the call's tensors) -> steps
+    programs: dict = field(default_factory=dict)  # (parity, addresses of the call's tensors) -> producer.Program
     graphs: dict = field(default_factory=dict)  # Call.replay_key -> state.Replay (or seen once, or no graph)
 
     def clear(self) -> None:
@@ -162,18 +162,18 @@ class Call:
             views = bound.views[self.parity] = make()
         return views
 
-    def program(self, addresses: tuple[int, ...], build: Callable[[], list]) -> list:
+    def program(self, addresses: tuple[int, ...], build: Callable[[], list]) -> producer.Program:
         """The producer program of this call, whose own tensors (those not in the workspace) sit at
-        ``addresses``: ``build()``'s, made once per plan, data half, workspace generation and
+        ``addresses``: ``build()``'s steps, made once per plan, data half, workspace generation and
         addresses (a training loop's tensors mostly come back at the same addresses)."""
         programs = self._bindings().programs
         key = (self.parity, addresses)
-        steps = programs.get(key)
-        if steps is None:
+        program = programs.get(key)
+        if program is None:
             if len(programs) >= MAX_PROGRAMS:
                 programs.clear()
-            steps = programs[key] = build()
-        return steps
+            program = programs[key] = producer.Program.of(build(), self.ws.rank)
+        return program
 
     def _bindings(self) -> Bindings:
         bound = self.plan.bound
@@ -238,8 +238,8 @@ class Call:
         return (self.parity, scale, self.timeout_s,
                 *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
 
-    def run(self, steps: list, consume, replay_key: tuple | None = None) -> None:
-        """Run the producer ``steps`` (thread or stream) beside ``consume()``; join; raise any failure.
+    def run(self, program: producer.Program, consume, replay_key: tuple | None = None) -> None:
+        """Run the producer ``program`` (thread or stream) beside ``consume()``; join; raise any failure.
 
         On CUDA the work is enqueued on the caller's stream and the producer stream
         (:meth:`_enqueue`). An eager call whose ``replay_key`` (:meth:`replay_key`) was seen before
@@ -249,8 +249,8 @@ class Call:
         """
         state = self.state
         if self.ws.is_cuda:
-            if not self._replay(replay_key, steps, consume):
-                self._enqueue(steps, consume)
+            if not self._replay(replay_key, program, consume):
+                self._enqueue(program, consume)
             if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
                 if state.blocking:  # Python's default warning filter shows it once per process
                     warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
@@ -261,7 +261,7 @@ class Call:
                 state.synchronize()
             return
         state.align(self.parity, self.epoch, self.timeout_s)
-        future = state.submit(self._produce_on_thread, steps)
+        future = state.submit(self._produce_on_thread, program.steps)
         try:
             consume()
             if self.plan.consumer == "triton":
@@ -281,7 +281,7 @@ class Call:
             raise exc
         state.clear(self.parity)
 
-    def _enqueue(self, steps: list, consume) -> None:
+    def _enqueue(self, program: producer.Program, consume) -> None:
         """Enqueue the call on the current stream (the caller's, or the capture stream of its own
         graph), where the alignment kernel and the consumer launch, and on the producer stream,
         which forks from it and joins it again before the flags are cleared. An eager call (not one
@@ -301,21 +301,24 @@ class Call:
         state.align(self.parity, self.epoch, self.timeout_s)
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
-        split = producer.first_wait(steps)
-        producer.enqueue_on_stream(steps[:split], side)
+        producer.enqueue_on_stream(program.steps[:program.first_wait], side)
         consume()
-        producer.enqueue_on_stream(steps[split:], side)
+        producer.enqueue_on_stream(program.steps[program.first_wait:], side)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
         state.clear(self.parity, main)
         if not self.capturing:
             state.copy_error_record(main)
 
-    def _replay(self, key: tuple | None, steps: list, consume) -> bool:
+    def _replay(self, key: tuple | None, program: producer.Program, consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
-        first sighting, past :data:`MAX_GRAPHS`, or under a user's capture."""
-        if key is None or self.capturing:
+        first sighting, past :data:`MAX_GRAPHS`, under a user's capture, or a program that waits on
+        a peer. Such a wait (AG-GEMM's pull: the peers' ready flags) is released only by the peer
+        or by the kernel's timeout. Enqueued eagerly, the kernel is queued ahead of it; replayed from
+        a graph (launch order CUDA's), a call whose peer never came hung the GPU (a layer backward
+        on 2 ranks sharing an H100, 2026-11-23; README "CUDA graphs")."""
+        if key is None or self.capturing or program.waits_on_peers:
             return False
         graphs = self._bindings().graphs
         graph = graphs.get(key)
@@ -325,7 +328,7 @@ class Call:
             return False
         if graph is _SEEN_ONCE:
             try:
-                graph = self.state.capture(lambda: self._enqueue(steps, consume))
+                graph = self.state.capture(lambda: self._enqueue(program, consume))
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "

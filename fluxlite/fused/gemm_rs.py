@@ -92,7 +92,7 @@ def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
         kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
                       peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
 
-    steps = call.program((partial.data_ptr(),), lambda: _steps(call, partial))
-    call.run(steps, consume_triton if plan.consumer == "triton" else consume_torch,
+    program = call.program((partial.data_ptr(),), lambda: _steps(call, partial))
+    call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
              call.replay_key(a, partial, weight, out, bias, scale=ep.scale))
     return out

@@ -18,6 +18,7 @@ serves every call, and a program captured in a CUDA graph replays correctly.
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import torch
 
@@ -30,6 +31,19 @@ COPY, SIGNAL, WAIT = "copy", "signal", "wait"
 def first_wait(steps: list) -> int:
     """Index of the first WAIT step (``len(steps)`` if none)."""
     return next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
+
+
+class Program(NamedTuple):
+    """A producer program with what a call asks of it, derived once when it is built (:meth:`of`)."""
+
+    steps: list
+    first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
+    waits_on_peers: bool  # a WAIT that only a peer (or the kernel's timeout) releases
+
+    @classmethod
+    def of(cls, steps: list, rank: int) -> "Program":
+        """``steps`` of rank ``rank``; a WAIT's ``info['peer']`` names whom it waits for."""
+        return cls(steps, first_wait(steps), any(s[0] == WAIT and s[3]["peer"] != rank for s in steps))
 
 
 def run_on_thread(steps: list, **wait_info) -> None:
