@@ -150,29 +150,90 @@ def _recurring_calls(rank, world_size):
         out_rs.fill_(float("nan"))
         fluxlite.ag_gemm(a, w, b, impl="fused", out=out, scale=0.5)
         fluxlite.gemm_rs(a_rs, w, b, impl="fused", out=out_rs)
-        ref, _ = _ag_reference(a, w, None)
+        ref, gathered_ref = _ag_reference(a, w, None)
         assert rel_err(out, 0.5 * ref + b.float()) < TOL, f"call {i}: AG"
         assert rel_err(out_rs, _rs_reference(a_rs, w, b)) < TOL, f"call {i}: RS"
+        out.fill_(float("nan"))
+        # The pull path (a layer backward's): its gathered rows are a new tensor each call.
+        _, gathered = fluxlite.ag_gemm(a, w, b, impl="fused", out=out, scale=0.5, return_gathered=True)
+        assert rel_err(out, 0.5 * ref + b.float()) < TOL, f"call {i}: AG pull"
+        assert torch.equal(gathered, gathered_ref.to(BF16)), f"call {i}: AG pull's gathered rows"
         if i % 3 == 0:  # an odd call now and then: each op meets both parities
             out.fill_(float("nan"))
             fluxlite.ag_gemm(a, w, b, impl="fused", out=out, scale=0.5)
             assert rel_err(out, 0.5 * ref + b.float()) < TOL, f"call {i}: extra AG"
     fluxlite.synchronize()
     state = fluxlite.fused.state_of(fluxlite.get_workspace())
-    graphs = {op: _replays(plan) for (op, *_), plan in state.plans.items()}
-    assert graphs["ag"] >= 2, graphs  # both parities: its tensors never move
-    assert graphs["rs"] >= 2, graphs  # its partial buffer is allocated per call, mostly at one address
+    graphs = {(key[0], key[5]): _replays(plan) for key, plan in state.plans.items()}  # (op, keep_gathered)
+    assert graphs["ag", False] >= 2, graphs  # both parities: its tensors never move
+    assert graphs["ag", True] >= 2, graphs  # its gathered tensor comes back at a few addresses
+    assert graphs["rs", False] >= 2, graphs  # its partial buffer is allocated per call, mostly at one address
 
 
 def _replays(plan) -> int:
     """How many of ``plan``'s eager calls have a graph to replay from."""
+    from fluxlite.fused.call import SplitReplay
     from fluxlite.fused.state import Replay
 
-    return sum(isinstance(g, Replay) for g in plan.bound.graphs.values())
+    return sum(isinstance(g, (Replay, SplitReplay)) for g in plan.bound.graphs.values())
 
 
 def test_recurring_eager_calls_replay_from_graphs_with_fresh_data():
     run_gpu_ranks(_recurring_calls, 2)
+
+
+def _recapture_after_growth(rank, world_size):
+    """Eager calls replay from graphs; a call grows the workspace (the plans drop their graphs); the
+    first calls recur and must be captured again, correct, with no capture failing. torch's allocator
+    asserts when a capture reuses a pool whose graphs are all gone, and its RNG is then broken."""
+    import warnings
+
+    import fluxlite
+
+    gen = torch.Generator(device=_dev()).manual_seed(31 + rank)
+    m, K, N = 136, 512, 384
+    a = torch.randn(m, K, generator=gen, device=_dev()).to(BF16)
+    w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+    ref, gathered_ref = _ag_reference(a, w, None)
+    a_rs = torch.randn(world_size * m, K, generator=gen, device=_dev()).to(BF16)
+    ref_rs = _rs_reference(a_rs, w, None)
+
+    out = torch.empty(world_size * m, N, dtype=BF16, device=_dev())
+    out_rs = torch.empty(m, N, dtype=BF16, device=_dev())
+
+    def calls(tag):
+        for i in range(6):  # both parities' keys recur: captured, then replayed
+            out.fill_(float("nan"))
+            fluxlite.ag_gemm(a, w, impl="fused", out=out)
+            assert rel_err(out, ref) < TOL, f"{tag} {i}: AG"
+            out.fill_(float("nan"))
+            _, gathered = fluxlite.ag_gemm(a, w, impl="fused", out=out, return_gathered=True)
+            assert rel_err(out, ref) < TOL and torch.equal(gathered, gathered_ref), f"{tag} {i}: AG pull"
+            del gathered
+            out_rs.fill_(float("nan"))
+            fluxlite.gemm_rs(a_rs, w, impl="fused", out=out_rs)
+            assert rel_err(out_rs, ref_rs) < TOL, f"{tag} {i}: RS"
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calls("before the growth")
+        ws = fluxlite.get_workspace()
+        generation = ws.generation
+        big = torch.randn(ws.capacity // (2 * K * world_size) + 64, K, device=_dev()).to(BF16)
+        fluxlite.ag_gemm(big, w, impl="fused")
+        assert fluxlite.get_workspace().generation != generation, "the big call should have grown the workspace"
+        calls("after the growth")
+        fluxlite.synchronize()
+    failed = [str(c.message) for c in caught if "capturing a fused" in str(c.message)]
+    assert not failed, failed
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    small = [plan for key, plan in state.plans.items() if key[1] in (m, world_size * m)]
+    assert all(_replays(plan) >= 1 for plan in small), [_replays(plan) for plan in small]
+    torch.randn(4, device=_dev())  # the RNG still works
+
+
+def test_eager_replays_are_captured_again_after_a_growth():
+    run_gpu_ranks(_recapture_after_growth, 2)
 
 
 def _peer_stops_during_replays(rank, world_size, op):
@@ -182,9 +243,10 @@ def _peer_stops_during_replays(rank, world_size, op):
     import fluxlite
 
     gen = torch.Generator(device=_dev()).manual_seed(5 + rank)
-    a = torch.randn(256 if op == "ag" else 512, 512, generator=gen, device=_dev()).to(BF16)
+    a = torch.randn(512 if op == "rs" else 256, 512, generator=gen, device=_dev()).to(BF16)
     w = (torch.randn(384, 512, generator=gen, device=_dev()) / 512**0.5).to(BF16)
     call = {"ag": lambda: fluxlite.ag_gemm(a, w, impl="fused", timeout=2.0),
+            "ag_pull": lambda: fluxlite.ag_gemm(a, w, impl="fused", timeout=2.0, return_gathered=True),
             "rs": lambda: fluxlite.gemm_rs(a, w, impl="fused", timeout=2.0)}[op]
     for _ in range(6):
         call()
@@ -192,7 +254,7 @@ def _peer_stops_during_replays(rank, world_size, op):
     dist.barrier()
     if rank == 0:
         (plan,) = fluxlite.fused.state_of(fluxlite.get_workspace()).plans.values()
-        assert _replays(plan) == 2, "both parities' calls should replay by now"
+        assert _replays(plan) >= 2, "both parities' calls should replay by now"
         call()  # replayed; no peer
         torch.cuda.current_stream().synchronize()  # the kernel gave up after 2 s
         with pytest.raises(fluxlite.FluxliteTimeoutError) as info:
@@ -201,7 +263,7 @@ def _peer_stops_during_replays(rank, world_size, op):
     dist.barrier()
 
 
-@pytest.mark.parametrize("op", ["ag", "rs"])
+@pytest.mark.parametrize("op", ["ag", "ag_pull", "rs"])
 def test_a_replayed_calls_timeout_is_raised_by_the_next_call(op):
     run_gpu_ranks(_peer_stops_during_replays, 2, op, limit_s=90)
 

@@ -70,14 +70,16 @@ class FusedState:
             self.producer_handle = self.producer_stream.cuda_stream
             # Reused by every call to order the producer stream after the caller's and back.
             self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
-            for event in (self.call_start, self.call_end):
+            # Recorded by the graphs of a call that replays from several (fluxlite.fused.call.SplitReplay).
+            self.producer_go, self.producer_done = torch.cuda.Event(), torch.cuda.Event()
+            for event in (self.call_start, self.call_end, self.producer_go, self.producer_done):
                 event.record(self.producer_stream)  # creates the event, so it has a raw handle
             # Eager calls replayed from graphs (fluxlite.fused.call.Call.run): captured on a stream of
             # their own, into one memory pool (what a launch allocates: Triton's scratch). Calls on
             # one workspace are stream-ordered (they share its counters and flags), so their graphs
             # never replay at once and may share the pool.
             self._capture_stream = torch.cuda.Stream(device=ws.device)
-            self._graph_pool = torch.cuda.graph_pool_handle()
+            self._graph_pool: tuple | None = None  # made by capture(); (pool handle, workspace generation)
         else:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
@@ -313,13 +315,24 @@ class FusedState:
         """A CUDA graph of what ``enqueue()`` enqueues on the current stream, made the capture stream
         here (an eager call's work, to replay). ``thread_local``: other threads' CUDA calls (a gloo
         or NCCL worker) neither break the capture nor are broken by it."""
+        # torch's allocator cannot capture into a pool whose graphs are all gone (an internal assert in
+        # capture_begin, which also leaves the RNG believing a capture is under way: every later
+        # torch.randn raises). They all go when the workspace grows (the plans' Bindings drop them)
+        # or when the pool's first capture fails, so each generation, and each capture after a
+        # failure, starts a new pool.
+        if self._graph_pool is None or self._graph_pool[1] != self.ws.generation:
+            self._graph_pool = (torch.cuda.graph_pool_handle(), self.ws.generation)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(self._capture_stream):
-            graph.capture_begin(pool=self._graph_pool, capture_error_mode="thread_local")
-            try:
-                enqueue()
-            finally:
-                graph.capture_end()
+        try:
+            with torch.cuda.stream(self._capture_stream):
+                graph.capture_begin(pool=self._graph_pool[0], capture_error_mode="thread_local")
+                try:
+                    enqueue()
+                finally:
+                    graph.capture_end()
+        except BaseException:
+            self._graph_pool = None
+            raise
         return Replay(graph, graph.raw_cuda_graph_exec())
 
     # ---- the producer -------------------------------------------------------------------------
