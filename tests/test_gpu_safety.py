@@ -451,6 +451,41 @@ def test_missing_peer_at_each_point():
     run_gpu_ranks(_missing_peer, 2, limit_s=300)
 
 
+def _missing_peer_in_replayed_backward(rank, world_size):
+    """The backward of Column -> GELU -> Row whose AG pull calls (the Row's dgrad, the Column's
+    kept input) replay from their own graphs, split in three (fluxlite.fused.call.SplitReplay):
+    a peer that skips it gives the timeout. Replayed from one graph, the same backward hung the GPU
+    (README "CUDA graphs")."""
+    import fluxlite
+    from fluxlite.fused.call import SplitReplay
+
+    W = world_size
+    meet = _Meet(rank, W)
+    gen = torch.Generator(device=_dev()).manual_seed(700 + rank)
+    failures = []
+    col, row = _layers(4321)
+    x = torch.randn(1024 // W, 2, 1024, device=_dev()).to(BF16).requires_grad_()
+    for _ in range(3):  # the calls' tensors recur: the second step captures, the third replays
+        y = row(torch.nn.functional.gelu(col(x)[0]))[0]
+        y.backward(torch.ones_like(y))
+    fluxlite.synchronize()
+    graphs = [g for p in fluxlite.fused.state_of(fluxlite.get_workspace()).plans.values() for g in p.bound.graphs.values()]
+    assert any(isinstance(g, SplitReplay) for g in graphs), f"rank {rank}: no pull call replays: {graphs}"
+    fluxlite.set_default_timeout(PEER_TIMEOUT_S)
+    y = row(torch.nn.functional.gelu(col(x)[0]))[0]
+    fluxlite.synchronize()
+    if rank == 0:
+        del y  # rank 0 skips the backward
+    _scenario(rank, W, meet, gen, failures, "during a replayed backward", 0, lambda: y.backward(torch.ones_like(y)))
+    fluxlite.set_default_timeout(None)
+    meet("end")
+    assert not failures, f"rank {rank}: {len(failures)} failures:\n" + "\n".join(failures)
+
+
+def test_missing_peer_in_a_backward_replayed_from_graphs():
+    run_gpu_ranks(_missing_peer_in_replayed_backward, 2, limit_s=180)
+
+
 # ---- 4. recovery after a timeout -----------------------------------------------------------------
 
 
