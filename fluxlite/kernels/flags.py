@@ -8,13 +8,13 @@ A flag slot is set (``SET = 1``) by its one writer and cleared by its owner afte
 device's call count (``call_ptr``, which :mod:`fluxlite.kernels.align` advances before every call)
 when a failure is recorded, not passed in: a kernel replayed from a CUDA graph then names the call it
 runs as, not the call it was captured in. A waiter gives up after ``timeout_ns`` (``%globaltimer``
-on the GPU; a spin count under the Triton interpreter, which has no inline PTX), records what it waited for in the error
-record once (first failure wins), and returns. Once the flag is set, the waiter compares the
-peer's call signature (written before the flag) with its own; a difference is recorded as
-:data:`ERR_MISMATCH`. Every later wait of the launch, and of every later launch, sees the record and
-returns at once, so a missing or disagreeing peer costs one timeout, not one per tile. The host
-turns the record into :class:`fluxlite.FluxliteTimeoutError` or
-:class:`fluxlite.FluxliteCallMismatchError`.
+on the GPU, one reading per program: :func:`program_time`; a spin count under the Triton
+interpreter, which has no inline PTX), records what it waited for in the error record once (first
+failure wins), and returns. Once the flag is set, the waiter compares the peer's call signature
+(written before the flag) with its own; a difference is recorded as :data:`ERR_MISMATCH`. Every
+later wait of the launch, and of every later launch, sees the record and returns at once, so a
+missing or disagreeing peer costs one timeout, not one per tile. The host turns the record into
+:class:`fluxlite.FluxliteTimeoutError` or :class:`fluxlite.FluxliteCallMismatchError`.
 
 Error record (int32 ``[RECORD_WORDS]``): ``code, slot, call, seen, peer, chunk, spare, spare``,
 then (mismatch only) the peer's ``SIG_WORDS`` signature words and this rank's.
@@ -27,7 +27,6 @@ scope from one thread, which publishes all of them (cumulativity).
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import globaltimer
 
 ERR_TIMEOUT_AG = 1
 """An AG-GEMM row block timed out waiting for a peer's rows."""
@@ -47,6 +46,23 @@ SIG_WORDS = tl.constexpr(4)  # fluxlite.schedule.SIG_WORDS
 
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
 """What one spin costs under the Triton interpreter (measured 150-250 us), to bound it in time."""
+TIMER_LANES = tl.constexpr(1024)  # >= the threads of any launch (32 warps): each thread reads the timer
+
+
+@triton.jit
+def program_time():
+    """``%globaltimer`` as one value for the whole program (the max over its threads' readings).
+
+    Each thread reads the timer itself, and readings differ across a tick. The scalar atomics of the
+    wait loop synchronise the program's threads (one thread performs them and shares the result), so
+    threads that disagreed about a timeout would take different branches around those barriers and
+    the program hangs. Measured on 2 ranks sharing an H100 (layer backward, peer missing): with each
+    thread's own reading, 8 of 20 runs left the AG kernel running forever after its timeout, every
+    tile claimed and the failure recorded; with this, 0 of 10.
+    """
+    readings = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,l", [tl.zeros([TIMER_LANES], tl.int64)],
+                                         dtype=tl.int64, is_pure=False, pack=1)
+    return tl.max(readings, axis=0)
 
 
 @triton.jit
@@ -74,14 +90,14 @@ def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk,
     if INTERPRET:
         start = tl.full((), 0, tl.int64)
     else:
-        start = globaltimer()
+        start = program_time()
     spins = tl.full((), 0, tl.int64)
     while (seen < 1) & (err == 0):
         spins += 1
         if INTERPRET:
             elapsed = spins * INTERPRET_SPIN_NS
         else:
-            elapsed = globaltimer() - start
+            elapsed = program_time() - start
         if elapsed > timeout_ns:
             _record(error_ptr, code, slot, call_ptr, seen, peer, chunk)
             err = tl.full((), code, tl.int32)
