@@ -12,9 +12,7 @@ microsecond or two each rather than a torch dispatch each.
   peers' symmetric memory is mapped here), on the copy engine.
 - ``cuMemsetD32Async``, ``cuEventRecord``, ``cuStreamWaitEvent``: zeroing the counters and ordering
   the producer stream after the caller's.
-- ``cuGraphLaunch``: an eager call replayed from its own graph (:meth:`fluxlite.fused.call.Call.run`);
-  ``cuEventRecordWithFlags`` (external), the event nodes that order one such call's graphs when it
-  replays from several (:class:`fluxlite.fused.call.SplitReplay`).
+- ``cuGraphLaunch``: an eager call replayed from its own graph (:meth:`fluxlite.fused.call.Call.run`).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from functools import lru_cache
 
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 _WRITE_DEFAULT = 0x0  # with a system-wide memory barrier before the write
-_RECORD_EXTERNAL = 0x1  # CU_EVENT_RECORD_EXTERNAL: under capture, an event record node
 
 _P, _U64, _U32, _UINT, _SZ = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint, ctypes.c_size_t
 _SIGNATURES = {
@@ -36,7 +33,6 @@ _SIGNATURES = {
     "cuMemcpyAsync": ([_U64, _U64, _SZ, _P], ("cuMemcpyAsync",)),
     "cuMemsetD32Async": ([_U64, _UINT, _SZ, _P], ("cuMemsetD32Async",)),
     "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
-    "cuEventRecordWithFlags": ([_P, _P, _UINT], ("cuEventRecordWithFlags",)),
     "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
     "cuGraphLaunch": ([_P, _P], ("cuGraphLaunch",)),
     "cuCtxGetCurrent": ([ctypes.POINTER(_P)], ("cuCtxGetCurrent",)),
@@ -123,13 +119,6 @@ def memset32_async(stream: int, address: int, value: int, count: int) -> None:
 
 def event_record(event: int, stream: int) -> None:
     _check(_driver()["cuEventRecord"](event, stream), "cuEventRecord")
-
-
-def event_record_external(event: int, stream: int) -> None:
-    """While ``stream`` is being captured: a graph node that records ``event`` whenever the graph
-    replays (CU_EVENT_RECORD_EXTERNAL), so a stream outside the graph can wait on that point of it.
-    Invalid outside a capture."""
-    _check(_driver()["cuEventRecordWithFlags"](event, stream, _RECORD_EXTERNAL), "cuEventRecordWithFlags")
 
 
 def stream_wait_event(stream: int, event: int) -> None:

@@ -172,10 +172,9 @@ def _recurring_calls(rank, world_size):
 
 def _replays(plan) -> int:
     """How many of ``plan``'s eager calls have a graph to replay from."""
-    from fluxlite.fused.call import SplitReplay
     from fluxlite.fused.state import Replay
 
-    return sum(isinstance(g, (Replay, SplitReplay)) for g in plan.bound.graphs.values())
+    return sum(isinstance(g, Replay) for g in plan.bound.graphs.values())
 
 
 def test_recurring_eager_calls_replay_from_graphs_with_fresh_data():

@@ -16,7 +16,7 @@ import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
@@ -28,7 +28,7 @@ from ..flags import host_wait_flag
 from ..kernels import gemm_core
 from . import producer
 from .. import workspace as _workspace
-from .state import FusedState, Replay
+from .state import FusedState
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
 SHARED_GPU_FREE_SMS = 8  # SMs a fused kernel leaves to the producer's copy kernels when ranks share a GPU
@@ -56,7 +56,7 @@ class Bindings:
     generation: int = -1
     views: dict = field(default_factory=dict)  # parity -> the op's views of our data half
     programs: dict = field(default_factory=dict)  # (parity, addresses of the call's tensors) -> producer.Program
-    graphs: dict = field(default_factory=dict)  # Call.replay_key -> Replay or SplitReplay (or seen once, or no graph)
+    graphs: dict = field(default_factory=dict)  # Call.replay_key -> state.Replay (or seen once, or no graph)
 
     def clear(self) -> None:
         """Drop everything (after a growth, once the device is idle: the views would keep the old
@@ -84,24 +84,6 @@ class Plan:
     split_rows: tuple[tuple[int, int], ...]  # rows [lo, hi) of a chunk that each split covers
     kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
     bound: Bindings = field(default_factory=Bindings)
-
-
-class SplitReplay(NamedTuple):
-    """An eager call whose producer waits on a peer, replayed from three graphs launched in the
-    order :meth:`Call._enqueue` enqueues it, so the consumer kernel is queued ahead of the
-    producer's first wait (see :meth:`Call._replay`)."""
-
-    head: Replay  # caller's stream: alignment, the producer's steps before its first wait, the kernel
-    tail: Replay  # producer stream, from the head's producer_go: the steps from the first wait on
-    end: Replay  # caller's stream, after the tail's producer_done: clear the flags, copy the error record
-
-    def launch(self, main: int, state: FusedState) -> None:
-        side = state.producer_handle
-        cu.graph_launch(self.head.exec, main)
-        cu.stream_wait_event(side, state.producer_go.cuda_event)
-        cu.graph_launch(self.tail.exec, side)
-        cu.stream_wait_event(main, state.producer_done.cuda_event)
-        cu.graph_launch(self.end.exec, main)
 
 
 def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool,
@@ -190,7 +172,7 @@ class Call:
         if program is None:
             if len(programs) >= MAX_PROGRAMS:
                 programs.clear()
-            program = programs[key] = producer.Program.of(build(), self.ws.rank)
+            program = programs[key] = producer.Program.of(build())
         return program
 
     def _bindings(self) -> Bindings:
@@ -262,7 +244,7 @@ class Call:
         On CUDA the work is enqueued on the caller's stream and the producer stream
         (:meth:`_enqueue`). An eager call whose ``replay_key`` (:meth:`replay_key`) was seen before
         replays that work from a CUDA graph captured the second time (:meth:`_replay`): one launch
-        (three for a program that waits on a peer) instead of some twenty driver calls, the host cost a fused call would otherwise add to a
+        instead of some twenty driver calls, the host cost a fused call would otherwise add to a
         one-call-at-a-time (latency-bound) step.
         """
         state = self.state
@@ -314,42 +296,31 @@ class Call:
         waits on a peer that may never come, where only the kernel's bounded wait (which then
         releases the producer) ends the call.
         """
-        main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), self.state.producer_handle
-        self._start(program, consume, main, side)
-        producer.enqueue_on_stream(program.steps[program.first_wait:], side)
-        self._join(main, side)
-        self._finish(main)
-
-    def _start(self, program: producer.Program, consume, main: int, side: int) -> None:
-        """Align the call on ``main``, fork the producer's steps before its first wait onto
-        ``side``, and launch the consumer on ``main``."""
         state = self.state
+        main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
         state.align(self.parity, self.epoch, self.timeout_s)
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
         producer.enqueue_on_stream(program.steps[:program.first_wait], side)
         consume()
-
-    def _join(self, main: int, side: int) -> None:
-        cu.event_record(self.state.call_end.cuda_event, side)
-        cu.stream_wait_event(main, self.state.call_end.cuda_event)
-
-    def _finish(self, main: int) -> None:
-        """Once consumer and producer are done: clear the flags; an eager call copies the error record."""
-        self.state.clear(self.parity, main)
+        producer.enqueue_on_stream(program.steps[program.first_wait:], side)
+        cu.event_record(state.call_end.cuda_event, side)
+        cu.stream_wait_event(main, state.call_end.cuda_event)
+        state.clear(self.parity, main)
         if not self.capturing:
-            self.state.copy_error_record(main)
+            state.copy_error_record(main)
 
     def _replay(self, key: tuple | None, program: producer.Program, consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
         first sighting, past :data:`MAX_GRAPHS`, or under a user's capture.
 
-        A program that waits on a peer (AG-GEMM's pull: the peers' ready flags, which only the peer
-        or the kernel's timeout releases) replays from three graphs (:class:`SplitReplay`) launched
-        in the eager call's order, so its first wait is queued after the kernel, as eagerly. Captured
-        in one graph, CUDA orders the graph's branches, and a call whose peer never came hung the GPU
-        (a layer backward on 2 ranks sharing an H100, 2026-11-23; README "CUDA graphs")."""
+        A program that waits on a peer (AG-GEMM's pull: the peers' ready flags) replays too: its
+        wait and the kernel are sibling branches of the graph, and the kernel's bounded wait
+        releases it. Measured on 2 ranks sharing an H100, 7 of 7 replays whose peer had stopped
+        raised the timeout, 3 of them under ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (2026-11-23). The
+        hangs the sixth session blamed on such replays were the kernels' timer divergence
+        (:func:`fluxlite.kernels.flags.program_time`)."""
         if key is None or self.capturing:
             return False
         graphs = self._bindings().graphs
@@ -360,8 +331,7 @@ class Call:
             return False
         if graph is _SEEN_ONCE:
             try:
-                graph = self._capture_split(program, consume) if program.waits_on_peers else \
-                    self.state.capture(lambda: self._enqueue(program, consume))
+                graph = self.state.capture(lambda: self._enqueue(program, consume))
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "
@@ -370,28 +340,8 @@ class Call:
             graphs[key] = graph
         if graph is _NO_GRAPH:
             return False
-        if isinstance(graph, SplitReplay):
-            graph.launch(self.stream, self.state)
-        else:
-            cu.graph_launch(graph.exec, self.stream)
+        cu.graph_launch(graph.exec, self.stream)
         return True
-
-    def _capture_split(self, program: producer.Program, consume) -> "SplitReplay":
-        state, side = self.state, self.state.producer_handle
-        current = lambda: torch._C._cuda_getCurrentRawStream(self.ws.device.index)  # noqa: E731 (the capture stream)
-
-        def head() -> None:
-            main = current()
-            self._start(program, consume, main, side)
-            # After the steps before the first wait (as eagerly), not after the kernel, which the tail releases.
-            cu.event_record_external(state.producer_go.cuda_event, side)
-            self._join(main, side)
-
-        def tail() -> None:
-            producer.enqueue_on_stream(program.steps[program.first_wait:], current())
-            cu.event_record_external(state.producer_done.cuda_event, current())
-
-        return SplitReplay(state.capture(head), state.capture(tail), state.capture(lambda: self._finish(current())))
 
     def _produce_on_thread(self, steps: list) -> None:
         try:

@@ -34,16 +34,14 @@ def first_wait(steps: list) -> int:
 
 
 class Program(NamedTuple):
-    """A producer program with what a call asks of it, derived once when it is built (:meth:`of`)."""
+    """A producer program with where its first wait is, found once when it is built (:meth:`of`)."""
 
     steps: list
     first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
-    waits_on_peers: bool  # a WAIT that only a peer (or the kernel's timeout) releases
 
     @classmethod
-    def of(cls, steps: list, rank: int) -> "Program":
-        """``steps`` of rank ``rank``; a WAIT's ``info['peer']`` names whom it waits for."""
-        return cls(steps, first_wait(steps), any(s[0] == WAIT and s[3]["peer"] != rank for s in steps))
+    def of(cls, steps: list) -> "Program":
+        return cls(steps, first_wait(steps))
 
 
 def run_on_thread(steps: list, **wait_info) -> None:

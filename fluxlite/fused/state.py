@@ -70,9 +70,7 @@ class FusedState:
             self.producer_handle = self.producer_stream.cuda_stream
             # Reused by every call to order the producer stream after the caller's and back.
             self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
-            # Recorded by the graphs of a call that replays from several (fluxlite.fused.call.SplitReplay).
-            self.producer_go, self.producer_done = torch.cuda.Event(), torch.cuda.Event()
-            for event in (self.call_start, self.call_end, self.producer_go, self.producer_done):
+            for event in (self.call_start, self.call_end):
                 event.record(self.producer_stream)  # creates the event, so it has a raw handle
             # Eager calls replayed from graphs (fluxlite.fused.call.Call.run): captured on a stream of
             # their own, into one memory pool (what a launch allocates: Triton's scratch). Calls on
