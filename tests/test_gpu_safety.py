@@ -428,27 +428,38 @@ def _missing_peer(rank, world_size):
         _scenario(rank, W, meet, gen, failures, f"mid-call ({op})", skipper,
                   lambda: fused(a, w, impl="fused", timeout=PEER_TIMEOUT_S), step_is_flag=True)
     # (d) during the backward of Column -> GELU -> Row (sequence parallel, fused both ways)
-    col, row = _layers(1234)
-    x = torch.randn(1024 // W, 2, 1024, device=_dev()).to(BF16).requires_grad_()
-    # A whole step first, under the default (long) timeout: every kernel the layers use is compiled
-    # and loaded on both ranks before the short timeout applies.
-    y = row(torch.nn.functional.gelu(col(x)[0]))[0]
-    y.backward(torch.ones_like(y))
-    fluxlite.synchronize()
-    fluxlite.set_default_timeout(PEER_TIMEOUT_S)  # the layers take no timeout argument
-    y = row(torch.nn.functional.gelu(col(x)[0]))[0]
-    fluxlite.synchronize()
-    if rank == 0:
-        del y  # rank 0 skips the backward
-    _scenario(rank, W, meet, gen, failures, "during backward (Column -> GELU -> Row)", 0,
-              lambda: y.backward(torch.ones_like(y)))
-    fluxlite.set_default_timeout(None)
+    _skipped_backward(rank, meet, gen, failures, "during backward (Column -> GELU -> Row)", seed=1234, steps=1)
     meet("end")
     assert not failures, f"rank {rank}: {len(failures)} failures:\n" + "\n".join(failures)
 
 
 def test_missing_peer_at_each_point():
     run_gpu_ranks(_missing_peer, 2, limit_s=300)
+
+
+def _skipped_backward(rank, meet, gen, failures, tag, *, seed, steps, after_steps=None):
+    """``steps`` whole steps of Column -> GELU -> Row (sequence parallel, fused both ways) on both
+    ranks under the default (long) timeout, so every kernel the layers use is compiled and loaded
+    before the short one applies; then ``after_steps()``; then a forward on both ranks, whose
+    backward rank 0 skips: rank 1's must time out naming rank 0 (:func:`_scenario`)."""
+    import fluxlite
+
+    W = dist.get_world_size()
+    col, row = _layers(seed)
+    x = torch.randn(1024 // W, 2, 1024, device=_dev()).to(BF16).requires_grad_()
+    for _ in range(steps):
+        y = row(torch.nn.functional.gelu(col(x)[0]))[0]
+        y.backward(torch.ones_like(y))
+    fluxlite.synchronize()
+    if after_steps is not None:
+        after_steps()
+    fluxlite.set_default_timeout(PEER_TIMEOUT_S)  # the layers take no timeout argument
+    y = row(torch.nn.functional.gelu(col(x)[0]))[0]
+    fluxlite.synchronize()
+    if rank == 0:
+        del y  # rank 0 skips the backward
+    _scenario(rank, W, meet, gen, failures, tag, 0, lambda: y.backward(torch.ones_like(y)))
+    fluxlite.set_default_timeout(None)
 
 
 def _missing_peer_in_replayed_backward(rank, world_size):
@@ -459,26 +470,18 @@ def _missing_peer_in_replayed_backward(rank, world_size):
     import fluxlite
     from fluxlite.fused.state import Replay
 
-    W = world_size
-    meet = _Meet(rank, W)
+    meet = _Meet(rank, world_size)
     gen = torch.Generator(device=_dev()).manual_seed(700 + rank)
     failures = []
-    col, row = _layers(4321)
-    x = torch.randn(1024 // W, 2, 1024, device=_dev()).to(BF16).requires_grad_()
-    for _ in range(3):  # the calls' tensors recur: the second step captures, the third replays
-        y = row(torch.nn.functional.gelu(col(x)[0]))[0]
-        y.backward(torch.ones_like(y))
-    fluxlite.synchronize()
-    plans = fluxlite.fused.state_of(fluxlite.get_workspace()).plans
-    pulls = [g for key, p in plans.items() if key[0] == "ag" and key[5] for g in p.bound.graphs.values()]
-    assert any(isinstance(g, Replay) for g in pulls), f"rank {rank}: no pull call replays: {pulls}"
-    fluxlite.set_default_timeout(PEER_TIMEOUT_S)
-    y = row(torch.nn.functional.gelu(col(x)[0]))[0]
-    fluxlite.synchronize()
-    if rank == 0:
-        del y  # rank 0 skips the backward
-    _scenario(rank, W, meet, gen, failures, "during a replayed backward", 0, lambda: y.backward(torch.ones_like(y)))
-    fluxlite.set_default_timeout(None)
+
+    def pull_calls_replay():
+        plans = fluxlite.fused.state_of(fluxlite.get_workspace()).plans
+        pulls = [g for key, p in plans.items() if key[0] == "ag" and key[5] for g in p.bound.graphs.values()]
+        assert any(isinstance(g, Replay) for g in pulls), f"rank {rank}: no pull call replays: {pulls}"
+
+    # The calls' tensors recur: the second step captures, the third replays.
+    _skipped_backward(rank, meet, gen, failures, "during a replayed backward", seed=4321, steps=3,
+                      after_steps=pull_calls_replay)
     meet("end")
     assert not failures, f"rank {rank}: {len(failures)} failures:\n" + "\n".join(failures)
 

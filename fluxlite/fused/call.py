@@ -315,12 +315,10 @@ class Call:
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
         first sighting, past :data:`MAX_GRAPHS`, or under a user's capture.
 
-        A program that waits on a peer (AG-GEMM's pull: the peers' ready flags) replays too: its
-        wait and the kernel are sibling branches of the graph, and the kernel's bounded wait
-        releases it. Measured on 2 ranks sharing an H100, 7 of 7 replays whose peer had stopped
-        raised the timeout, 3 of them under ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (2026-11-23). The
-        hangs the sixth session blamed on such replays were the kernels' timer divergence
-        (:func:`fluxlite.kernels.flags.program_time`)."""
+        A program that waits on a peer (AG-GEMM's pull: the peers' ready flags) replays too: the
+        wait and the kernel are sibling branches of the graph, and when the peer never comes the
+        kernel's bounded wait sets those flags itself, so the graph ends (tests/test_gpu_fused.py,
+        ``[ag_pull]``; README "CUDA graphs")."""
         if key is None or self.capturing:
             return False
         graphs = self._bindings().graphs
