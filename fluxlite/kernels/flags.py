@@ -7,7 +7,7 @@ A flag slot is set (``SET = 1``) by its one writer and cleared by its owner afte
 (:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call's number is read from the
 device's call count (``call_ptr``, which :mod:`fluxlite.kernels.align` advances before every call)
 when a failure is recorded, not passed in: a kernel replayed from a CUDA graph then names the call it
-runs as, not the call it was captured in. A waiter gives up after ``timeout_ns`` (``%globaltimer``
+runs as, not the call it was captured in. A waiter gives up ``timeout_ns`` after its first spin (``%globaltimer``
 on the GPU, one reading per program: :func:`program_time`; a spin count under the Triton
 interpreter, which has no inline PTX), records what it waited for in the error record once (first
 failure wins), and returns. Once the flag is set, the waiter compares the peer's call signature
@@ -87,17 +87,19 @@ def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk,
     """
     seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
     err = tl.atomic_add(error_ptr, 0, sem="relaxed", scope="gpu")
-    if INTERPRET:
-        start = tl.full((), 0, tl.int64)
-    else:
-        start = program_time()
+    # The clock starts at the first spin, not before the first look: a flag that is already set
+    # (most waits of a call) costs no timer reduction.
+    start = tl.full((), 0, tl.int64)
     spins = tl.full((), 0, tl.int64)
     while (seen < 1) & (err == 0):
         spins += 1
         if INTERPRET:
             elapsed = spins * INTERPRET_SPIN_NS
         else:
-            elapsed = program_time() - start
+            now = program_time()
+            if spins == 1:
+                start = now
+            elapsed = now - start
         if elapsed > timeout_ns:
             _record(error_ptr, code, slot, call_ptr, seen, peer, chunk)
             err = tl.full((), code, tl.int32)
