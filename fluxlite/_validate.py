@@ -23,11 +23,8 @@ def check_matrix(name: str, t, layout: str) -> None:
         raise ValueError(f"{name} must be 2-D {layout}, got {t.dim()}-D with shape {tuple(t.shape)}")
 
 
-def check_operands(op: str, tp: TPGroup, a, weight, bias, a_layout: str, w_layout: str):
-    """Check ``a``, ``weight``, ``bias`` of ``op`` against each other and the group.
-
-    Returns the operands, made contiguous where they were not (a copy, never a silent wrong answer).
-    """
+def check_operands(op: str, tp: TPGroup, a, weight, bias, a_layout: str, w_layout: str) -> None:
+    """Check ``a``, ``weight``, ``bias`` of ``op`` against each other and the group."""
     check_matrix("a", a, a_layout)
     check_matrix("weight", weight, w_layout)
     if a.shape[1] != weight.shape[1]:
@@ -59,12 +56,18 @@ def check_operands(op: str, tp: TPGroup, a, weight, bias, a_layout: str, w_layou
             f"{op}: a is on {a.device} but the current CUDA device is cuda:{torch.cuda.current_device()}; "
             f"call torch.cuda.set_device({a.device.index}) first"
         )
+
+
+def operands_as_used(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, gated: bool = False):
+    """The checked operands as the ops use them: ``a`` and ``bias`` contiguous; the weight in
+    ``nn.Linear`` layout or its transpose (a backward's ``W.t()``: no copy), row-major when ``gated``
+    (the kernels read SwiGLU's gate and up rows). A copy where needed, never a silent wrong answer."""
     # The ops are not differentiable (the autograd functions in fluxlite.parallel call them): detach,
     # so that no producer thread or side stream ever records autograd history.
     a, bias = a.detach().contiguous(), None if bias is None else bias.detach().contiguous()
     weight = weight.detach()
-    if not (weight.is_contiguous() or weight.t().is_contiguous()):
-        weight = weight.contiguous()  # nn.Linear layout, or its transpose (a backward's W.t()): no copy
+    if gated or not (weight.is_contiguous() or weight.t().is_contiguous()):
+        weight = weight.contiguous()
     return a, weight, bias
 
 

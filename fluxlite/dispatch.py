@@ -305,6 +305,16 @@ def tuning():
         _TUNING.reset(token)
 
 
+def remembered(key: Key) -> Choice | None:
+    """The choice :func:`choose` returns for ``key`` without measuring or agreeing (this process's),
+    or ``None`` when it would decide afresh (not chosen yet, cleared, or a :func:`tuning` block that
+    will measure it again)."""
+    tuned = _TUNING.get()
+    if tuned is not None and key not in tuned:
+        return None
+    return _MEMORY.get(key)
+
+
 def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
     """The choice ``auto`` makes for ``key`` now, without measuring: this process's, else the rule."""
     return _MEMORY.get(key) or rule(key.world_size, flops, device, dtype)

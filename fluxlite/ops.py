@@ -3,17 +3,24 @@
 Both are collectives: every rank of the group calls them in the same order with the same shapes.
 They compute under ``torch.no_grad()``; the autograd functions in :mod:`fluxlite.parallel` call
 them in both directions.
+
+A fused call whose arguments differ from an earlier fused call's only in their data (the same
+group, options and timeout; tensors of the same type, shape, strides, dtype and device) repeats
+that call's decisions: its checks passed for exactly these arguments, and its implementation, plan
+and workspace stand (:class:`_Repeat`). It goes straight to the fused call, so what a training
+step's repeated calls cost on the host is the call's own work (issue 10; BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from . import _decomposed, _sequential, dispatch, epilogue, fused
-from ._validate import check_impl, check_operands, check_out, check_rows_divisible, check_timeout
+from ._validate import check_impl, check_operands, check_out, check_rows_divisible, check_timeout, operands_as_used
 from .dispatch import Choice
 from .flags import resolve_timeout
 from .group import TPGroup, resolve_group
@@ -36,23 +43,23 @@ def _check_fused_dtype(op: str, a: torch.Tensor) -> None:
         )
 
 
-def _check_call(op: str, a, weight, bias, group, impl, timeout, a_shape: str, weight_shape: str):
-    """The checks both ops make first: ``(tp, a, weight, bias)`` as the call uses them."""
+def _check_call(op: str, a, weight, bias, group, impl, timeout, a_shape: str, weight_shape: str) -> TPGroup:
+    """The checks both ops make first; returns the group."""
     check_impl(impl)
     check_timeout(timeout)
     tp = resolve_group(group)
-    return (tp, *check_operands(op, tp, a, weight, bias, a_shape, weight_shape))
+    check_operands(op, tp, a, weight, bias, a_shape, weight_shape)
+    return tp
 
 
 def check_ag_gemm(a, weight, bias, *, group, impl, timeout, out, activation, row_scale, scale):
     """Every check of an AG-GEMM call, before any communication (the eager op and the custom op's
     fake, :mod:`fluxlite.library`, share it). Returns ``(tp, a, weight, bias, ep, out_shape)`` with
     the operands as the call uses them."""
-    tp, a, weight, bias = _check_call("ag_gemm", a, weight, bias, group, impl, timeout, "[m, K]", "[N_local, K]")
+    tp = _check_call("ag_gemm", a, weight, bias, group, impl, timeout, "[m, K]", "[N_local, K]")
     ep = epilogue.check("ag_gemm", activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
                         weight_rows=weight.shape[0], like=a)
-    if ep.gated:
-        weight = weight.contiguous()  # the kernels read gate and up rows of a row-major weight
+    a, weight, bias = operands_as_used(a, weight, bias, gated=ep.gated)
     out_shape = (tp.world_size * a.shape[0], ep.out_features(weight.shape[0]))
     check_out("ag_gemm", out, out_shape, a)
     return tp, a, weight, bias, ep, out_shape
@@ -60,15 +67,69 @@ def check_ag_gemm(a, weight, bias, *, group, impl, timeout, out, activation, row
 
 def check_gemm_rs(a, weight, bias, *, group, impl, timeout, out, scale):
     """Every check of a GEMM-RS call, before any communication (shared as :func:`check_ag_gemm`)."""
-    tp, a, weight, bias = _check_call("gemm_rs", a, weight, bias, group, impl, timeout, "[M, K_local]", "[N, K_local]")
+    tp = _check_call("gemm_rs", a, weight, bias, group, impl, timeout, "[M, K_local]", "[N, K_local]")
     ep = epilogue.check("gemm_rs", activation=None, row_scale=None, scale=scale, rows=a.shape[0],
                         weight_rows=weight.shape[0], like=a)
     check_rows_divisible("gemm_rs", a.shape[0], tp.world_size)
+    a, weight, bias = operands_as_used(a, weight, bias)
     out_shape = (a.shape[0] // tp.world_size, weight.shape[0])
     check_out("gemm_rs", out, out_shape, a)
     return tp, a, weight, bias, ep, out_shape
 
 
+# ---- repeated fused calls -------------------------------------------------------------------------
+class _Repeat(NamedTuple):
+    """What a fused call decided before it ran, kept for the calls whose :func:`_repeat_key` equals
+    its own: the checked epilogue, the timeout, the fused state and plan; for ``impl="auto"``, the
+    dispatch key and choice, in force while :func:`fluxlite.dispatch.remembered` still gives it."""
+
+    state: fused.FusedState
+    plan: fused.Plan
+    ep: epilogue.Epilogue
+    timeout_s: float
+    auto: tuple[dispatch.Key, Choice] | None
+
+    def in_force(self) -> bool:
+        return self.auto is None or dispatch.remembered(self.auto[0]) is self.auto[1]
+
+
+_REPEATS: dict[tuple, _Repeat] = {}
+MAX_REPEATS = 1024  # distinct fused calls remembered; past this it starts again
+
+
+def _tensor_key(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def _repeat(op: str, group, timeout, options: tuple, tensors: tuple) -> tuple[tuple | None, _Repeat | None]:
+    """``(key, repeat)``: the key of a call's arguments as the checks read them (not the tensors'
+    data), and the earlier fused call with that key if it is still in force. The key is ``None`` when
+    an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks then say
+    what is wrong. ``options`` hold their types too, so ``True`` is not taken for ``1.0``."""
+    try:
+        a = tensors[0]
+        device = a.get_device()
+        key = (op, dist.group.WORLD if group is None else group, resolve_timeout(timeout), type(timeout),
+               torch.cuda.current_device() if device >= 0 else -1,
+               *((type(o), o) for o in options), *map(_tensor_key, tensors))
+        repeat = _REPEATS.get(key)
+    except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
+        return None, None
+    return key, (repeat if repeat is not None and repeat.in_force() else None)
+
+
+def _remember(key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, ep: epilogue.Epilogue,
+              timeout_s: float, state: fused.FusedState, plan: fused.Plan) -> None:
+    """Keep a fused call's decisions for its repeats: an explicit ``impl="fused"`` always; ``auto``
+    while the choice is the one dispatch remembers (not a rule it applies afresh on every call)."""
+    if key is None or (dispatch_key is not None and dispatch.remembered(dispatch_key) is not choice):
+        return
+    if len(_REPEATS) >= MAX_REPEATS:
+        _REPEATS.clear()
+    _REPEATS[key] = _Repeat(state, plan, ep, timeout_s, None if dispatch_key is None else (dispatch_key, choice))
+
+
+# ---- the ops --------------------------------------------------------------------------------------
 def ag_gemm(
     a: torch.Tensor,
     weight: torch.Tensor,
@@ -105,18 +166,32 @@ def ag_gemm(
     Returns:
         ``[W*m, N_local]`` in ``a.dtype``, or ``(out, gathered)`` when ``return_gathered``.
     """
+    key, repeat = _repeat("ag_gemm", group, timeout, (impl, return_gathered, activation, scale),
+                          (a, weight, bias, row_scale, out))
+    if repeat is not None:
+        a, weight, bias = operands_as_used(a, weight, bias, gated=repeat.ep.gated)
+        with torch.no_grad():
+            out, gathered = fused.ag_gemm(repeat.state, repeat.plan, a, weight, bias, timeout_s=repeat.timeout_s,
+                                          out=out, keep_gathered=return_gathered, ep=repeat.ep,
+                                          row_scale=None if row_scale is None else row_scale.contiguous())
+        return (out, gathered) if return_gathered else out
     tp, a, weight, bias, ep, _ = check_ag_gemm(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out,
                                                activation=activation, row_scale=row_scale, scale=scale)
     W = tp.world_size
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_ag_run, tp, a, weight, bias, ep=ep, keep_gathered=return_gathered,
                             row_scale=None if row_scale is None else row_scale.contiguous(), timeout_s=timeout_s)
-    choice = dispatch.EXPLICIT.get(impl) or dispatch.choose(
-        dispatch.Key.of("ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight, W * a.shape[0]),
-        tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)  # per-rank FLOPs
+    dispatch_key = None
+    if impl in dispatch.EXPLICIT:
+        choice = dispatch.EXPLICIT[impl]
+    else:
+        dispatch_key = dispatch.Key.of("ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight,
+                                       W * a.shape[0])
+        choice = dispatch.choose(dispatch_key, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0], run,
+                                 timeout_s)  # per-rank FLOPs
     if choice.impl == "fused":
         _check_fused_dtype("ag_gemm", a)
-    out, gathered = run(choice, out=out)
+    out, gathered = run(choice, out=out, remember=functools.partial(_remember, key, dispatch_key, choice, ep, timeout_s))
     return (out, gathered) if return_gathered else out
 
 
@@ -145,10 +220,16 @@ def gemm_rs(
     Returns:
         ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
     """
-    a, run, choice = _rs_call(a, weight, bias, group, impl, timeout, out, scale)
+    key, repeat = _repeat("gemm_rs", group, timeout, (impl, scale), (a, weight, bias, out))
+    if repeat is not None:
+        a, weight, bias = operands_as_used(a, weight, bias)
+        with torch.no_grad():
+            return fused.gemm_rs(repeat.state, repeat.plan, a, weight, bias, timeout_s=repeat.timeout_s, out=out,
+                                 ep=repeat.ep)
+    a, run, choice, remember = _rs_call(a, weight, bias, group, impl, timeout, out, scale, key)
     if choice.impl == "fused":
         _check_fused_dtype("gemm_rs", a)
-    return run(choice, out=out)
+    return run(choice, out=out, remember=remember)
 
 
 def gemm_rs_impl(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -159,41 +240,58 @@ def gemm_rs_impl(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     it may agree with the peers and measure, so every rank must ask together); ``"sequential"`` where no
     communication is needed (one rank, no rows). The layers ask it before they pick the Column dgrad's
     data path (:func:`fluxlite.library.start_column_dgrad`)."""
-    a, _, choice = _rs_call(a, weight, bias, group, impl, timeout, None, scale)
+    if _repeat("gemm_rs", group, timeout, (impl, scale), (a, weight, bias, None))[1] is not None:
+        return "fused"
+    a, _, choice, _ = _rs_call(a, weight, bias, group, impl, timeout, None, scale, None)
     return _impl_of(choice, resolve_group(group), a)
 
 
-def _rs_call(a, weight, bias, group, impl, timeout, out, scale):
-    """A GEMM-RS call's checked ``a``, its ``run(choice, out=)`` and its :class:`Choice`."""
+def _rs_call(a, weight, bias, group, impl, timeout, out, scale, key):
+    """A GEMM-RS call's checked ``a``, its ``run(choice, out=, remember=)``, its :class:`Choice` and
+    what keeps its decisions for repeats (:func:`_remember`)."""
     tp, a, weight, bias, ep, _ = check_gemm_rs(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out,
                                                scale=scale)
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_rs_run, tp, a, weight, bias, ep=ep, timeout_s=timeout_s)
-    choice = dispatch.EXPLICIT.get(impl) or dispatch.choose(
-        dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0]), tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0],
-        run, timeout_s)
-    return a, run, choice
+    dispatch_key = None
+    if impl in dispatch.EXPLICIT:
+        choice = dispatch.EXPLICIT[impl]
+    else:
+        dispatch_key = dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0])
+        choice = dispatch.choose(dispatch_key, tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)
+    return a, run, choice, functools.partial(_remember, key, dispatch_key, choice, ep, timeout_s)
 
 
 def _ag_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, keep_gathered: bool, row_scale,
-            timeout_s: float):
-    """AG-GEMM by ``choice`` on checked operands -> ``(out, gathered or None)``."""
+            timeout_s: float, remember=None):
+    """AG-GEMM by ``choice`` on checked operands -> ``(out, gathered or None)``; a fused call hands
+    its state and plan to ``remember`` (the call's own run, not a dispatch measurement's)."""
     impl = _impl_of(choice, tp, a)
     with torch.no_grad():
         if impl == "fused":
             state = fused.state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
-            return fused.ag_gemm(state, a, weight, bias, timeout_s=timeout_s, out=out, keep_gathered=keep_gathered,
-                                 ep=ep, row_scale=row_scale, config=choice.config)
+            plan = fused.prepare_ag_gemm(state, a, weight, timeout_s=timeout_s, keep_gathered=keep_gathered, ep=ep,
+                                         config=choice.config)
+            result = fused.ag_gemm(state, plan, a, weight, bias, timeout_s=timeout_s, out=out,
+                                   keep_gathered=keep_gathered, ep=ep, row_scale=row_scale)
+            if remember is not None:
+                remember(state, plan)
+            return result
         return _IMPL_MODULES[impl].ag_gemm(tp, a, weight, bias, out, ep, row_scale)
 
 
-def _rs_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, timeout_s: float) -> torch.Tensor:
-    """GEMM-RS by ``choice`` on checked operands -> ``[M/W, N]``."""
+def _rs_run(tp: TPGroup, a, weight, bias, choice: Choice, *, out=None, ep, timeout_s: float,
+            remember=None) -> torch.Tensor:
+    """GEMM-RS by ``choice`` on checked operands -> ``[M/W, N]`` (``remember``: as :func:`_ag_run`)."""
     impl = _impl_of(choice, tp, a)
     with torch.no_grad():
         if impl == "fused":
             state = fused.state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
-            return fused.gemm_rs(state, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep, config=choice.config)
+            plan = fused.prepare_gemm_rs(state, a, weight, timeout_s=timeout_s, ep=ep, config=choice.config)
+            result = fused.gemm_rs(state, plan, a, weight, bias, timeout_s=timeout_s, out=out, ep=ep)
+            if remember is not None:
+                remember(state, plan)
+            return result
         return _IMPL_MODULES[impl].gemm_rs(tp, a, weight, bias, out, ep)
 
 
@@ -212,6 +310,7 @@ def release_workspaces(timeout: float | None = None) -> None:
     still touch the buffers: the fused layer's producers stop first, then the buffers go.
     """
     errors = []
+    _REPEATS.clear()  # they hold the states
     for owner in (*fused.forget_states(), *forget_workspaces()):
         try:
             owner.close(timeout)

@@ -276,10 +276,12 @@ def _config_keys(rank, W):
         a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
         a_parts = [randn(gen, W * m, K, dtype=f32) for _ in range(W)]
         with torch.no_grad():
-            out, _ = fluxlite.fused.ag_gemm(state, a_full[rank * m : (rank + 1) * m], w, None, timeout_s=20.0,
-                                            keep_gathered=False, config=config)
+            a = a_full[rank * m : (rank + 1) * m]
+            plan = fluxlite.fused.prepare_ag_gemm(state, a, w, timeout_s=20.0, keep_gathered=False, config=config)
+            out, _ = fluxlite.fused.ag_gemm(state, plan, a, w, None, timeout_s=20.0, keep_gathered=False)
             check(f"ag block_m={config.block_m} rep={rep}", out, ag_reference(a_full, w, None), f32, failures)
-            out = fluxlite.fused.gemm_rs(state, a_parts[rank], w, None, timeout_s=20.0, config=config)
+            plan = fluxlite.fused.prepare_gemm_rs(state, a_parts[rank], w, timeout_s=20.0, config=config)
+            out = fluxlite.fused.gemm_rs(state, plan, a_parts[rank], w, None, timeout_s=20.0)
             check(f"rs block_m={config.block_m} rep={rep}", out, rs_reference(a_parts, [w] * W, None, rank), f32,
                   failures)
         assert state.plan_builds == 2 * (configs.index(config) + 1 if rep == 0 else len(configs)), rep

@@ -4,7 +4,11 @@ launch), on top of :mod:`fluxlite.fused.call` (plans, call agreement, joining an
 plans, the producer)."""
 
 from .ag_gemm import ag_gemm
+from .ag_gemm import prepare as prepare_ag_gemm
+from .call import Plan
 from .gemm_rs import gemm_rs
+from .gemm_rs import prepare as prepare_gemm_rs
 from .state import FusedState, forget_states, state_of, states_of
 
-__all__ = ["FusedState", "ag_gemm", "forget_states", "gemm_rs", "state_of", "states_of"]
+__all__ = ["FusedState", "Plan", "ag_gemm", "forget_states", "gemm_rs", "prepare_ag_gemm", "prepare_gemm_rs",
+           "state_of", "states_of"]

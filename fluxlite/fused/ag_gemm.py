@@ -31,7 +31,8 @@ from ..epilogue import PLAIN, Epilogue
 from ..kernels import ag_gemm as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import DATA_ALIGN
-from .call import Call, get_plan
+from .call import Call, Plan, get_plan
+from . import producer
 from .producer import COPY, SIGNAL, WAIT
 from .state import FusedState
 
@@ -81,11 +82,26 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
     return steps
 
 
-def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+def prepare(state: FusedState, a: torch.Tensor, weight: torch.Tensor, *, timeout_s: float, keep_gathered: bool,
+            ep: Epilogue = PLAIN, config: GemmConfig | None = None) -> Plan:
+    """The plan of a fused AG-GEMM of these operands' shapes, with room for it in the workspace
+    (collective when the workspace grows). A later call of the same shapes may reuse it as it is."""
+    state.check()  # a poisoned workspace raises before it could enter a collective growth
+    m, K = a.shape
+    plan = get_plan(state, "ag", m, K, weight.shape[0], a.dtype, keep_gathered, ep, config)
+    rows_here = state.ws.world_size * m if not keep_gathered else m
+    row = K * a.element_size()
+    state.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0), timeout_s=timeout_s,
+                  signature=plan.signature)
+    return plan
+
+
+def ag_gemm(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
             timeout_s: float, out: torch.Tensor | None = None, keep_gathered: bool = True, ep: Epilogue = PLAIN,
-            row_scale: torch.Tensor | None = None, config: GemmConfig | None = None):
-    """Fused AG-GEMM. ``a: [m, K]``, ``weight: [N, K]`` (``[2N, K]`` for SwiGLU), ``row_scale: [m]``
-    fp32 when ``ep.row_scaled`` -> ``([W*m, N], gathered [W*m, K])``, ``out = ep(gathered @ weight.T)``.
+            row_scale: torch.Tensor | None = None):
+    """Fused AG-GEMM by ``plan`` (:func:`prepare`). ``a: [m, K]``, ``weight: [N, K]`` (``[2N, K]`` for
+    SwiGLU), ``row_scale: [m]`` fp32 when ``ep.row_scaled`` -> ``([W*m, N], gathered [W*m, K])``,
+    ``out = ep(gathered @ weight.T)``.
 
     ``keep_gathered=False``: the caller does not keep the gathered input, so the rows are pushed
     into the peers' workspaces (one copy fewer); the second item is then ``None``.
@@ -93,13 +109,9 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
     ws = state.ws
     W, r = ws.world_size, ws.rank
     m, K = a.shape
-    state.check()  # a poisoned workspace raises before it could enter a collective growth
-    plan = get_plan(state, "ag", m, K, weight.shape[0], a.dtype, keep_gathered, ep, config)
+    state.check()
     push = not keep_gathered
     row = K * a.element_size()
-    rows_here = W * m if push else m
-    state.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0), timeout_s=timeout_s,
-                  signature=plan.signature)
     call = Call(state, "ag_gemm", plan, timeout_s)
     sched = plan.sched
     if push:  # the peers push into our data half
@@ -129,9 +141,11 @@ def ag_gemm(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
         kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
                       scale_local=row_scale, scale_gathered=scale_gathered, **call.kernel_args())
 
-    addresses = (a.data_ptr(), gathered.data_ptr(),
-                 *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
-    program = call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
+    def program() -> producer.Program:
+        addresses = (a.data_ptr(), gathered.data_ptr(),
+                     *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
+        return call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
+
     call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
              call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale))
     return out, (None if push else gathered)

@@ -238,8 +238,9 @@ class Call:
         return (self.parity, scale, self.timeout_s,
                 *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
 
-    def run(self, program: producer.Program, consume, replay_key: tuple | None = None) -> None:
-        """Run the producer ``program`` (thread or stream) beside ``consume()``; join; raise any failure.
+    def run(self, program: Callable[[], producer.Program], consume, replay_key: tuple | None = None) -> None:
+        """Run the producer ``program()`` (thread or stream) beside ``consume()``; join; raise any failure.
+        (``program`` is asked for only when the call does not replay: a replay needs none.)
 
         On CUDA the work is enqueued on the caller's stream and the producer stream
         (:meth:`_enqueue`). An eager call whose ``replay_key`` (:meth:`replay_key`) was seen before
@@ -250,7 +251,7 @@ class Call:
         state = self.state
         if self.ws.is_cuda:
             if not self._replay(replay_key, program, consume):
-                self._enqueue(program, consume)
+                self._enqueue(program(), consume)
             if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
                 if state.blocking:  # Python's default warning filter shows it once per process
                     warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
@@ -261,7 +262,7 @@ class Call:
                 state.synchronize()
             return
         state.align(self.parity, self.epoch, self.timeout_s)
-        future = state.submit(self._produce_on_thread, program.steps)
+        future = state.submit(self._produce_on_thread, program().steps)
         try:
             consume()
             if self.plan.consumer == "triton":
@@ -310,7 +311,7 @@ class Call:
         if not self.capturing:
             state.copy_error_record(main)
 
-    def _replay(self, key: tuple | None, program: producer.Program, consume) -> bool:
+    def _replay(self, key: tuple | None, program: Callable[[], producer.Program], consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
         first sighting, past :data:`MAX_GRAPHS`, or under a user's capture.
@@ -329,7 +330,7 @@ class Call:
             return False
         if graph is _SEEN_ONCE:
             try:
-                graph = self.state.capture(lambda: self._enqueue(program, consume))
+                graph = self.state.capture(lambda: self._enqueue(program(), consume))
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "

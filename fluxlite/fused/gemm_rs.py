@@ -24,7 +24,8 @@ from ..epilogue import apply as apply_epilogue
 from ..flags import host_set_flag
 from ..kernels import gemm_rs as kernel
 from ..kernels.gemm_core import GemmConfig
-from .call import Call, get_plan
+from .call import Call, Plan, get_plan
+from . import producer
 from .producer import COPY, SIGNAL, WAIT
 from .state import FusedState
 
@@ -51,19 +52,28 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
     return steps
 
 
-def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
-            timeout_s: float, out: torch.Tensor | None = None, ep: Epilogue = PLAIN,
-            config: GemmConfig | None = None) -> torch.Tensor:
-    """Fused GEMM-RS. ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``; ``ep`` (a scale
-    only) applies to the reduced sum, with the bias."""
+def prepare(state: FusedState, a: torch.Tensor, weight: torch.Tensor, *, timeout_s: float, ep: Epilogue = PLAIN,
+            config: GemmConfig | None = None) -> Plan:
+    """The plan of a fused GEMM-RS of these operands' shapes, with room for it in the workspace
+    (collective when the workspace grows). A later call of the same shapes may reuse it as it is."""
+    state.check()
+    M, K = a.shape
+    N = weight.shape[0]
+    plan = get_plan(state, "rs", M, K, N, a.dtype, False, ep, config)
+    state.reserve(M * N * a.element_size(), timeout_s=timeout_s, signature=plan.signature)
+    return plan
+
+
+def gemm_rs(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+            timeout_s: float, out: torch.Tensor | None = None, ep: Epilogue = PLAIN) -> torch.Tensor:
+    """Fused GEMM-RS by ``plan`` (:func:`prepare`). ``a: [M, K_local]``, ``weight: [N, K_local]`` ->
+    ``[M/W, N]``; ``ep`` (a scale only) applies to the reduced sum, with the bias."""
     ws = state.ws
     W, r = ws.world_size, ws.rank
     M, K = a.shape
     N = weight.shape[0]
     mc = M // W
     state.check()
-    plan = get_plan(state, "rs", M, K, N, a.dtype, False, ep, config)
-    state.reserve(W * mc * N * a.element_size(), timeout_s=timeout_s, signature=plan.signature)
     call = Call(state, "gemm_rs", plan, timeout_s)
     sched = plan.sched
     recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # slot p: rank p's partial of our rows
@@ -92,7 +102,9 @@ def gemm_rs(state: FusedState, a: torch.Tensor, weight: torch.Tensor, bias: torc
         kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
                       peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
 
-    program = call.program((partial.data_ptr(),), lambda: _steps(call, partial))
+    def program() -> producer.Program:
+        return call.program((partial.data_ptr(),), lambda: _steps(call, partial))
+
     call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
              call.replay_key(a, partial, weight, out, bias, scale=ep.scale))
     return out

@@ -1,0 +1,182 @@
+"""Repeated fused calls (:mod:`fluxlite.ops`, "repeated fused calls"): a call whose arguments differ
+from an earlier fused call's only in their data skips the checks, the dispatch and the planning. It
+must still be exactly right, never skip a check its own arguments would fail, and stop being taken
+once what it repeats no longer stands (a released workspace, a poisoned one, a dispatch choice that
+changed).
+
+gloo CPU ranks; fp32 results against float64 references (tests/numerics.py tolerances), on fresh
+random data each call, with every ``torch.empty`` NaN-filled and NaN-filled ``out=`` tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fluxlite
+from fluxlite import dispatch, ops
+from fluxlite.errors import FluxliteError
+
+from .dist_utils import run_ranks
+from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
+
+F32 = torch.float32
+
+
+class _Counted:
+    """Counts the full checks of each op (a repeat makes none)."""
+
+    def __init__(self) -> None:
+        self.ag = self.rs = 0
+        ag, rs = ops.check_ag_gemm, ops.check_gemm_rs
+
+        def check_ag(*args, **kwargs):
+            self.ag += 1
+            return ag(*args, **kwargs)
+
+        def check_rs(*args, **kwargs):
+            self.rs += 1
+            return rs(*args, **kwargs)
+
+        ops.check_ag_gemm, ops.check_gemm_rs = check_ag, check_rs
+
+
+def _ag(gen, rank, W, m, K, N, failures, name, *, dtype=F32, bias=False, out=False, gathered=False, transposed=False,
+        strided_a=False, scale=None, timeout=None, impl="fused"):
+    """One AG-GEMM call on fresh data, checked against float64."""
+    a_full, weight = randn(gen, W * m, K, dtype=dtype), randn(gen, N, K, dtype=dtype)
+    b = randn(gen, N, dtype=dtype) if bias else None
+    a = a_full[rank * m : (rank + 1) * m]
+    if strided_a:
+        a = a.t().contiguous().t()
+    if transposed:  # a backward's W.t() layout: used without a copy
+        weight = weight.t().contiguous().t()
+    dest = torch.full((W * m, N), float("nan"), dtype=dtype) if out else None
+    res = fluxlite.ag_gemm(a, weight, b, impl=impl, out=dest, return_gathered=gathered, scale=scale, timeout=timeout)
+    if gathered:
+        res, g = res
+        if not torch.equal(g, a_full):
+            failures.append(f"{name}: the gathered input differs")
+    if out and res.data_ptr() != dest.data_ptr():
+        failures.append(f"{name}: the result is not in out=")
+    ref = ag_reference(a_full, weight, b) * (1.0 if scale is None else scale)
+    check(name, res, ref, dtype, failures)
+
+
+def dist_group():
+    return fluxlite.group.resolve_group(None).group
+
+
+def _rs(gen, rank, W, mc, K, N, failures, name, *, out=False, impl="fused"):
+    a_parts = [randn(gen, W * mc, K, dtype=F32) for _ in range(W)]
+    w_parts = [randn(gen, N, K, dtype=F32) for _ in range(W)]
+    dest = torch.full((mc, N), float("nan")) if out else None
+    res = fluxlite.gemm_rs(a_parts[rank], w_parts[rank], impl=impl, out=dest)
+    check(name, res, rs_reference(a_parts, w_parts, None, rank), F32, failures)
+
+
+def _repeats(rank: int, W: int) -> None:
+    poison_empty_tensors()
+    counted = _Counted()
+    gen = torch.Generator().manual_seed(7)  # the same draws on every rank
+    m, K, N = 70, 24, 40  # two row blocks of 64, the second ragged
+    failures: list[str] = []
+    # Repeats: each distinct argument key is checked once, however often it comes back.
+    for rep in range(4):
+        _ag(gen, rank, W, m, K, N, failures, f"ag rep {rep}")
+        _ag(gen, rank, W, m, K, N, failures, f"ag out bias rep {rep}", out=True, bias=True)
+        _ag(gen, rank, W, m, K, N, failures, f"ag gathered rep {rep}", gathered=True)
+        _ag(gen, rank, W, m, K, N, failures, f"ag strided a rep {rep}", strided_a=True)  # copied on every call
+        _rs(gen, rank, W, m, K, N, failures, f"rs rep {rep}")
+        _rs(gen, rank, W, m, K, N, failures, f"rs out rep {rep}", out=True)
+        assert (counted.ag, counted.rs) == (4, 2), (rep, counted.ag, counted.rs)
+    assert ops.gemm_rs_impl(randn(gen, W * m, K, dtype=F32), randn(gen, N, K, dtype=F32), impl="fused") == "fused"
+    assert counted.rs == 2, "gemm_rs_impl of a remembered call must not check again"
+    # Anything the checks read that differs takes the full path (and is right).
+    variants = [dict(transposed=True), dict(dtype=torch.bfloat16), dict(scale=2.0), dict(timeout=30.0),
+                dict(impl="sequential")]
+    for i, variant in enumerate(variants):
+        before = counted.ag
+        _ag(gen, rank, W, m, K, N, failures, f"ag {variant}", **variant)
+        assert counted.ag == before + 1, variant
+        _ag(gen, rank, W, m, K, N, failures, f"ag {variant} again", **variant)
+        want = before + (2 if variant.get("impl") == "sequential" else 1)  # only fused calls are remembered
+        assert counted.ag == want, (variant, counted.ag, want)
+    _ag(gen, rank, W, m + 1, K, N, failures, "ag other m")
+    assert not failures, failures
+    # Arguments that compare equal to a remembered call's but are wrong still fail their checks.
+    a, weight = randn(gen, m, K, dtype=F32), randn(gen, N, K, dtype=F32)
+    fluxlite.ag_gemm(a, weight, impl="fused", scale=1.0, timeout=1)  # True == 1 == 1.0, and hashes alike
+    with pytest.raises(TypeError, match="scale must be a float"):
+        fluxlite.ag_gemm(a, weight, impl="fused", scale=True, timeout=1)
+    with pytest.raises(ValueError, match="timeout must be None or a positive number"):
+        fluxlite.ag_gemm(a, weight, impl="fused", scale=1.0, timeout=True)
+    with pytest.raises(TypeError, match="out.dtype"):
+        fluxlite.ag_gemm(a, weight, impl="fused", out=torch.empty(W * m, N, dtype=torch.float64))
+    with pytest.raises(ValueError, match="out must have shape"):
+        fluxlite.ag_gemm(a, weight, impl="fused", out=torch.empty(W * m, N + 1))
+
+
+def _poisoned_then_released(rank: int, W: int) -> None:
+    poison_empty_tensors()
+    counted = _Counted()
+    gen = torch.Generator().manual_seed(8)
+    failures: list[str] = []
+    for rep in range(2):
+        _ag(gen, rank, W, 33, 16, 24, failures, f"ag rep {rep}")
+    assert counted.ag == 1
+    state = fluxlite.fused.states_of(dist_group())[0]
+    state.poison(FluxliteError("test: an earlier call failed"))
+    with pytest.raises(FluxliteError, match="an earlier call failed"):
+        _ag(gen, rank, W, 33, 16, 24, failures, "ag after the poison")
+    assert counted.ag == 1, "the poisoned call was a repeat, which must raise as well"
+    fluxlite.release_workspaces()
+    _ag(gen, rank, W, 33, 16, 24, failures, "ag after the release")  # a fresh workspace: checked and planned anew
+    assert counted.ag == 2, counted.ag
+    assert fluxlite.fused.states_of(dist_group())[0] is not state
+    assert not failures, failures
+
+
+def _auto_follows_dispatch(rank: int, W: int) -> None:
+    poison_empty_tensors()
+    counted = _Counted()
+    gen = torch.Generator().manual_seed(9)
+    m, K, N = 40, 16, 24
+    tp = fluxlite.group.resolve_group(None)
+    key = dispatch.Key.of("ag_gemm", tp, torch.empty(m, K), torch.empty(N, K), W * m)
+    failures: list[str] = []
+    calls = {"sequential": 0}
+    seq = ops._IMPL_MODULES["sequential"].ag_gemm
+
+    def counting_sequential(*args):
+        calls["sequential"] += 1
+        return seq(*args)
+
+    ops._IMPL_MODULES["sequential"] = type("Seq", (), {"ag_gemm": staticmethod(counting_sequential)})
+    # What a cache file would give (dispatch's own memory): fused for this key.
+    dispatch._MEMORY[key] = dispatch.Choice("fused", source="cache")
+    for rep in range(3):
+        _ag(gen, rank, W, m, K, N, failures, f"auto fused rep {rep}", impl="auto")
+    assert counted.ag == 1 and calls["sequential"] == 0, (counted.ag, calls)
+    # The choice changes (a new cache, a retune): the remembered fused call must not be repeated.
+    dispatch.clear_memory()
+    dispatch._MEMORY[key] = dispatch.Choice("sequential", source="cache")
+    _ag(gen, rank, W, m, K, N, failures, "auto sequential", impl="auto")
+    assert counted.ag == 2 and calls["sequential"] == 1, (counted.ag, calls)
+    assert not failures, failures
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_repeated_calls_are_right_and_skip_only_what_they_may(world_size):
+    run_ranks(_repeats, world_size)
+
+
+@pytest.mark.timeout(120)
+def test_a_poisoned_or_released_workspace_is_not_repeated():
+    run_ranks(_poisoned_then_released, 2)
+
+
+@pytest.mark.timeout(120)
+def test_auto_repeats_only_the_choice_dispatch_still_makes():
+    run_ranks(_auto_follows_dispatch, 2)
