@@ -95,6 +95,7 @@ class _Repeat(NamedTuple):
 
 _REPEATS: dict[tuple, _Repeat] = {}
 MAX_REPEATS = 1024  # distinct fused calls remembered; past this it starts again
+_REPEATABLE_IMPLS = ("fused", "auto")  # an explicit sequential or decomposed call never runs fused
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
@@ -105,7 +106,10 @@ def _repeat(op: str, group, timeout, options: tuple, tensors: tuple) -> tuple[tu
     """``(key, repeat)``: the key of a call's arguments as the checks read them (not the tensors'
     data), and the earlier fused call with that key if it is still in force. The key is ``None`` when
     an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks then say
-    what is wrong. ``options`` hold their types too, so ``True`` is not taken for ``1.0``."""
+    what is wrong. ``options`` hold their types too, so ``True`` is not taken for ``1.0``. Only
+    ``options[0]`` (the impl) ``"fused"`` or ``"auto"`` can repeat: other calls build no key."""
+    if options[0] not in _REPEATABLE_IMPLS:
+        return None, None
     try:
         a = tensors[0]
         device = a.get_device()
