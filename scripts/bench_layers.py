@@ -285,7 +285,7 @@ def main(argv=None) -> int:
     designs = a.column_input.split(",")
     if not designs or set(designs) - {"regather", "keep"}:
         raise SystemExit(f"--column-input takes regather and/or keep, got {a.column_input!r}")
-    tp = fluxlite.init("nccl" if a.device == "cuda" else "gloo")
+    tp = fluxlite.init(None if a.device == "cuda" else "gloo")  # None: NCCL, or gloo when ranks share a GPU
     W, rank = tp.world_size, tp.rank
     device = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]

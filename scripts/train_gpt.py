@@ -279,7 +279,7 @@ what the dtype already makes."""
 def main(argv=None) -> int:
     a = parse_args(argv)
     if a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available()):
-        tp = fluxlite.init("nccl")
+        tp = fluxlite.init()  # NCCL, or gloo when ranks share a GPU
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         tp = fluxlite.init("gloo")
