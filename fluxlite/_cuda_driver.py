@@ -10,8 +10,7 @@ microsecond or two each rather than a torch dispatch each.
   seen only after the copied data.
 - ``cuMemcpyAsync``: a copy between any two addresses this context can reach (unified addressing;
   peers' symmetric memory is mapped here), on the copy engine.
-- ``cuMemsetD32Async``, ``cuEventRecord``, ``cuStreamWaitEvent``: zeroing the counters and ordering
-  the producer stream after the caller's.
+- ``cuEventRecord``, ``cuStreamWaitEvent``: ordering the producer stream after the caller's.
 - ``cuGraphLaunch``: an eager call replayed from its own graph (:meth:`fluxlite.fused.call.Call.run`).
 """
 
@@ -31,7 +30,6 @@ _SIGNATURES = {
     "cuStreamWaitValue32": ([_P, _U64, _U32, _UINT], ("cuStreamWaitValue32_v2", "cuStreamWaitValue32")),
     "cuStreamWriteValue32": ([_P, _U64, _U32, _UINT], ("cuStreamWriteValue32_v2", "cuStreamWriteValue32")),
     "cuMemcpyAsync": ([_U64, _U64, _SZ, _P], ("cuMemcpyAsync",)),
-    "cuMemsetD32Async": ([_U64, _UINT, _SZ, _P], ("cuMemsetD32Async",)),
     "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
     "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
     "cuGraphLaunch": ([_P, _P], ("cuGraphLaunch",)),
@@ -110,11 +108,6 @@ def stream_wait_value32(stream: int, address: int, value: int) -> None:
 def memcpy_async(stream: int, dst: int, src: int, nbytes: int) -> None:
     """Enqueue on ``stream``: copy ``nbytes`` from address ``src`` to address ``dst``."""
     _check(_driver()["cuMemcpyAsync"](dst, src, nbytes, stream), "cuMemcpyAsync")
-
-
-def memset32_async(stream: int, address: int, value: int, count: int) -> None:
-    """Enqueue on ``stream``: store the 32-bit ``value`` into ``count`` words from ``address``."""
-    _check(_driver()["cuMemsetD32Async"](address, value & 0xFFFFFFFF, count, stream), "cuMemsetD32Async")
 
 
 def event_record(event: int, stream: int) -> None:

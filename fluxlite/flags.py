@@ -1,7 +1,7 @@
 """The bounded host-side flag wait used by the CPU protocol, and fluxlite's timeout.
 
-A flag is set by storing :data:`fluxlite.schedule.SET` and cleared by its owner at the end of a
-call (:mod:`fluxlite.schedule`); a waiter waits for ``flag >= value``. Every wait is bounded by a
+A flag is set by storing :data:`fluxlite.schedule.SET` and cleared by its owner at the start of its
+next call (:mod:`fluxlite.schedule`); a waiter waits for ``flag >= value``. Every wait is bounded by a
 timeout (argument, else the ``FLUXLITE_TIMEOUT_S`` environment variable, else
 :data:`DEFAULT_TIMEOUT_S`).
 

@@ -22,15 +22,17 @@ Flags
 -----
 All flags are int32 slots of the symmetric flag array, in two regions, one per data parity: call
 ``e`` uses region ``e % 2`` (its *parity*). A flag is *set* (:data:`SET`) by its one writer and
-cleared (0) by its owner: at the end of a call each rank clears its own region of that call's
-parity, once it has waited on every flag a peer set there. A waiter waits for ``flag >= SET``.
-Because no value depends on the call, a call captured in a CUDA graph replays with the same flag
-values (docs/cuda_graphs.md). A peer sets a flag of call ``e + 2`` (the next on that parity) only
-after it has seen this rank's signals of call ``e + 1``, which this rank sends after its clear, so
-the clear never loses a write. At the start of a call a rank writes its call signature (op,
-shapes, dtype, options) into every peer's signature slots of the call's parity, then sets its
-``ready`` flag there; a consumer waits for a peer's ``ready`` flag and compares the signature with
-its own before it waits on, or uses, that peer's data.
+cleared (0) by its owner: at the start of call ``e + 1`` each rank clears its own region of call
+``e``, which has ended, so every flag a peer set there has been waited on. A waiter waits for
+``flag >= SET``. Because no value depends on the call, a call captured in a CUDA graph replays with
+the same flag values (docs/cuda_graphs.md). A peer sets a flag of call ``e + 2`` (the next on that
+parity) only after it has seen this rank's signals of call ``e + 1``, which this rank sends after
+its clear, so the clear never loses a write. At the start of a call (the same step,
+:mod:`fluxlite.kernels.align`) a rank writes its call signature (op, shapes, dtype, options) into
+every peer's signature slots of the call's parity, then sets its ``ready`` flag there (AG with
+``return_gathered``: its producer sets ``ready`` once its rows are staged); a consumer waits for a
+peer's ``ready`` flag and compares the signature with its own before it waits on, or uses, that
+peer's data.
 
 Tile order
 ----------
@@ -82,7 +84,7 @@ def num_flag_slots(world_size: int) -> int:
     Layout: the regions of parity 0 and 1 (:func:`region_slots`), then
     ``signature[2 parities][W][SIG_WORDS]``. Every slot but the regions' padding has exactly one
     writer (the peer it is indexed by, or for ``pulled`` this rank's own producer); the owner clears
-    its region.
+    its region (at the start of its next call).
     """
     return 2 * region_slots(world_size) + 2 * world_size * SIG_WORDS
 

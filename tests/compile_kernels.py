@@ -70,8 +70,9 @@ def main() -> None:
     # Every variant in bf16; fp16 differs only in the element type, so its default variant suffices.
     cases = [("bf16", *v) for v in variants("bf16", config)] + [("fp16", *v) for v in list(variants("fp16", config))[:2]]
     cases.append(("int32", "align (parity alignment, W=8)", align.align_kernel,
-                  dict(state_ptr="*i32", flag_bases_ptr="*i64", error_ptr="*i32", counters_ptr="*i32", parity="i32",
-                       rank="i32", world_size="i32", region="i32", num_counters="i32", timeout_ns="i64"),
+                  dict(state_ptr="*i32", flag_bases_ptr="*i64", error_ptr="*i32", counters_ptr="*i32", sig_ptr="*i32",
+                       parity="i32", rank="i32", world_size="i32", region="i32", num_counters="i32", sig_at="i32",
+                       ready_at="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, COUNTERS_BLOCK=64, INTERPRET=False)))
     for dtype, name, fn, types, consts in cases:
         if True:

@@ -226,53 +226,80 @@ def test_the_direct_launch_key_separates_what_triton_compiles_apart():
     assert _spec(t, True) != _spec(t[1:], True)
     assert _spec(t, True) != _spec(t.double(), True)
 
-def _align(flags, state, parity, rank=0, timeout_s=1.0):
+def _align(flags, state, parity, rank=0, timeout_s=1.0, ready=True, signature=(71, 72, 73, 74)):
     """Run the alignment kernel on stale tile counters, which it must zero whatever else it does."""
     W = len(flags)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     counters = torch.randint(1, 100, (sch.num_counters(W),), dtype=torch.int32)
     align_kern.launch(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
-                      error=error, counters=counters, parity=parity, rank=rank, world_size=W,
-                      region=sch.region_slots(W), timeout_s=timeout_s, cache={})
+                      error=error, counters=counters, signature=torch.tensor(signature, dtype=torch.int32),
+                      parity=parity, rank=rank, world_size=W, region=sch.region_slots(W),
+                      sig_at=sch.signature_slot(W, parity, rank),
+                      ready_at=sch.region_start(W, parity) + sch.ready_slot(rank) if ready else -1,
+                      timeout_s=timeout_s, cache={})
     assert counters.abs().sum().item() == 0, f"tile counters left: {counters.tolist()}"
     return error
 
 
+def _announced(before, after, W, parity, r, ready, signature):
+    """The peers' flag arrays must differ from ``before`` exactly by rank ``r``'s arrival at a call
+    of ``parity``: its signature, then (with ``ready``) its ready flag."""
+    for p in range(W):
+        if p == r:
+            continue
+        want = before[p].clone()
+        at = sch.signature_slot(W, parity, r)
+        want[at : at + sch.SIG_WORDS] = torch.tensor(signature, dtype=torch.int32)
+        if ready:
+            want[sch.region_start(W, parity) + sch.ready_slot(r)] = sch.SET
+        assert torch.equal(after[p], want), f"peer {p}: {(after[p] != want).nonzero().flatten().tolist()} differ"
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "pull"])
 @pytest.mark.parametrize("parity", [0, 1])
-def test_align_kernel_does_nothing_when_the_parities_alternate(parity):
-    W = 3
+def test_align_kernel_clears_the_last_calls_region_and_announces_the_call(parity, ready):
+    """The parities alternate: no null call. Rank 1 of 3 must clear its previous call's region
+    (junk included), leave this call's region and its signatures alone, and write its signature
+    (then its ready flag, unless AG's pull producer sets it) into each peer; nothing else."""
+    W, r = 3, 1
+    R = sch.region_slots(W)
     flags = [torch.randint(0, 3, (sch.num_flag_slots(W),), dtype=torch.int32) for _ in range(W)]
     before = [f.clone() for f in flags]
     state = torch.tensor([parity, 5, 11], dtype=torch.int32)
-    assert _align(flags, state, parity).tolist() == [0] * RECORD_WORDS
+    assert _align(flags, state, parity, rank=r, ready=ready).tolist() == [0] * RECORD_WORDS
     assert state.tolist() == [1 - parity, 5, 12], "the next call must use the other parity; the call is counted"
-    assert all(torch.equal(f, b) for f, b in zip(flags, before)), "an aligned call touched a flag"
+    last = sch.region_start(W, 1 - parity)
+    want = before[r].clone()
+    want[last : last + R] = 0
+    assert torch.equal(flags[r], want), f"own flags: {(flags[r] != want).nonzero().flatten().tolist()} differ"
+    _announced(before, flags, W, parity, r, ready, (71, 72, 73, 74))
 
 
 @pytest.mark.parametrize("parity", [0, 1])
 def test_align_kernel_runs_a_null_call_on_the_other_region(parity):
-    """Rank 0 of 3; both peers already arrived at the null call. Rank 0 must set its ready flag in
-    each peer's other region, clear its own other region (junk included) and count the null call."""
+    """Rank 0 of 3; both peers already arrived at the null call. Rank 0 must clear the previous
+    call's region (this parity too), set its ready flag in each peer's other region, clear its own
+    other region (junk included), count the null call, then announce this call."""
     W, r, other = 3, 0, 1 - parity
     R = sch.region_slots(W)
     flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
     base = sch.region_start(W, other)
     mine = flags[r]
-    mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] = 9  # this call's region: untouched
+    mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] = 9  # the previous call's flags
     mine[base : base + R] = torch.randint(0, 5, (R,), dtype=torch.int32)  # stale junk
     for p in (1, 2):
         mine[base + sch.ready_slot(p)] = sch.SET
     sig = sch.signature_slot(W, 0, 0)
     mine[sig:] = 3  # signatures are not a region's: kept
+    before = [f.clone() for f in flags]
     state = torch.tensor([1 - parity, 2, 4], dtype=torch.int32)  # the previous call used ``parity`` too
     assert _align(flags, state, parity).tolist() == [0] * RECORD_WORDS
     assert state.tolist() == [1 - parity, 3, 5], "a null call is counted apart from calls"
-    assert mine[base : base + R].abs().sum().item() == 0
-    assert (mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] == 9).all()
+    assert mine[: 2 * R].abs().sum().item() == 0, "both regions clear: the previous call's and the null call's"
     assert (mine[sig:] == 3).all()
     for p in (1, 2):
-        assert flags[p][base + sch.ready_slot(r)].item() == sch.SET
-        assert flags[p].sum().item() == sch.SET, "a peer got more than our ready flag"
+        before[p][base + sch.ready_slot(r)] = sch.SET  # the null call's arrival
+    _announced(before, flags, W, parity, r, True, (71, 72, 73, 74))
 
 
 def test_align_kernel_records_a_peer_that_never_arrives():

@@ -4,8 +4,11 @@ A graph replays its calls with the parities they had at capture, so on the devic
 calls may share a parity. The host emulates that here by skipping a parity on every rank
 (``state.epoch += 1``, as after a replay the host never saw). The parity-alignment step must then
 insert a null call exactly when two consecutive calls share a parity, every result must match
-float64, and after every call each rank's flag regions must be clear (the owner clears what the
-call set: nothing depends on a call's number any more).
+float64, and after every call each rank's flag regions must hold exactly what that call's protocol
+sets: the call's own region the flags the schedule names (each peer's ``ready``, and its data flags
+per split, or for AG with ``return_gathered`` our producer's pulled flags), the other region
+nothing (the owner clears a call's flags when its next call starts: nothing depends on a call's
+number any more).
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ from .numerics import ag_reference, check, poison_workspace, randn, rs_reference
 
 STEPS = 120
 GROUP = 4  # calls per group: the first is checked in isolation, the rest run back to back
+
+
+def _expected_flags(op: str, r: int, W: int, m: int) -> set[int]:
+    """Slots of rank ``r``'s region that one call sets (chunks of ``m`` rows)."""
+    splits = sch.ag_schedule(W, r, m, fluxlite.fused.call.CPU_BLOCK_M).splits
+    data = sch.pulled_slot if op == "ag_pull" else sch.data_slot
+    return {slot for p in range(W) if p != r
+            for slot in (sch.ready_slot(p), *(data(W, p, s) for s in range(splits)))}
 
 
 def _sequence(rank, W):
@@ -62,10 +73,16 @@ def _sequence(rank, W):
             ref = ag_reference(a_full, w, None)
         check(f"step {step} {op} m={m}", out, ref, torch.float32, failures)
         if settle:
-            dist.barrier()  # every rank is done with this call: every flag it set is consumed and cleared
-            left = ws.flags(rank)[: 2 * R].nonzero().flatten().tolist()
-            if left:
-                failures.append(f"step {step}: flag slots {left} still set after the call")
+            dist.barrier()  # every rank is done with this call: every flag it set here is set
+            flags = ws.flags(rank)
+            left = flags[sch.region_start(W, 1 - parity) : sch.region_start(W, 1 - parity) + R].nonzero()
+            if left.numel():
+                failures.append(f"step {step}: slots {left.flatten().tolist()} of the other parity's region set")
+            mine = flags[sch.region_start(W, parity) : sch.region_start(W, parity) + R]
+            got = set(mine.nonzero().flatten().tolist())
+            if got != _expected_flags(op, rank, W, m) or set(mine[sorted(got)].tolist()) - {sch.SET}:
+                failures.append(f"step {step} {op}: region holds {sorted(got)}, expected "
+                                f"{sorted(_expected_flags(op, rank, W, m))} (all {sch.SET})")
             dist.barrier()  # no rank starts the next call (and sets flags here) before the check
     assert state.null_calls == expected_null_calls, (state.null_calls, expected_null_calls)
     assert expected_null_calls > 5, "the sequence never made two consecutive calls share a parity"

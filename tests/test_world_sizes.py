@@ -232,12 +232,15 @@ def _flag(ws, e, rank: int, slot: int) -> int:
     return ws.flag_addr(rank, sch.region_start(ws.world_size, e % 2) + slot)
 
 
-def _signals_before(steps, ws, e, i, dst):
-    """Whether rank ``dst`` got this call's signature and ``ready`` flag before step ``i``."""
+def _announces(steps, ws, e) -> set[str]:
+    """What of the call's arrival ``steps`` send to a peer: ``"signature"`` (a copy into a peer's
+    signature slots) and ``"ready"`` (a peer's ready flag for this rank). The alignment step sends
+    both (:mod:`fluxlite.kernels.align`); only AG's pull producer sets ``ready``, once it has staged."""
     W, r = ws.world_size, ws.rank
-    sig = ws.flag_addr(dst, sch.signature_slot(W, e % 2, r))
-    ready = (SIGNAL, _flag(ws, e, dst, sch.ready_slot(r)), sch.SET)  # no value depends on the call
-    return any(s[0] == COPY and s[1] == sig for s in steps[:i]) and ready in steps[:i]
+    sigs = {ws.flag_addr(p, sch.signature_slot(W, parity, r)) for p in range(W) for parity in (0, 1)}
+    readies = {(SIGNAL, _flag(ws, e, p, sch.ready_slot(r)), sch.SET) for p in range(W) if p != r}
+    return ({"signature"} if any(s[0] == COPY and s[1] in sigs for s in steps) else set()) | (
+        {"ready"} if any(s in readies for s in steps if s[0] == SIGNAL) else set())
 
 
 def _check_split_pairs(ws, steps, e, i, flag_rank, slot_of_split, dst_base, src_base, row, rows_of_split, splits):
@@ -265,6 +268,7 @@ def test_ag_push_goes_to_r_minus_1_first_and_covers_each_split_once(W, consumer,
         for r in range(W):
             ws, plan, call, steps, t = _program("ag", W, r, rows, K, 16, push=True, row_scale=row_scale, epoch=e)
             assert first_wait(steps) == len(steps), "a push program never waits: all of it goes ahead of the kernel"
+            assert not _announces(steps, ws, e), "the alignment step announces the call, not the producer"
             order = []
             i = 0
             while i < len(steps):
@@ -274,7 +278,6 @@ def test_ag_push_goes_to_r_minus_1_first_and_covers_each_split_once(W, consumer,
                     continue
                 p = kind[1]
                 order.append(p)
-                assert _signals_before(steps, ws, e, i, p), f"W={W} r={r}: data for {p} before its signature and ready"
                 if row_scale:  # the scales first, into the scale area after the W*m gathered rows
                     at = ws.data_addr(p, e % 2) + _scales_offset(W * rows, row) + 4 * r * rows
                     assert steps[i] == (COPY, at, t["scales"].data_ptr(), 4 * rows), steps[i]
@@ -302,6 +305,7 @@ def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_ord
     row = K * 4
     for r in range(W):
         ws, plan, call, steps, t = _program("ag", W, r, rows, K, 16, push=False, epoch=e)
+        assert _announces(steps, ws, e) == {"ready"}, "the signature is the alignment step's"
         waits = [i for i, s in enumerate(steps) if s[0] == WAIT]
         assert waits and waits[0] == first_wait(steps)
         # A missing peer leaves these waits to the kernel's timeout, which releases them.
@@ -336,12 +340,12 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
             assert sched.chunk_order[0] == (r + 1) % W and sched.chunk_order[-1] == r, "r+1 first, local last"
             blocks = sched.kernel_blocks().tolist()
             i = first_wait(steps)
-            assert all(s[0] != WAIT for s in steps[:i]) and i > 0
+            assert i == 0, "an RS program starts with its first wait: nothing of it goes ahead of the kernel"
+            assert not _announces(steps, ws, e), "the alignment step announces the call, not the producer"
             dests = []
             while i < len(steps):
                 d = ws.where(steps[i + 1][1])[1]  # the copy's destination rank
                 dests.append(d)
-                assert _signals_before(steps, ws, e, i, d), f"W={W} r={r}: partials for {d} before signature and ready"
                 for s in range(sched.splits):
                     lo, hi = sched.split_rows(s)
                     # The tiles the consumer counts into (d, s): its blocks of chunk d in split s, times num_n.

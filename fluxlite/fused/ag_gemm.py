@@ -1,15 +1,16 @@
 """Fused AllGather-GEMM: the producer program, the CPU consumer and the GPU launch.
 
 Rank ``r``, a call of parity ``P`` (data half and flag region ``P``). Flags are set (``= 1``) and
-cleared by their owner after the call (:mod:`fluxlite.schedule`). The consumer reads its own rows in
-place from ``a`` and each peer's from ``gathered`` once that peer's (chunk, split) flag is set::
+cleared by their owner at the start of the next call (:mod:`fluxlite.kernels.align`). The consumer
+reads its own rows in place from ``a`` and each peer's from ``gathered`` once that peer's (chunk,
+split) flag is set::
 
     push (the caller does not keep the gathered input; ``gathered`` is our symmetric buffer):
-      producer: every peer p: p.signature[P][r] <- ours; p.ready[r] = 1
-                for p in r-1, r-2, ...: p.gathered[r] <- a, split by split, p.pushed (r, s) = 1
+      align:    every peer p: p.signature[P][r] <- ours; p.ready[r] = 1
+      producer: for p in r-1, r-2, ...: p.gathered[r] <- a, split by split, p.pushed (r, s) = 1
     pull (``gathered`` is a fresh tensor that the caller keeps, e.g. for a backward):
-      producer: every peer p: p.signature[P][r] <- ours
-                staging[r] <- a;  every peer p: p.ready[r] = 1          # our rows may now be pulled
+      align:    every peer p: p.signature[P][r] <- ours
+      producer: staging[r] <- a;  every peer p: p.ready[r] = 1          # our rows may now be pulled
                 gathered[r] <- a                                        # for the caller
                 for p in r+1, r+2, ...: wait ready[p] >= 1
                                         gathered[p] <- p.staging, split by split, pulled (p, s) = 1
@@ -52,7 +53,7 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
     row = a.shape[1] * a.element_size()
     src = a.data_ptr()
     if push:
-        steps = call.arrival_steps()
+        steps = []
         # Peer p reads our chunk after its own: p = r-1 reaches it first, then r-2, ...
         for p in sorted(plan.sched.peers(), key=lambda p: (r - p) % W):
             dest = ws.data_addr(p, parity) + r * m * row
@@ -65,8 +66,7 @@ def _steps(call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_
         return steps
     dst = gathered.data_ptr()
     staged_scales = _scales_offset(m, row)
-    steps = call.signature_steps()
-    steps.append((COPY, ws.data_addr(r, parity), src, m * row))  # staged for the peers to pull
+    steps = [(COPY, ws.data_addr(r, parity), src, m * row)]  # staged for the peers to pull
     if row_scale is not None:
         steps.append((COPY, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
     steps += [(SIGNAL, call.flag_addr(p, sch.ready_slot(r)), sch.SET) for p in plan.sched.peers()]

@@ -1,13 +1,14 @@
 """One fused call: its number and parity, deadline and call signature; the producer beside the consumer; the
 join; and the failure handling shared by both ops.
 
-Call agreement: before a rank sets any flag of call ``e`` on a peer, its producer writes the call's
-signature (:func:`fluxlite.schedule.call_signature`) into that peer's signature slots of parity
-``e % 2``. A consumer that finds a peer's flag set compares the peer's signature with its own before
-it uses the data (:meth:`Call.wait_peer` on CPU, :func:`fluxlite.kernels.flags.wait_peer` on GPU),
-so ranks in different calls raise :class:`~fluxlite.FluxliteCallMismatchError` instead of reading
-each other's bytes as something else. It costs one small copy per peer and call, no collective and
-no host synchronisation.
+Call agreement: before a rank sets any flag of call ``e`` on a peer, it writes the call's signature
+(:func:`fluxlite.schedule.call_signature`) into that peer's signature slots of parity ``e % 2``, in
+the alignment step that starts the call (:mod:`fluxlite.kernels.align`). A consumer that finds a
+peer's flag set compares the peer's signature with its own before it uses the data
+(:meth:`Call.wait_peer` on CPU, :func:`fluxlite.kernels.flags.wait_peer` on GPU), so ranks in
+different calls raise :class:`~fluxlite.FluxliteCallMismatchError` instead of reading each other's
+bytes as something else. It costs a few stores per peer and call, no collective and no host
+synchronisation.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class Plan:
     blocks: torch.Tensor  # schedule.kernel_blocks() on the device
     tiles: torch.Tensor  # schedule.tile_order() on the device
     split_rows: tuple[tuple[int, int], ...]  # rows [lo, hi) of a chunk that each split covers
+    ready_on_arrival: bool  # the alignment step sets our `ready` on the peers (not AG's pull: its producer does)
     kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
     bound: Bindings = field(default_factory=Bindings)
 
@@ -119,7 +121,7 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
                     sched.tile_order(num_n, config.group_m).to(dev),
-                    tuple(sched.split_rows(s) for s in range(sched.splits)), {})
+                    tuple(sched.split_rows(s) for s in range(sched.splits)), not (op == "ag" and keep_gathered), {})
         state.plan_builds += 1
         state.plans[key] = plan
     return plan
@@ -182,20 +184,10 @@ class Call:
             bound.generation = self.ws.generation
         return bound
 
-    def signature_steps(self) -> list:
-        """Producer steps that copy this call's signature to every peer."""
-        ws, W, r = self.ws, self.ws.world_size, self.ws.rank
-        at = sch.signature_slot(W, self.parity, r)
-        src, nbytes = self.plan.signature_dev.data_ptr(), 4 * sch.SIG_WORDS
-        return [(producer.COPY, ws.flag_addr(p, at), src, nbytes) for p in self.plan.sched.peers()]
-
-    def arrival_steps(self) -> list:
-        """The signature copies, then our ``ready`` flag on every peer (a flag write fences first, so
-        the signature is seen before it). AG with ``return_gathered`` sets ``ready`` itself, once its
-        rows are staged, after :meth:`signature_steps`."""
-        ready = sch.ready_slot(self.ws.rank)
-        return self.signature_steps() + [(producer.SIGNAL, self.flag_addr(p, ready), sch.SET)
-                                         for p in self.plan.sched.peers()]
+    def align(self) -> None:
+        """Start the call on the device (CPU: the host): :meth:`FusedState.align`, which also announces
+        it to the peers."""
+        self.state.align(self.parity, self.epoch, self.timeout_s, self.plan.signature_dev, self.plan.ready_on_arrival)
 
     def kernel_args(self) -> dict:
         """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
@@ -261,7 +253,7 @@ class Call:
             if state.blocking:
                 state.synchronize()
             return
-        state.align(self.parity, self.epoch, self.timeout_s)
+        self.align()
         future = state.submit(self._produce_on_thread, program().steps)
         try:
             consume()
@@ -280,12 +272,12 @@ class Call:
         if exc is not None:
             state.poison(exc)
             raise exc
-        state.clear(self.parity)
 
     def _enqueue(self, program: producer.Program, consume) -> None:
         """Enqueue the call on the current stream (the caller's, or the capture stream of its own
         graph), where the alignment kernel and the consumer launch, and on the producer stream,
-        which forks from it and joins it again before the flags are cleared. An eager call (not one
+        which forks from it (after the alignment kernel, which announced the call to the peers) and
+        joins it again (the next call's alignment kernel clears our flags). An eager call (not one
         a user's graph captures) ends with the copy of the kernel's error record to the host
         (:meth:`FusedState.copy_error_record`), in its own graph too.
 
@@ -299,7 +291,7 @@ class Call:
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
-        state.align(self.parity, self.epoch, self.timeout_s)
+        self.align()
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
         producer.enqueue_on_stream(program.steps[:program.first_wait], side)
@@ -307,7 +299,6 @@ class Call:
         producer.enqueue_on_stream(program.steps[program.first_wait:], side)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
-        state.clear(self.parity, main)
         if not self.capturing:
             state.copy_error_record(main)
 

@@ -3,11 +3,11 @@
 Rank ``r``, a call of parity ``P``, ``mc = M / W`` rows per chunk; ``recv: [W, mc, N]`` is symmetric
 (data half ``P``); flags are those of region ``P``, set to 1 and cleared by their owner::
 
+    align:    every peer d: d.signature[P][r] <- ours; d.ready[r] = 1       (fluxlite.kernels.align)
     consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
               blocks of our chunk: for every peer p: wait ready[p], check its signature, wait (p, s);
                                    out = scale * (A @ W.T + sum_p recv[p]) + b      (fp32, fixed peer order)
-    producer: every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
-              for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
+    producer: for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
                                              d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
 
 The producer only ever waits on this rank's own counters, which the consumer always completes
@@ -38,7 +38,7 @@ def _steps(call: Call, partial: torch.Tensor) -> list:
     _, mc, N = partial.shape
     row = N * partial.element_size()
     counters = call.state.counters.data_ptr()
-    steps = call.arrival_steps()
+    steps = []
     for d in plan.sched.peers():
         dest = ws.data_addr(d, parity) + r * mc * row  # d's recv[r]
         src = partial.data_ptr() + d * mc * row  # our partial[d]

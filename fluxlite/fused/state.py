@@ -23,7 +23,7 @@ import torch.distributed as dist
 from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
-from ..flags import exception_from_record, resolve_timeout
+from ..flags import exception_from_record, host_store, host_wait, resolve_timeout
 from ..kernels import align
 from ..kernels.flags import RECORD_WORDS
 from .. import workspace as _workspace
@@ -197,31 +197,34 @@ class FusedState:
         fused kernels' flag array (:func:`fluxlite.schedule.region_start`)."""
         return self._bind()[0][parity]
 
-    def align(self, parity: int, call: int, timeout_s: float) -> None:
-        """Start call ``call`` of parity ``parity``: count it, zero the tile counters, and make the
-        device's call sequence alternate parities (:mod:`fluxlite.kernels.align`). CUDA: the
-        alignment kernel, on the current stream (in a graph it replays with the graph). CPU (no
-        graphs; tests make the host skip a parity): the same steps on the host, whose count is then
-        the host's."""
-        if self.ws.is_cuda:
-            self._align_kernel(parity, timeout_s)
+    def align(self, parity: int, call: int, timeout_s: float, signature: torch.Tensor, ready: bool) -> None:
+        """Start call ``call`` of parity ``parity``: count it, zero the tile counters, clear the
+        previous call's flags, make the device's call sequence alternate parities, and announce the
+        call to every peer: ``signature`` (int32 ``[SIG_WORDS]`` on the workspace's device), then,
+        with ``ready``, the ``ready`` flag (:mod:`fluxlite.kernels.align`). CUDA: the alignment
+        kernel, on the current stream (in a graph it replays with the graph). CPU (no graphs; tests
+        make the host skip a parity): the same steps on the host, whose count is then the host's."""
+        ws, W, r = self.ws, self.ws.world_size, self.ws.rank
+        sig_at = sch.signature_slot(W, parity, r)
+        ready_at = sch.region_start(W, parity) + sch.ready_slot(r) if ready else -1
+        if ws.is_cuda:
+            align.launch(state=self.sequence, flag_bases=self._bind()[1], error=self.error, counters=self.counters,
+                         signature=signature, parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
+                         sig_at=sig_at, ready_at=ready_at, timeout_s=timeout_s, cache=self._align_kernels)
             return
         self.sequence[2] += 1
         self.counters.zero_()
+        self._clear(1 - int(self.sequence[0]))
         if int(self.sequence[0]) != parity:
             self._null_call(1 - parity, call, timeout_s)
+        for p in range(W):
+            if p != r:  # x86 keeps the order of these stores for every reader (fluxlite.flags)
+                ws.flags(p)[sig_at : sig_at + sch.SIG_WORDS].copy_(signature)
+                if ready:
+                    host_store(ws.flag_addr(p, ready_at), sch.SET)
         self.sequence[0] = 1 - parity
 
-    def _align_kernel(self, parity: int, timeout_s: float) -> None:
-        """Launch :func:`fluxlite.kernels.align.align_kernel` on the current stream."""
-        ws = self.ws
-        align.launch(state=self.sequence, flag_bases=self._bind()[1], error=self.error, counters=self.counters,
-                     parity=parity, rank=ws.rank, world_size=ws.world_size, region=sch.region_slots(ws.world_size),
-                     timeout_s=timeout_s, cache=self._align_kernels)
-
     def _null_call(self, parity: int, call: int, timeout_s: float) -> None:
-        from ..flags import host_store, host_wait
-
         ws, W, r = self.ws, self.ws.world_size, self.ws.rank
         base = sch.region_start(W, parity)
         for p in range(W):
@@ -233,18 +236,13 @@ class FusedState:
                 host_wait(ws.flag_addr(r, base + sch.ready_slot(p)), sch.SET, deadline=deadline, timeout_s=timeout_s,
                           op="fused call", what="its arrival at a parity-alignment call", rank=r, peer=p,
                           chunk=-1, epoch=call)
-        self.clear(parity)
+        self._clear(parity)
         self.sequence[1] += 1
 
-    def clear(self, parity: int, stream: int | None = None) -> None:
-        """Clear this rank's flag region ``parity`` (CUDA: enqueued on ``stream``), once every flag a
-        peer set there in the call is consumed."""
-        ws = self.ws
-        W = ws.world_size
-        if ws.is_cuda:
-            cu.memset32_async(stream, ws.flag_addr(ws.rank, sch.region_start(W, parity)), 0, sch.region_slots(W))
-        else:
-            self.region(parity)[: sch.region_slots(W)].zero_()
+    def _clear(self, parity: int) -> None:
+        """CPU: clear this rank's flag region ``parity``, once every flag a peer set there in the call
+        that used it is consumed (at the start of the next call, :meth:`align`)."""
+        self.region(parity)[: sch.region_slots(self.ws.world_size)].zero_()
 
     def poison(self, exc: BaseException, *, raised: bool = True) -> None:
         """Mark the workspace unusable for fused calls after a failure: peers' flags and buffers no
@@ -352,11 +350,17 @@ class FusedState:
             cu.stream_write_value32(handle, word, 0)
             cu.stream_wait_value32(handle, word, 0)
             cu.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
-            cu.memset32_async(handle, scratch.data_ptr(), 0, 16)
-            # The alignment kernel on its no-op branch: compiled and loaded now, not beside a
-            # spinning consumer.
+            # The alignment kernel on its no-op branch, compiled and loaded now, not beside a
+            # spinning consumer: as if alone (no peer to announce to), on flags of its own (a peer
+            # may already have announced its first call in ours, which a clear here would lose).
             self.sequence[:1].fill_(0)
-            self._align_kernel(0, self._timeout_s)
+            W = ws.world_size
+            own = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32, device=ws.device)
+            alone = torch.tensor([own.data_ptr()], dtype=torch.int64).to(ws.device)
+            align.launch(state=self.sequence, flag_bases=alone, error=self.error, counters=self.counters,
+                         signature=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device), parity=0,
+                         rank=0, world_size=1, region=sch.region_slots(W), sig_at=sch.signature_slot(W, 0, 0),
+                         ready_at=-1, timeout_s=self._timeout_s, cache=self._align_kernels)
             self.sequence[:1].fill_(1)  # the first call's parity; no null calls counted
             self.sequence[2:].fill_(0)  # nor calls
         self.drain(self._timeout_s)

@@ -1,12 +1,20 @@
 """Anatomy of a replayed fused call's graph: node count by type, and cuGraphLaunch host time of it
-against a one-kernel graph and graphs of n memset nodes (GPU kept busy so launches never block)."""
-import os, sys, time, ctypes, statistics, collections
+against a one-kernel graph and graphs of n memset nodes (GPU kept busy so launches never block).
+
+--launches N --skip S: each graph's launch time is the median of launches S+1..N (ninth session:
+20 and 2, fewer than fill the launch queue, which blocks; the eighth session's 300 and 0 blocked on
+the fused graphs). --no-refs: no reference graphs (the ninth session's fluxlite has no memset helper)."""
+import argparse, os, sys, time, ctypes, statistics, collections
 sys.path.insert(0, os.getcwd())
 import torch, torch.distributed as dist
 import fluxlite
 from fluxlite import _cuda_driver as cu
 from fluxlite.fused.state import Replay, _STATES
 
+ap = argparse.ArgumentParser()
+ap.add_argument("--launches", type=int, default=300); ap.add_argument("--skip", type=int, default=0)
+ap.add_argument("--no-refs", action="store_true")
+args = ap.parse_args()
 lib = ctypes.CDLL("libcuda.so.1")
 _Graph = torch.cuda.CUDAGraph
 class KeepGraph(_Graph):  # keep the cudaGraph_t so its nodes can be listed
@@ -33,7 +41,7 @@ def anatomy(graph):
     return n.value, dict(kinds)
 
 FIRST = {}
-def launch_us(exec_, n=300, name=None):
+def launch_us(exec_, n=args.launches, name=None):
     s = torch.cuda.current_stream().cuda_stream
     ts = []
     torch.cuda._sleep(50_000_000)
@@ -41,7 +49,7 @@ def launch_us(exec_, n=300, name=None):
         t0 = time.perf_counter(); cu.graph_launch(exec_, s); ts.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
     if name: FIRST[name] = [round(1e6 * t, 1) for t in ts[:24]]
-    return 1e6 * statistics.median(ts)
+    return 1e6 * statistics.median(ts[args.skip:])
 
 tp = fluxlite.init(); W = tp.world_size
 bf = torch.bfloat16
@@ -62,7 +70,7 @@ for key, plan in state.plans.items():
 # references: one tiny kernel; n memsets
 x = torch.zeros(1024, device="cuda")
 refs = []
-for k in (1, 4, 8, 16):
+for k in () if args.no_refs else (1, 4, 8, 16):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for i in range(k):
