@@ -12,6 +12,7 @@ microsecond or two each rather than a torch dispatch each.
   peers' symmetric memory is mapped here), on the copy engine.
 - ``cuEventRecord``, ``cuStreamWaitEvent``: ordering the producer stream after the caller's.
 - ``cuGraphLaunch``: an eager call replayed from its own graph (:meth:`fluxlite.fused.call.Call.run`).
+- ``cuMemHostGetDevicePointer``: where a kernel writes the host copy of its error record.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ _SIGNATURES = {
     "cuCtxSetCurrent": ([_P], ("cuCtxSetCurrent",)),
     "cuDeviceGet": ([ctypes.POINTER(ctypes.c_int), ctypes.c_int], ("cuDeviceGet",)),
     "cuDevicePrimaryCtxRetain": ([ctypes.POINTER(_P), ctypes.c_int], ("cuDevicePrimaryCtxRetain",)),
+    "cuMemHostGetDevicePointer": ([ctypes.POINTER(_U64), _P, _UINT], ("cuMemHostGetDevicePointer_v2",
+                                                                      "cuMemHostGetDevicePointer")),
 }
 
 
@@ -117,6 +120,13 @@ def event_record(event: int, stream: int) -> None:
 def stream_wait_event(stream: int, event: int) -> None:
     """Enqueue on ``stream``: later work waits until ``event`` (recorded on another stream) completes."""
     _check(_driver()["cuStreamWaitEvent"](stream, event, 0), "cuStreamWaitEvent")
+
+
+def host_device_pointer(host_address: int) -> int:
+    """The device address of pinned host memory at ``host_address`` (a kernel may store there)."""
+    dptr = _U64()
+    _check(_driver()["cuMemHostGetDevicePointer"](ctypes.byref(dptr), host_address, 0), "cuMemHostGetDevicePointer")
+    return dptr.value
 
 
 def graph_launch(graph_exec: int, stream: int) -> None:

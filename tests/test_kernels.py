@@ -22,7 +22,7 @@ from fluxlite.kernels import ag_gemm as ag_kern
 from fluxlite.kernels import align as align_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
-from fluxlite.kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, RECORD_WORDS
+from fluxlite.kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, MIRROR_WORD, RECORD_WORDS
 
 from .dist_utils import run_ranks
 
@@ -121,16 +121,32 @@ def test_ag_consumer_timeout_records_and_releases_the_producer():
     assert "arrival" in str(exc)
 
 
+def _mirrored_record():
+    """An empty error record with a mirror (``(record, mirror)``): the program that writes the record
+    must copy it to the mirror, which otherwise stays untouched (NaN-like junk here)."""
+    mirror = torch.full((RECORD_WORDS,), -7, dtype=torch.int32)
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    address = mirror.data_ptr()
+    words = torch.tensor([address & 0xFFFFFFFF, address >> 32], dtype=torch.int64).to(torch.int32)
+    error[MIRROR_WORD : MIRROR_WORD + 2] = words
+    return error, mirror
+
+
+def _mirrored(error, mirror) -> bool:
+    return mirror.tolist() == error.tolist()
+
+
 def test_ag_consumer_timeout_on_a_data_flag_names_the_split():
     W, m, K, N, epoch = 2, 40, 32, 32, 3
     A, w = torch.randn(W * m, K), torch.randn(N, K)
     sig = sch.call_signature("ag", m, K, N, torch.float32, 2, False)
     flags = _flags_with_signature(W, sig, epoch % 2, (1,))  # arrived, split 0 came, split 1 never
     flags[_slot(W, epoch, sch.data_slot(W, 1, 0))] = sch.SET
-    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    error, mirror = _mirrored_record()
     _ag_launch(A[:m], A, w, flags, sig, error, epoch, 0.01, torch.empty(W * m, N))
     exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
     assert isinstance(exc, FluxliteTimeoutError) and (exc.peer, exc.chunk, exc.split, exc.seen) == (1, 1, 1, 0)
+    assert _mirrored(error, mirror), (mirror.tolist(), error.tolist())
 
 
 def test_ag_consumer_records_a_peer_in_another_call():
@@ -141,10 +157,11 @@ def test_ag_consumer_records_a_peer_in_another_call():
     flags = _flags_with_signature(W, sig, epoch % 2, (1,), words=theirs)
     for sp in range(2):
         flags[_slot(W, epoch, sch.data_slot(W, 1, sp))] = sch.SET
-    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    error, mirror = _mirrored_record()
     _ag_launch(A[:m], A, w, flags, sig, error, epoch, 1.0, torch.empty(W * m, N))
     rec = error.tolist()
     assert rec[0] == ERR_MISMATCH and rec[4] == 1
+    assert _mirrored(error, mirror), "the signatures too, then the code"
     exc = exception_from_record(rec, rank=0, world_size=W, timeout_s=1.0)
     assert isinstance(exc, FluxliteCallMismatchError) and exc.peer == 1
     assert exc.mine == sch.describe_signature(sig) and exc.theirs == sch.describe_signature(theirs)
@@ -179,7 +196,7 @@ def test_rs_kernel_stores_partials_counts_tiles_and_reduces(mismatch):
     for sp in range(2):
         flags[_slot(W, epoch, sch.data_slot(W, 1, sp))] = sch.SET
     counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
-    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    error, mirror = _mirrored_record()
     out = torch.full((mc, N), float("nan"))
     s = _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out)
     full = a.double() @ w.double().t()
@@ -187,9 +204,10 @@ def test_rs_kernel_stores_partials_counts_tiles_and_reduces(mismatch):
     n_tiles = -(-N // CFG.block_n)
     assert [counters[sch.counter_slot(1, sp)].item() for sp in range(2)] == [s.split_tiles(sp, n_tiles) for sp in range(2)]
     if mismatch:
-        assert error[0].item() == ERR_MISMATCH
+        assert error[0].item() == ERR_MISMATCH and _mirrored(error, mirror)
     else:
-        assert error.tolist() == [0] * RECORD_WORDS
+        assert error[:MIRROR_WORD].tolist() + error[MIRROR_WORD + 2:].tolist() == [0] * (RECORD_WORDS - 2)
+        assert mirror.tolist() == [-7] * RECORD_WORDS, "no failure: the mirror is not written"
         _close(out, full[:mc] + peer_partial.double() + b.double(), torch.float32)
 
 
@@ -226,10 +244,10 @@ def test_the_direct_launch_key_separates_what_triton_compiles_apart():
     assert _spec(t, True) != _spec(t[1:], True)
     assert _spec(t, True) != _spec(t.double(), True)
 
-def _align(flags, state, parity, rank=0, timeout_s=1.0, ready=True, signature=(71, 72, 73, 74)):
+def _align(flags, state, parity, rank=0, timeout_s=1.0, ready=True, signature=(71, 72, 73, 74), error=None):
     """Run the alignment kernel on stale tile counters, which it must zero whatever else it does."""
     W = len(flags)
-    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32) if error is None else error
     counters = torch.randint(1, 100, (sch.num_counters(W),), dtype=torch.int32)
     align_kern.launch(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
                       error=error, counters=counters, signature=torch.tensor(signature, dtype=torch.int32),
@@ -306,7 +324,9 @@ def test_align_kernel_records_a_peer_that_never_arrives():
     W, parity = 2, 1
     flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
     state = torch.tensor([0, 0, 6], dtype=torch.int32)
-    error = _align(flags, state, parity, timeout_s=0.01)
+    error, mirror = _mirrored_record()
+    _align(flags, state, parity, timeout_s=0.01, error=error)
+    assert _mirrored(error, mirror)
     code, slot, call, seen, peer = error.tolist()[:5]
     assert (code, slot, call, seen, peer) == (ERR_TIMEOUT_ALIGN, sch.ready_slot(1), 7, 0, 1), "names the call it starts"
     exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)

@@ -244,12 +244,12 @@ class Call:
         if self.ws.is_cuda:
             if not self._replay(replay_key, program, consume):
                 self._enqueue(program(), consume)
-            if self.capturing:  # a replay's failure surfaces at fluxlite.synchronize(), which reads the record
+            state.note_timeout(self.timeout_s)
+            if self.capturing:  # a replay's failure surfaces at the next check (the record's mirror) or synchronize()
                 if state.blocking:  # Python's default warning filter shows it once per process
                     warnings.warn("FLUXLITE_BLOCKING is ignored while a CUDA graph captures fused calls (a capture "
                                   "cannot synchronise); call fluxlite.synchronize() after replays instead", stacklevel=2)
                 return
-            state.note_kernel_launch(self.timeout_s, self.stream)
             if state.blocking:
                 state.synchronize()
             return
@@ -277,9 +277,8 @@ class Call:
         """Enqueue the call on the current stream (the caller's, or the capture stream of its own
         graph), where the alignment kernel and the consumer launch, and on the producer stream,
         which forks from it (after the alignment kernel, which announced the call to the peers) and
-        joins it again (the next call's alignment kernel clears our flags). An eager call (not one
-        a user's graph captures) ends with the copy of the kernel's error record to the host
-        (:meth:`FusedState.copy_error_record`), in its own graph too.
+        joins it again (the next call's alignment kernel clears our flags). A failure reaches the
+        host through the error record's mirror, which the failing kernel writes itself.
 
         The producer's steps up to its first wait are queued before the kernel (its first copies
         start while the kernel is being launched), the rest after it. A stream wait blocks
@@ -299,8 +298,6 @@ class Call:
         producer.enqueue_on_stream(program.steps[program.first_wait:], side)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
-        if not self.capturing:
-            state.copy_error_record(main)
 
     def _replay(self, key: tuple | None, program: Callable[[], producer.Program], consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen

@@ -25,7 +25,7 @@ from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..flags import exception_from_record, host_store, host_wait, resolve_timeout
 from ..kernels import align
-from ..kernels.flags import RECORD_WORDS
+from ..kernels.flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..workspace import SymmetricWorkspace, wait_idle
 
@@ -82,13 +82,14 @@ class FusedState:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
         if ws.is_cuda:
-            # The record's copy on the host, refreshed after every eager call (copy_error_record),
-            # and the event after the last refresh: check() reads the code word, and the whole
-            # record only once the code is set and the copy done.
+            # The record's mirror in pinned host memory, which the kernel that writes the record
+            # fills, the code word last (fluxlite.kernels.flags): check() reads the code word, and
+            # the whole record once the code is set, without blocking and without a copy per call.
             self._err_host = torch.zeros(RECORD_WORDS, dtype=torch.int32, pin_memory=True)
             self._err_code = ctypes.c_int32.from_address(self._err_host.data_ptr())
-            self._err_event = torch.cuda.Event()
-            self._err_event.record(self.producer_stream)  # creates the event, so it has a raw handle
+            mirror = cu.host_device_pointer(self._err_host.data_ptr())
+            words = [(mirror >> shift) & 0xFFFFFFFF for shift in (0, 32)]
+            self.error[MIRROR_WORD : MIRROR_WORD + 2] = torch.tensor(words, dtype=torch.int64).to(torch.int32)
         self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
         # The device's call sequence (fluxlite.kernels.align): the parity the next call must use,
         # null calls so far, and calls so far (the number a kernel's error record names); on CPU the
@@ -256,11 +257,11 @@ class FusedState:
 
     def check(self) -> None:
         """Raise if an earlier call (or a growth of the workspace) failed, including a failure a GPU
-        kernel recorded that has become visible without blocking (see :meth:`note_kernel_launch`)."""
+        kernel recorded: the kernel copies its record to a mirror in host memory, read here without
+        blocking (:mod:`fluxlite.kernels.flags`)."""
         if self._poison is None and self.ws.failed is not None:
             self.poison(self.ws.failed)
-        if (self.ws.is_cuda and self._poison is None and self._err_code.value
-                and not _workspace.capturing(self.ws.device) and self._err_event.query()):
+        if self.ws.is_cuda and self._poison is None and self._err_code.value:
             self._poison_from_record(self._err_host.tolist())
         if self._poison is None:
             return
@@ -282,16 +283,9 @@ class FusedState:
         if exc is not None:
             self.poison(exc, raised=False)
 
-    def copy_error_record(self, stream: int) -> None:
-        """Enqueue on ``stream`` (last in an eager call, and in its replayed graph): copy the kernel's
-        error record to pinned memory, so that a later :meth:`check` sees a failure without blocking."""
-        cu.memcpy_async(stream, self._err_host.data_ptr(), self.error.data_ptr(), 4 * RECORD_WORDS)
-
-    def note_kernel_launch(self, timeout_s: float, stream: int) -> None:
-        """After an eager fused call on CUDA (:meth:`copy_error_record` enqueued last): the event that
-        tells :meth:`check` the copy is done, and the timeout its error would name."""
+    def note_timeout(self, timeout_s: float) -> None:
+        """The timeout of the latest call: the one a failure its kernel records will name."""
         self._timeout_s = timeout_s
-        cu.event_record(self._err_event.cuda_event, stream)
 
     def synchronize(self) -> None:
         """Wait (bounded) for this workspace's device work; raise the failure of any earlier call,

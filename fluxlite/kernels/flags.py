@@ -16,8 +16,11 @@ later wait of the launch, and of every later launch, sees the record and returns
 missing or disagreeing peer costs one timeout, not one per tile. The host turns the record into
 :class:`fluxlite.FluxliteTimeoutError` or :class:`fluxlite.FluxliteCallMismatchError`.
 
-Error record (int32 ``[RECORD_WORDS]``): ``code, slot, call, seen, peer, chunk, spare, spare``,
-then (mismatch only) the peer's ``SIG_WORDS`` signature words and this rank's.
+Error record (int32 ``[RECORD_WORDS]``): ``code, slot, call, seen, peer, chunk, mirror (2 words)``,
+then (mismatch only) the peer's ``SIG_WORDS`` signature words and this rank's. ``mirror`` (set by
+the host; 0: none) is the device address of a copy of the record in host memory: the program that
+writes the record copies it there, the code word last, so the host sees a failure without a copy in
+every call's stream and without blocking (:meth:`fluxlite.fused.state.FusedState.check`).
 
 Ordering: the spinning load is an ``acquire`` at system scope (the data was written by another GPU's
 copy engine or SMs), and a CTA barrier follows it so every thread's later loads come after it. A
@@ -37,12 +40,16 @@ ERR_MISMATCH = 4
 ERR_TIMEOUT_ALIGN = 8
 """A peer never arrived at a parity-alignment (null) call (:mod:`fluxlite.kernels.align`)."""
 RECORD_WORDS = 16
+MIRROR_WORD = 6
+"""Words ``6`` (low) and ``7`` (high) of the record: its mirror's device address (int64)."""
 # The same codes as constexprs, for use inside kernels (a kernel reads only constexpr globals).
 TIMEOUT_AG = tl.constexpr(ERR_TIMEOUT_AG)
 TIMEOUT_RS = tl.constexpr(ERR_TIMEOUT_RS)
 MISMATCH = tl.constexpr(ERR_MISMATCH)
 TIMEOUT_ALIGN = tl.constexpr(ERR_TIMEOUT_ALIGN)
 SIG_WORDS = tl.constexpr(4)  # fluxlite.schedule.SIG_WORDS
+_RECORD_WORDS = tl.constexpr(RECORD_WORDS)
+_MIRROR = tl.constexpr(MIRROR_WORD)
 
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
 """What one spin costs under the Triton interpreter (measured 150-250 us), to bound it in time."""
@@ -80,6 +87,26 @@ def _record(error_ptr, code, slot, call_ptr, seen, peer, chunk):
 
 
 @triton.jit
+def _publish(error_ptr, INTERPRET: tl.constexpr):
+    """Copy the record (this program wrote it) to its mirror in host memory, if it has one: the other
+    words first, then, after a CTA barrier and a system-scope fence, the code word, so a host that
+    reads a non-zero code reads the whole record."""
+    tl.debug_barrier()  # every thread's record stores, before any thread reads the record back
+    lo = tl.load(error_ptr + _MIRROR).to(tl.uint32).to(tl.int64)
+    hi = tl.load(error_ptr + _MIRROR + 1).to(tl.int64)
+    address = lo | (hi << 32)
+    if address != 0:
+        mirror = address.to(tl.pointer_type(tl.int32))
+        offs = tl.arange(0, _RECORD_WORDS)
+        tl.store(mirror + offs, tl.load(error_ptr + offs, volatile=True), mask=offs > 0)
+        tl.debug_barrier()
+        if not INTERPRET:
+            tl.inline_asm_elementwise("fence.sc.sys;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
+                                      pack=1)
+        tl.store(mirror, tl.load(error_ptr, volatile=True))
+
+
+@triton.jit
 def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
     """Spin until ``*flag_ptr`` is set (``>= 1``; acquire, system scope), bounded by ``timeout_ns``.
 
@@ -101,7 +128,8 @@ def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk,
                 start = now
             elapsed = now - start
         if elapsed > timeout_ns:
-            _record(error_ptr, code, slot, call_ptr, seen, peer, chunk)
+            if _record(error_ptr, code, slot, call_ptr, seen, peer, chunk) == 1:
+                _publish(error_ptr, INTERPRET)
             err = tl.full((), code, tl.int32)
         else:
             seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
@@ -134,6 +162,7 @@ def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_n
                 for w in tl.static_range(SIG_WORDS):
                     tl.store(error_ptr + 8 + w, tl.load(theirs + w, volatile=True))
                     tl.store(error_ptr + 8 + SIG_WORDS + w, tl.load(sig_ptr + w))
+                _publish(error_ptr, INTERPRET)
             err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
         err = wait_set(flags_ptr + slot, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
