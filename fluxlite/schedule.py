@@ -172,12 +172,20 @@ def describe_signature(words) -> str:
     return what + f", splits={head >> 16})"
 
 
+DEFAULT_MAX_SPLITS = 4
+"""The most splits :func:`default_splits` gives. Each split is a copy and a flag per peer: two nodes of
+a replayed call's graph, about 1 us of launch each. More splits help only where a chunk's copy is
+comparable to a chunk's GEMM (small chunks, which get few splits anyway); on 2xH200 the large AG
+shapes ran the same with 2 splits as with 8 (BENCHMARKS.md, first session)."""
+
+
 def default_splits(blocks_per_chunk: int, world_size: int) -> int:
     """Splits per chunk: enough that the first copy starts (AG) or leaves (RS) early, few enough
-    that each copy stays large. About four row blocks per split, at most ``MAX_SPLITS``."""
+    that each copy stays large and the producer small. About four row blocks per split, at most
+    :data:`DEFAULT_MAX_SPLITS`."""
     if world_size == 1:
         return 1
-    return max(1, min(MAX_SPLITS, blocks_per_chunk // 4))
+    return max(1, min(DEFAULT_MAX_SPLITS, blocks_per_chunk // 4))
 
 
 @dataclass(frozen=True)

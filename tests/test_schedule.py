@@ -154,7 +154,8 @@ def test_default_splits():
     assert sch.default_splits(100, 1) == 1  # no communication: one split
     assert sch.default_splits(1, 4) == 1
     assert sch.default_splits(8, 2) == 2  # about four blocks per split
-    assert sch.default_splits(10_000, 8) == sch.MAX_SPLITS
+    assert sch.default_splits(16, 2) == 4
+    assert sch.default_splits(10_000, 8) == sch.DEFAULT_MAX_SPLITS <= sch.MAX_SPLITS
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from fluxlite.fused.state import Replay, _STATES
 ap = argparse.ArgumentParser()
 ap.add_argument("--launches", type=int, default=300); ap.add_argument("--skip", type=int, default=0)
 ap.add_argument("--no-refs", action="store_true")
+ap.add_argument("--shape", default="2048,4096,4096", help="M,K,N (ninth session; the eighth's was the default)")
 args = ap.parse_args()
 lib = ctypes.CDLL("libcuda.so.1")
 _Graph = torch.cuda.CUDAGraph
@@ -53,7 +54,7 @@ def launch_us(exec_, n=args.launches, name=None):
 
 tp = fluxlite.init(); W = tp.world_size
 bf = torch.bfloat16
-M, K, N = 2048, 4096, 4096
+M, K, N = map(int, args.shape.split(","))
 a = torch.randn(M // W, K, device="cuda", dtype=bf); w = torch.randn(N // W, K, device="cuda", dtype=bf)
 a_rs = torch.randn(M, K // W, device="cuda", dtype=bf); w_rs = torch.randn(N, K // W, device="cuda", dtype=bf)
 for _ in range(6):
