@@ -101,14 +101,21 @@ class _Meet:
         self.store = dist.distributed_c10d._get_default_store()
         self.rank, self.world_size, self.n = rank, world_size, 0
 
-    def __call__(self, tag: str, timeout_s: float = 120.0) -> None:
+    def __call__(self, tag: str, timeout_s: float = 120.0, value: str = "1") -> list[str]:
+        """Meet at ``tag``; every rank's ``value``, in rank order."""
         self.n += 1
         key = f"gpu-safety/{self.n}/{tag}"
-        self.store.set(f"{key}/{self.rank}", "1")
+        self.store.set(f"{key}/{self.rank}", value)
+        keys = [f"{key}/{r}" for r in range(self.world_size)]
         try:
-            self.store.wait([f"{key}/{r}" for r in range(self.world_size)], timedelta(seconds=timeout_s))
+            self.store.wait(keys, timedelta(seconds=timeout_s))
         except Exception as exc:
             raise AssertionError(f"rank {self.rank}: not every rank reached '{tag}' within {timeout_s:g} s") from exc
+        return [self.store.get(k).decode() for k in keys]
+
+    def all_agree(self, mine: bool) -> bool:
+        """Whether ``mine`` holds on every rank (every rank gets the same answer)."""
+        return all(v == "1" for v in self("agree", value="1" if mine else "0"))
 
 
 # ---- 1. a first-call GEMM-RS repro: Llama-70B fc2 at 1024 tokens ----------------------------------
@@ -437,22 +444,25 @@ def test_missing_peer_at_each_point():
     run_gpu_ranks(_missing_peer, 2, limit_s=300)
 
 
-def _skipped_backward(rank, meet, gen, failures, tag, *, seed, steps, after_steps=None):
+def _skipped_backward(rank, meet, gen, failures, tag, *, seed, steps, until=None, max_steps=12):
     """``steps`` whole steps of Column -> GELU -> Row (sequence parallel, fused both ways) on both
     ranks under the default (long) timeout, so every kernel the layers use is compiled and loaded
-    before the short one applies; then ``after_steps()``; then a forward on both ranks, whose
-    backward rank 0 skips: rank 1's must time out naming rank 0 (:func:`_scenario`)."""
+    before the short one applies; with ``until``, more steps (all ranks alike, at most
+    ``max_steps``) until ``until()`` holds on every rank, and then it must; then a forward on both
+    ranks, whose backward rank 0 skips: rank 1's must time out naming rank 0 (:func:`_scenario`)."""
     import fluxlite
 
     W = dist.get_world_size()
     col, row = _layers(seed)
     x = torch.randn(1024 // W, 2, 1024, device=_dev()).to(BF16).requires_grad_()
-    for _ in range(steps):
+    done = 0
+    while done < steps or (until is not None and done < max_steps and not meet.all_agree(until())):
         y = row(torch.nn.functional.gelu(col(x)[0]))[0]
         y.backward(torch.ones_like(y))
-    fluxlite.synchronize()
-    if after_steps is not None:
-        after_steps()
+        fluxlite.synchronize()
+        done += 1
+    if until is not None:
+        assert until(), f"rank {rank}: not so after {done} steps"
     fluxlite.set_default_timeout(PEER_TIMEOUT_S)  # the layers take no timeout argument
     y = row(torch.nn.functional.gelu(col(x)[0]))[0]
     fluxlite.synchronize()
@@ -474,14 +484,15 @@ def _missing_peer_in_replayed_backward(rank, world_size):
     gen = torch.Generator(device=_dev()).manual_seed(700 + rank)
     failures = []
 
-    def pull_calls_replay():
+    def pull_calls_replay() -> bool:
         plans = fluxlite.fused.state_of(fluxlite.get_workspace()).plans
         pulls = [g for key, p in plans.items() if key[0] == "ag" and key[5] for g in p.bound.graphs.values()]
-        assert any(isinstance(g, Replay) for g in pulls), f"rank {rank}: no pull call replays: {pulls}"
+        return any(isinstance(g, Replay) for g in pulls)
 
-    # The calls' tensors recur: the second step captures, the third replays.
+    # The calls' tensors recur (the allocator hands the same blocks back, mostly from the second step
+    # on): a key's second sighting captures, its third replays.
     _skipped_backward(rank, meet, gen, failures, "during a replayed backward", seed=4321, steps=3,
-                      after_steps=pull_calls_replay)
+                      until=pull_calls_replay)
     meet("end")
     assert not failures, f"rank {rank}: {len(failures)} failures:\n" + "\n".join(failures)
 
