@@ -20,9 +20,12 @@ winner from the same figures and they can never disagree. The winner is kept in 
 to the cache file. A rank with a cache file and a rank without one therefore still take the same
 step; the measuring ranks only run the op itself, whose waits are bounded as every call's are.
 
-The winner minimises the worst slowdown against the best candidate over throughput and latency
-mode (``max(t_tp / best_tp, t_lat / best_lat)``); a candidate listed earlier (sequential, then
-decomposed, then fused with the default config first) wins within :data:`TIE_MARGIN` of that.
+The winner is never slower than sequential by more than :data:`MAX_LOSS` in either throughput or
+latency mode: a candidate that would be is out (so a fused call that wins latency but loses
+throughput, as on small shapes, is not chosen). Among the rest it minimises the worst slowdown
+against the best candidate over both modes (``max(t_tp / best_tp, t_lat / best_lat)``); a candidate
+listed earlier (sequential, then decomposed, then fused with the default config first) wins within
+:data:`TIE_MARGIN` of that.
 
 Switches (environment)
 ----------------------
@@ -73,7 +76,9 @@ _GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
 
 M_BUCKETS_PER_OCTAVE = 8
 TIE_MARGIN = 0.01
-CACHE_SCHEMA = "fluxlite-dispatch/1"
+MAX_LOSS = 0.02
+"""The most the chosen implementation may be slower than sequential, in either mode (issue 10's bound)."""
+CACHE_SCHEMA = "fluxlite-dispatch/2"  # 2: winners bounded by MAX_LOSS; a /1 file's may lose more to sequential
 MEASURED_IMPLS = ("sequential", "decomposed", "fused")
 
 GPU_CONFIGS: tuple[GemmConfig, ...] = (
@@ -381,10 +386,14 @@ def _timer(tp: TPGroup, device: torch.device):
 
 def pick(times: dict[str, dict[str, float]], order: list[str]) -> str:
     """The label of ``order`` with the least worst slowdown over throughput and latency mode (an
-    earlier one wins within :data:`TIE_MARGIN`)."""
+    earlier one wins within :data:`TIE_MARGIN`), among those no slower than ``"sequential"`` by more
+    than :data:`MAX_LOSS` in either mode (all of them if sequential was not timed)."""
     modes = ("throughput", "latency")
     best = {m: min(t[m] for t in times.values()) for m in modes}
     regret = {n: max(t[m] / max(best[m], 1e-9) for m in modes) for n, t in times.items()}
+    base = times.get("sequential")
+    if base is not None:
+        regret = {n: r for n, r in regret.items() if all(times[n][m] <= base[m] * (1 + MAX_LOSS) for m in modes)}
     low = min(regret.values())
     return next(n for n in order if n in regret and regret[n] <= low * (1 + TIE_MARGIN))
 

@@ -139,12 +139,28 @@ def test_corrupt_and_foreign_cache_files_are_ignored_with_a_warning(tmp_path):
 
 
 def test_pick_minimises_the_worst_slowdown_over_both_modes():
-    times = {"sequential": dict(throughput=10.0, latency=5.0), "decomposed": dict(throughput=9.0, latency=9.0),
-             "fused": dict(throughput=8.0, latency=5.2)}
+    times = {"sequential": dict(throughput=10.0, latency=5.0), "decomposed": dict(throughput=9.0, latency=5.05),
+             "fused": dict(throughput=8.0, latency=5.08)}
     order = list(times)
-    assert dispatch.pick(times, order) == "fused"  # worst 1.04x, against 1.25x and 1.8x
-    times["sequential"] = dict(throughput=8.05, latency=5.0)  # within the tie margin: the earlier wins
+    assert dispatch.pick(times, order) == "fused"  # worst 1.016x, against 1.25x and 1.125x
+    times["sequential"] = dict(throughput=8.05, latency=5.0)
+    times["fused"] = dict(throughput=8.0, latency=5.0)  # better by 0.6%, within the tie margin: the earlier wins
     assert dispatch.pick(times, order) == "sequential"
+
+
+def test_pick_never_takes_what_loses_to_sequential_in_either_mode():
+    """Issue 10's bound: auto is never more than 2% slower than sequential in throughput or latency
+    mode, so a fused call that wins one mode by far but loses the other (small shapes: latency won,
+    throughput lost) is not chosen."""
+    times = {"sequential": dict(throughput=10.0, latency=5.0), "fused": dict(throughput=10.3, latency=3.0)}
+    assert dispatch.pick(times, list(times)) == "sequential"  # 3% slower in throughput
+    times["fused"] = dict(throughput=10.15, latency=3.0)
+    assert dispatch.pick(times, list(times)) == "fused"  # 1.5%: within the bound, and far better in latency
+    times["fused"] = dict(throughput=6.0, latency=5.2)
+    assert dispatch.pick(times, list(times)) == "sequential"  # 4% slower in latency
+    del times["sequential"]  # sequential failed: the best of the rest
+    times["decomposed"] = dict(throughput=7.0, latency=7.0)
+    assert dispatch.pick(times, ["decomposed", "fused"]) == "fused"
 
 
 def test_rule(monkeypatch):
