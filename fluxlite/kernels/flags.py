@@ -3,8 +3,8 @@ follows it, a release-signal, and the error record.
 
 Math of the protocol
 --------------------
-A flag slot is set (``SET = 1``) by its one writer and cleared by its owner after the call
-(:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call's number is read from the
+A flag slot is set (``SET = 1``) by its one writer and cleared by its owner when its next call
+starts (:mod:`fluxlite.schedule`); a waiter waits for ``flag >= 1``. The call's number is read from the
 device's call count (``call_ptr``, which :mod:`fluxlite.kernels.align` advances before every call)
 when a failure is recorded, not passed in: a kernel replayed from a CUDA graph then names the call it
 runs as, not the call it was captured in. A waiter gives up ``timeout_ns`` after its first spin (``%globaltimer``
