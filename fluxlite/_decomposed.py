@@ -37,12 +37,40 @@ from .epilogue import apply as apply_epilogue
 from .group import TPGroup
 
 
+class _CopyIn:
+    """The last "work" of a step staged through host memory: copies the received rows to the device."""
+
+    def __init__(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.pairs = pairs  # (host buffer, device destination)
+
+    def wait(self) -> None:
+        for host, dest in self.pairs:
+            dest.copy_(host)
+
+
 def _exchange(tp: TPGroup, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list:
-    """Issue one batch of sends ``(tensor, group rank)`` and receives; returns the works (not waited)."""
+    """Issue one batch of sends ``(tensor, group rank)`` and receives; returns the works (not waited).
+
+    Where gloo serves CUDA tensors (ranks sharing GPUs), the tensors go through host memory: gloo's
+    point-to-point ops read and write the raw pointer, so a device pointer fails (EFAULT). The sends
+    are copied out here (which waits for the current stream); the receives are copied in by the
+    step's last work."""
     g = tp.group
+    copy_in = []
+    if tp.gloo_serves_cuda:
+        sends = [(t.cpu() if t.is_cuda else t, p) for t, p in sends]
+        staged = []
+        for t, p in recvs:
+            if t.is_cuda:
+                host = torch.empty(t.shape, dtype=t.dtype)
+                copy_in.append((host, t))
+                t = host
+            staged.append((t, p))
+        recvs = staged
     ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(g, p), g, tag) for tag, (t, p) in enumerate(sends)]
     ops += [dist.P2POp(dist.irecv, t, dist.get_global_rank(g, p), g, tag) for tag, (t, p) in enumerate(recvs)]
-    return dist.batch_isend_irecv(ops)
+    works = dist.batch_isend_irecv(ops)
+    return works + [_CopyIn(copy_in)] if copy_in else works
 
 
 def _wait(works: list) -> None:

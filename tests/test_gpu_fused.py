@@ -324,7 +324,7 @@ def test_cuda_workspace_peer_views_and_flags():
     run_gpu_ranks(_workspace, 2)
 
 
-def _sequential(rank, world_size):
+def _unfused(rank, world_size, impl):
     import fluxlite
 
     gen = torch.Generator(device=_dev()).manual_seed(rank)
@@ -332,15 +332,18 @@ def _sequential(rank, world_size):
     w = torch.randn(256, 512, generator=gen, device=_dev()).to(BF16)
     b = torch.randn(256, device=_dev()).to(BF16)
     dist.broadcast(b, 0)
-    out, gathered = fluxlite.ag_gemm(a, w, b, impl="sequential", return_gathered=True)
+    out, gathered = fluxlite.ag_gemm(a, w, b, impl=impl, return_gathered=True)
     ref, ref_g = _ag_reference(a, w, b)
-    assert rel_err(out, ref) < TOL and torch.equal(gathered, ref_g)
+    assert rel_err(out, ref) < TOL and torch.equal(gathered, ref_g), impl
     a2 = torch.randn(600, 512, generator=gen, device=_dev()).to(BF16)
-    assert rel_err(fluxlite.gemm_rs(a2, w, b, impl="sequential"), _rs_reference(a2, w, b)) < TOL
+    assert rel_err(fluxlite.gemm_rs(a2, w, b, impl=impl), _rs_reference(a2, w, b)) < TOL, impl
 
 
-def test_sequential_impl_on_gpus():
-    run_gpu_ranks(_sequential, 2)
+@pytest.mark.parametrize("impl", ["sequential", "decomposed"])
+def test_unfused_impls_on_gpus(impl):
+    """The two implementations without a workspace; ``decomposed`` moves CUDA rows point to point
+    (through host memory where gloo serves CUDA tensors, FLUXLITE_GPU_SHARE=1)."""
+    run_gpu_ranks(_unfused, 2, impl)
 
 
 def test_plain_kernel_matches_cublas():

@@ -20,6 +20,8 @@ the config at construction, as Megatron's do).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -179,7 +181,26 @@ def _gpu_case(rank, W, sp, glu, dtype, overlap, fusion, tol, device):
     assert kept[1] <= kept[0] + MIB, f"fluxlite keeps {kept[1]} B of activations, Megatron {kept[0]} B ({what})"
 
 
+@contextlib.contextmanager
+def _one_by_one(group=None, device=None, async_ops=False):
+    """Stand-in for ``torch.distributed._coalescing_manager`` when ranks share a GPU: gloo has no
+    coalesced all-reduce of CUDA tensors, so the collectives inside run one by one, synchronously
+    (the sum is the same). Megatron's grad sync, not fluxlite, is what it replaces, in both models."""
+
+    class _Done:
+        def wait(self):
+            return None
+
+    yield _Done()
+
+
 def _gpu_worker(rank, W, cases):
+    from tests.gpu_utils import shared_gpus
+
+    if shared_gpus():
+        from megatron.core.distributed import param_and_grad_buffer
+
+        param_and_grad_buffer._coalescing_manager = _one_by_one
     with megatron_parallel_state(W, on_gpu=True) as device:
         for case in cases:
             _gpu_case(rank, W, *case, device)
