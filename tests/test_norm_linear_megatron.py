@@ -90,7 +90,7 @@ def _case(rank, W, normalization, sp, glu, dtype, overlap, tol, device):
     with torch.no_grad():  # non-trivial norm parameters
         for name, p in ref.named_parameters():
             if "layernorm" in name:
-                p.add_(0.2 * torch.randn(p.shape, generator=g).to(p.dtype))
+                p.add_(0.2 * torch.randn(p.shape, generator=g).to(p.device, p.dtype))
     state = {_to_fluxlite_name(k): v for k, v in ref.state_dict().items()}
     missing, unexpected = flx.load_state_dict(state, strict=False)
     assert not unexpected and not [k for k in missing if not k.endswith("_extra_state")], (missing, unexpected)
