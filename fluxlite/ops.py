@@ -133,6 +133,16 @@ def _remember(key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choi
     _REPEATS[key] = _Repeat(state, plan, ep, timeout_s, None if dispatch_key is None else (dispatch_key, choice))
 
 
+def _choose(impl: str, op: str, tp: TPGroup, a, weight, rows: int, run, timeout_s: float
+            ) -> tuple[Choice, dispatch.Key | None]:
+    """``(choice, dispatch key)``: an explicit ``impl``'s choice (no key), or what dispatch picks for
+    the key of ``op`` with ``rows`` output rows (``a @ weight.T`` per row: 2·K·N FLOPs per rank)."""
+    if impl in dispatch.EXPLICIT:
+        return dispatch.EXPLICIT[impl], None
+    key = dispatch.Key.of(op, tp, a, weight, rows)
+    return dispatch.choose(key, tp, a, 2.0 * rows * a.shape[1] * weight.shape[0], run, timeout_s), key
+
+
 # ---- the ops --------------------------------------------------------------------------------------
 def ag_gemm(
     a: torch.Tensor,
@@ -185,14 +195,8 @@ def ag_gemm(
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_ag_run, tp, a, weight, bias, ep=ep, keep_gathered=return_gathered,
                             row_scale=None if row_scale is None else row_scale.contiguous(), timeout_s=timeout_s)
-    dispatch_key = None
-    if impl in dispatch.EXPLICIT:
-        choice = dispatch.EXPLICIT[impl]
-    else:
-        dispatch_key = dispatch.Key.of("ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight,
-                                       W * a.shape[0])
-        choice = dispatch.choose(dispatch_key, tp, a, 2.0 * W * a.shape[0] * a.shape[1] * weight.shape[0], run,
-                                 timeout_s)  # per-rank FLOPs
+    choice, dispatch_key = _choose(impl, "ag_gemm+gathered" if return_gathered else "ag_gemm", tp, a, weight,
+                                   W * a.shape[0], run, timeout_s)
     if choice.impl == "fused":
         _check_fused_dtype("ag_gemm", a)
     out, gathered = run(choice, out=out, remember=functools.partial(_remember, key, dispatch_key, choice, ep, timeout_s))
@@ -257,12 +261,7 @@ def _rs_call(a, weight, bias, group, impl, timeout, out, scale, key):
                                                scale=scale)
     timeout_s = resolve_timeout(timeout)
     run = functools.partial(_rs_run, tp, a, weight, bias, ep=ep, timeout_s=timeout_s)
-    dispatch_key = None
-    if impl in dispatch.EXPLICIT:
-        choice = dispatch.EXPLICIT[impl]
-    else:
-        dispatch_key = dispatch.Key.of("gemm_rs", tp, a, weight, a.shape[0])
-        choice = dispatch.choose(dispatch_key, tp, a, 2.0 * a.shape[0] * a.shape[1] * weight.shape[0], run, timeout_s)
+    choice, dispatch_key = _choose(impl, "gemm_rs", tp, a, weight, a.shape[0], run, timeout_s)
     return a, run, choice, functools.partial(_remember, key, dispatch_key, choice, ep, timeout_s)
 
 
