@@ -1,0 +1,149 @@
+"""The fused ops and layers on GPUs at random shapes: what no listed shape covers.
+
+Each case draws its shapes and options from one seeded ``random.Random`` (the same sequence on every
+rank: the ops are collectives):
+- ``m`` (rows per rank) from 1 up, edge sizes around the kernel's 64/128-row blocks and ragged sizes;
+- ``K`` a multiple of 8 (TMA loads), or any size (pointer loads: rows not 16-byte aligned);
+- ``N`` any size, small ones included;
+- bf16 or fp16; the weight as ``nn.Linear`` keeps it ``[N, K]`` or as a backward passes it (``W.t()``
+  of a ``[K, N]`` tensor, no copy); a bias or not;
+- AG push, AG pull (``return_gathered``) or GEMM-RS; for AG an activation, a row scale and a scalar
+  scale; for RS a scalar scale.
+
+Every case runs three times on the same tensors with fresh data copied in (a training loop's calls:
+the third replays from the graph the second captured), each result poisoned first and checked against
+float32 torch. The workspace grows as larger cases come. Tolerance: bf16/fp16 1e-2 relative error of
+the norm (tests/test_gpu_fused.py); SwiGLU multiplies two rounded values, so 2e-2.
+
+The layer part runs tests/test_parallel.py's layer matrix (every SP/bias/gather combination, forward
+and all grads against float64) in bf16 with ``overlap="fused"`` at random sizes.
+
+    FLUXLITE_GPU_SHARE=1 PYTHONPATH=$PWD python -m pytest -m gpu tests/test_gpu_random.py
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fluxlite import epilogue as E
+
+from .gpu_utils import dev, gpu_world_size, rel_err, run_gpu_ranks
+
+pytestmark = pytest.mark.gpu
+
+CASES = int(os.environ.get("FLUXLITE_RANDOM_CASES", "40"))
+CALLS_PER_CASE = 3
+EDGE_M = (1, 2, 3, 63, 64, 65, 127, 128, 129, 255, 257)
+
+
+def _world_size() -> int:
+    return max(2, gpu_world_size())
+
+
+def draw_case(rng: random.Random) -> dict:
+    """One case's shapes and options (see the module docstring)."""
+    op = rng.choice(("ag", "ag_pull", "rs"))
+    m = rng.choice(EDGE_M) if rng.random() < 0.4 else rng.randint(1, 3000)
+    K = 8 * rng.randint(1, 640) if rng.random() < 0.7 else rng.randint(1, 3000)
+    N = rng.randint(1, 64) if rng.random() < 0.2 else rng.randint(1, 4000)
+    case = dict(op=op, m=m, K=K, N=N, dtype=rng.choice((torch.bfloat16, torch.float16)),
+                weight_t=rng.random() < 0.3, bias=rng.random() < 0.6, activation=None, row_scale=False, scale=None)
+    if op != "rs":
+        case["activation"] = rng.choice(E.ACTIVATIONS)
+        case["row_scale"] = rng.random() < 0.4
+    if rng.random() < 0.4:
+        case["scale"] = rng.choice((0.5, 2.0, 0.125))
+    return case
+
+
+def _weight(case, rows: int, gen) -> torch.Tensor:
+    """``[rows, K]``: contiguous, or a transposed view of a contiguous ``[K, rows]`` (a backward's ``W.t()``)."""
+    K, dtype = case["K"], case["dtype"]
+    if case["weight_t"]:
+        return (torch.randn(K, rows, generator=gen, device=dev()) / K**0.5).to(dtype).t()
+    return (torch.randn(rows, K, generator=gen, device=dev()) / K**0.5).to(dtype)
+
+
+def _run_case(case, rank, W, gen) -> list[str]:
+    import fluxlite
+
+    op, m, K, N, dtype = case["op"], case["m"], case["K"], case["N"], case["dtype"]
+    gated = case["activation"] == "swiglu"
+    shared = torch.Generator(device=dev()).manual_seed(gen.initial_seed() + 7919)  # same on every rank
+    w = _weight(case, 2 * N if gated else N, shared)
+    bias = torch.randn(w.shape[0], generator=shared, device=dev()).to(dtype) if case["bias"] else None
+    rows = W * m if op == "rs" else m
+    a = torch.empty(rows, K, dtype=dtype, device=dev())
+    row_scale = torch.empty(m, device=dev()) if case["row_scale"] else None
+    out_rows = m if op == "rs" else W * m
+    out = torch.empty(out_rows, N, dtype=dtype, device=dev())
+    ep = E.Epilogue(case["activation"], row_scale is not None, 1.0 if case["scale"] is None else case["scale"])
+    failures = []
+    for call in range(CALLS_PER_CASE):
+        a.copy_(torch.randn(rows, K, generator=gen, device=dev()))
+        if row_scale is not None:
+            row_scale.copy_(torch.rand(m, generator=gen, device=dev()) + 0.5)
+        out.fill_(float("nan"))
+        if op == "rs":
+            fluxlite.gemm_rs(a, w, bias, impl="fused", out=out, scale=case["scale"])
+            full = a.float() @ w.float().t()
+            dist.all_reduce(full)
+            ref = E.apply(full[rank * m:(rank + 1) * m], ep, bias, None, torch.float32)
+        else:
+            res = fluxlite.ag_gemm(a, w, bias, impl="fused", out=out, return_gathered=op == "ag_pull",
+                                   activation=case["activation"], row_scale=row_scale, scale=case["scale"])
+            gathered = torch.empty(W * m, K, dtype=dtype, device=dev())
+            dist.all_gather_into_tensor(gathered, a)
+            scales = None
+            if row_scale is not None:
+                scales = torch.empty(W * m, device=dev())
+                dist.all_gather_into_tensor(scales, row_scale)
+            ref = E.apply(gathered.float() @ w.float().t(), ep, bias, scales, torch.float32)
+            if op == "ag_pull" and not torch.equal(res[1], gathered):
+                failures.append(f"{case} call {call}: the gathered rows differ from all_gather(a)")
+        fluxlite.synchronize()
+        err = rel_err(out, ref)
+        if not err < (2e-2 if gated else 1e-2):
+            failures.append(f"{case} call {call}: rel err {err:.3g}")
+    return failures
+
+
+def _random_ops(rank, W, seed):
+    rng = random.Random(seed)
+    gen = torch.Generator(device=dev()).manual_seed(seed * 100 + rank)  # each rank its own rows
+    failures = []
+    for _ in range(CASES):
+        failures += _run_case(draw_case(rng), rank, W, gen)
+    assert not failures, f"rank {rank}: {len(failures)} failed calls:\n" + "\n".join(failures[:20])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fused_ops_at_random_shapes_match_float32(seed):
+    run_gpu_ranks(_random_ops, _world_size(), seed, limit_s=420)
+
+
+def draw_layer_size(rng: random.Random, W: int) -> dict:
+    """Sizes of the layer matrix: ``s`` (sequence, divisible by W for SP), ``b`` (batch), ``K`` (input
+    features), ``N`` (output features; divisible by 2W: the matrix's stride-2 GLU partitions)."""
+    return dict(s=W * rng.randint(1, 200), b=rng.randint(1, 3), K=rng.choice((8 * rng.randint(1, 160), rng.randint(2, 1200))),
+                N=2 * W * rng.randint(1, 300))
+
+
+def _random_layers(rank, W, seed):
+    from tests.test_parallel import _matrix
+
+    size = draw_layer_size(random.Random(seed), W)
+    _matrix(rank, W, seed, ("fused",), dtype=torch.bfloat16, device="cuda", tol=1e-2, size=size)
+    import fluxlite
+
+    fluxlite.synchronize()
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_layer_matrix_at_random_sizes(seed):
+    run_gpu_ranks(_random_layers, _world_size(), seed, limit_s=300)
