@@ -2,7 +2,9 @@
 addresses and stream handles, so that a fused call's dozen copies and flag operations cost a
 microsecond or two each rather than a torch dispatch each.
 
-- ``cuStreamWriteValue32`` / ``cuStreamWaitValue32``: stream memory operations. They run on the
+- ``cuStreamBatchMemOp``: stream memory operations (32-bit flag writes and waits), a run of them
+  in one call, which a CUDA graph holds as one node (each node costs about 1 µs of a graph's launch;
+  BENCHMARKS.md, eighth session). They run on the
   stream's front end, not on an SM, so a producer stream built only of copies and these operations
   never needs an SM that a spinning persistent GEMM holds, and never loads a module (the first-call
   deadlock that lazy module loading causes in ANCHORS.md cannot happen on it). A write with default
@@ -25,11 +27,10 @@ from functools import lru_cache
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 _WRITE_DEFAULT = 0x0  # with a system-wide memory barrier before the write
 
-_P, _U64, _U32, _UINT, _SZ = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint, ctypes.c_size_t
+_P, _U64, _UINT, _SZ = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t
 _SIGNATURES = {
     # name: (argtypes, entry points to try; CUDA >= 11.7 exports the stream memops as *_v2)
-    "cuStreamWaitValue32": ([_P, _U64, _U32, _UINT], ("cuStreamWaitValue32_v2", "cuStreamWaitValue32")),
-    "cuStreamWriteValue32": ([_P, _U64, _U32, _UINT], ("cuStreamWriteValue32_v2", "cuStreamWriteValue32")),
+    "cuStreamBatchMemOp": ([_P, _UINT, _P, _UINT], ("cuStreamBatchMemOp_v2", "cuStreamBatchMemOp")),
     "cuMemcpyAsync": ([_U64, _U64, _SZ, _P], ("cuMemcpyAsync",)),
     "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
     "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
@@ -91,21 +92,39 @@ def _primary_context(device_index: int) -> int:
     return _PRIMARY[device_index]
 
 
-def stream_write_value32(stream: int, address: int, value: int) -> None:
-    """Enqueue on the raw ``stream`` handle: fence, then store the 32-bit ``value`` at ``address``."""
-    _check(_driver()["cuStreamWriteValue32"](stream, address, value & 0xFFFFFFFF, _WRITE_DEFAULT),
-           "cuStreamWriteValue32")
+class MemOp(ctypes.Structure):
+    """One ``CUstreamBatchMemOpParams`` (a 48-byte union) as its ``waitValue`` / ``writeValue`` member."""
+
+    _fields_ = [("operation", ctypes.c_uint), ("address", _U64), ("value", _U64), ("flags", ctypes.c_uint),
+                ("alias", _U64), ("pad", _U64)]
 
 
-def stream_wait_value32(stream: int, address: int, value: int) -> None:
-    """Enqueue on ``stream``: block later work until the int32 at ``address`` is >= ``value``.
+_OP_WAIT_VALUE_32, _OP_WRITE_VALUE_32 = 1, 2
+MAX_BATCH = 255  # operations per cuStreamBatchMemOp call (the driver takes fewer than 256)
 
-    The wait itself has no timeout. fluxlite only waits this way on values that a bounded kernel
-    always produces (its own GEMM's counters), or that the consumer kernel releases when its own
-    bounded wait ends, so a missing peer cannot leave the stream blocked.
+
+def mem_op_batch(ops: list[tuple[bool, int, int]]) -> ctypes.Array:
+    """The parameters of one :func:`stream_batch_mem_op`: ``ops`` as ``(is_wait, address, value)``,
+    in order. A wait blocks the stream's later work until the int32 at ``address`` is >= ``value``;
+    a write fences system-wide, then stores ``value``. Built once and kept with its program."""
+    if not 0 < len(ops) <= MAX_BATCH:
+        raise ValueError(f"a memop batch holds 1 to {MAX_BATCH} operations, got {len(ops)}")
+    batch = (MemOp * len(ops))()
+    for op, (is_wait, address, value) in zip(batch, ops):
+        op.operation = _OP_WAIT_VALUE_32 if is_wait else _OP_WRITE_VALUE_32
+        op.address, op.value = address, value & 0xFFFFFFFF
+        op.flags = _WAIT_GEQ if is_wait else _WRITE_DEFAULT
+    return batch
+
+
+def stream_batch_mem_op(stream: int, batch: ctypes.Array) -> None:
+    """Enqueue on ``stream`` the flag operations of ``batch`` (:func:`mem_op_batch`), in its order.
+
+    A wait has no timeout. fluxlite only waits this way on values that a bounded kernel always
+    produces (its own GEMM's counters), or that the consumer kernel releases when its own bounded
+    wait ends, so a missing peer cannot leave the stream blocked.
     """
-    _check(_driver()["cuStreamWaitValue32"](stream, address, value & 0xFFFFFFFF, _WAIT_GEQ),
-           "cuStreamWaitValue32")
+    _check(_driver()["cuStreamBatchMemOp"](stream, len(batch), ctypes.addressof(batch), 0), "cuStreamBatchMemOp")
 
 
 def memcpy_async(stream: int, dst: int, src: int, nbytes: int) -> None:

@@ -300,14 +300,14 @@ def test_missing_peer_raises_timeout_not_hang(op):
 
 def _workspace(rank, world_size):
     import fluxlite
-    from fluxlite._cuda_driver import stream_write_value32
+    from fluxlite._cuda_driver import mem_op_batch, stream_batch_mem_op
 
     ws = fluxlite.get_workspace()
     peer = 1 - rank
     payload = torch.randn(4096, generator=torch.Generator(device=_dev()).manual_seed(rank), device=_dev())
     ws.data(peer, 1, (4096,), torch.float32).copy_(payload)  # a store into the peer's memory
     stream = torch.cuda.current_stream()
-    stream_write_value32(stream, ws.flags(peer).data_ptr() + 4 * 3, 41 + rank)
+    stream_batch_mem_op(stream, mem_op_batch([(False, ws.flags(peer).data_ptr() + 4 * 3, 41 + rank)]))
     deadline = time.monotonic() + 20
     while ws.flags(rank)[3].item() != 41 + peer:
         assert time.monotonic() < deadline, "peer's flag never arrived"

@@ -27,6 +27,7 @@ W=6, 11-17 s at W=8 (30-50 s in all, by the machine's load); the pure-Python par
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 
@@ -41,7 +42,8 @@ from fluxlite.fused.ag_gemm import _scales_offset
 from fluxlite.fused.ag_gemm import _steps as ag_steps
 from fluxlite.fused.gemm_rs import _steps as rs_steps
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
-from fluxlite.fused.producer import COPY, SIGNAL, WAIT, Program, first_wait
+from fluxlite import _cuda_driver as cu
+from fluxlite.fused.producer import COPY, FLAGS, SIGNAL, WAIT, Program, first_wait, stream_calls
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
@@ -309,7 +311,7 @@ def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_ord
         waits = [i for i, s in enumerate(steps) if s[0] == WAIT]
         assert waits and waits[0] == first_wait(steps)
         # A missing peer leaves these waits to the kernel's timeout, which releases them.
-        assert Program.of(steps) == (steps, waits[0])
+        assert Program.of(steps)[:2] == (steps, waits[0])
         # Every peer may pull our rows before we wait on anyone: no cycle of waits at any W.
         staged = steps.index((COPY, ws.data_addr(r, e % 2), t["a"].data_ptr(), rows * row))
         readies = [steps.index((SIGNAL, _flag(ws, e, p, sch.ready_slot(r)), sch.SET)) for p in plan.sched.peers()]
@@ -368,6 +370,44 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
                     assert slot == sch.data_slot(W, 0, s)
                     assert sorted(senders[(d, s)]) == [p for p in range(W) if p != d], (W, d, s)
                     assert all(slot + p * sch.peer_slots() == sch.data_slot(W, p, s) for p in range(W))
+
+
+def _unbatched(calls: list) -> list:
+    """The steps that stream ``calls`` enqueue, in order: each memop batch's ops read back from its
+    ``CUstreamBatchMemOpParams`` array."""
+    steps = []
+    for call in calls:
+        if call[0] == COPY:
+            steps.append(call)
+            continue
+        for op in call[1]:
+            wait = op.operation == 1  # CU_STREAM_MEM_OP_WAIT_VALUE_32
+            assert op.operation in (1, 2) and op.flags == 0, "a >= wait, or a write fenced before it stores"
+            steps.append((WAIT if wait else SIGNAL, op.address, op.value))
+    return steps
+
+
+@pytest.mark.parametrize("W", range(2, 9))
+def test_cuda_stream_calls_enqueue_each_program_in_order_with_flag_runs_batched(W):
+    """A CUDA program enqueues every step in its order, each maximal run of signals and waits as one
+    ``cuStreamBatchMemOp`` (one graph node): RS's signal of a split and its wait on the next are one."""
+    assert ctypes.sizeof(cu.MemOp) == 48, "CUstreamBatchMemOpParams is a 48-byte union"
+    for op, push, rows in (("rs", True, W * 700), ("ag", True, 700), ("ag", False, 700)):
+        ws, plan, call, steps, t = _program(op, W, W - 1, rows, 8, 40, push=push)
+        program = Program.of(steps, cuda=True)
+        before, after = program.on_stream
+        as_steps = [s if s[0] == COPY else s[:3] for s in steps]  # a wait's info stays on the host
+        assert _unbatched(before) + _unbatched(after) == as_steps, (op, push)
+        assert _unbatched(before) == as_steps[:program.first_wait], "nothing from the first wait on goes ahead"
+        for calls in (before, after):
+            kinds = [c[0] for c in calls]
+            assert all(not (x == y == FLAGS) for x, y in zip(kinds, kinds[1:])), "runs are maximal"
+        if op == "rs":  # per peer and split: wait, copy, signal; the signal and the next wait share a batch
+            n = len(plan.sched.peers()) * plan.sched.splits
+            assert [c[0] for c in after] == [FLAGS, COPY] * n + [FLAGS]
+    many = [(SIGNAL, 64 * i, 1) for i in range(cu.MAX_BATCH + 3)]
+    calls = stream_calls(many)
+    assert [len(c[1]) for c in calls] == [cu.MAX_BATCH, 3] and _unbatched(calls) == many
 
 
 def test_the_address_map_tells_ranks_and_slots_apart():

@@ -174,7 +174,7 @@ class Call:
         if program is None:
             if len(programs) >= MAX_PROGRAMS:
                 programs.clear()
-            program = programs[key] = producer.Program.of(build())
+            program = programs[key] = producer.Program.of(build(), cuda=self.ws.is_cuda)
         return program
 
     def _bindings(self) -> Bindings:
@@ -293,9 +293,10 @@ class Call:
         self.align()
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
-        producer.enqueue_on_stream(program.steps[:program.first_wait], side)
+        before, after = program.on_stream
+        producer.enqueue_on_stream(before, side)
         consume()
-        producer.enqueue_on_stream(program.steps[program.first_wait:], side)
+        producer.enqueue_on_stream(after, side)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
 

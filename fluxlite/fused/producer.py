@@ -4,7 +4,9 @@ beside the consumer GEMM. One program, two devices:
 - CPU: a worker thread. ``copy`` is a memmove between mapped addresses, ``signal`` a store to a
   mapped int32, ``wait`` a spin with the call's deadline.
 - CUDA: a high-priority side stream. ``copy`` is a copy-engine copy (peers' memory is mapped),
-  ``signal`` is ``cuStreamWriteValue32`` (which fences first), ``wait`` is ``cuStreamWaitValue32``.
+  ``signal`` a 32-bit stream write (which fences first), ``wait`` a 32-bit stream wait; a run of
+  signals and waits with no copy between them is one ``cuStreamBatchMemOp`` call, in order (one
+  node of a captured graph, not one per flag: each node adds about 1 µs to a graph's launch).
   No SM is needed, so a persistent GEMM that holds every SM can never starve its own producer.
 
 A program is a list of steps on raw addresses (so a step costs a driver call, not a tensor view
@@ -33,15 +35,43 @@ def first_wait(steps: list) -> int:
     return next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
 
 
+FLAGS = "flags"  # a stream call: a run of signals and waits as one memop batch
+
+
+def stream_calls(steps: list) -> list:
+    """``steps`` as the driver calls that enqueue them: ``(COPY, dst, src, nbytes)``, and
+    ``(FLAGS, batch)`` for each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`)."""
+    calls, run = [], []
+
+    def end_run() -> None:
+        if run:
+            calls.append((FLAGS, cu.mem_op_batch(run)))
+            run.clear()
+
+    for step in steps:
+        if step[0] == COPY:
+            end_run()
+            calls.append(step)
+            continue
+        if len(run) == cu.MAX_BATCH:
+            end_run()
+        run.append((step[0] == WAIT, step[1], step[2]))
+    end_run()
+    return calls
+
+
 class Program(NamedTuple):
-    """A producer program with where its first wait is, found once when it is built (:meth:`of`)."""
+    """A producer program with where its first wait is, found once when it is built (:meth:`of`),
+    and on CUDA its driver calls before and after that wait (:func:`stream_calls`)."""
 
     steps: list
     first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
+    on_stream: tuple[list, list] | None = None
 
     @classmethod
-    def of(cls, steps: list) -> "Program":
-        return cls(steps, first_wait(steps))
+    def of(cls, steps: list, cuda: bool = False) -> "Program":
+        at = first_wait(steps)
+        return cls(steps, at, (stream_calls(steps[:at]), stream_calls(steps[at:])) if cuda else None)
 
 
 def run_on_thread(steps: list, **wait_info) -> None:
@@ -57,12 +87,10 @@ def run_on_thread(steps: list, **wait_info) -> None:
                 host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def enqueue_on_stream(steps: list, stream: int) -> None:
-    """Enqueue ``steps`` on the raw CUDA ``stream`` handle; returns at once."""
-    for step in steps:
-        if step[0] == COPY:
-            cu.memcpy_async(stream, step[1], step[2], step[3])
-        elif step[0] == SIGNAL:
-            cu.stream_write_value32(stream, step[1], step[2])
+def enqueue_on_stream(calls: list, stream: int) -> None:
+    """Enqueue ``calls`` (:func:`stream_calls`) on the raw CUDA ``stream`` handle; returns at once."""
+    for call in calls:
+        if call[0] == COPY:
+            cu.memcpy_async(stream, call[1], call[2], call[3])
         else:
-            cu.stream_wait_value32(stream, step[1], step[2])
+            cu.stream_batch_mem_op(stream, call[1])

@@ -341,8 +341,7 @@ class FusedState:
             scratch[0].copy_(peer)
             word = self.counters.data_ptr()
             handle = stream.cuda_stream
-            cu.stream_write_value32(handle, word, 0)
-            cu.stream_wait_value32(handle, word, 0)
+            cu.stream_batch_mem_op(handle, cu.mem_op_batch([(False, word, 0), (True, word, 0)]))
             cu.memcpy_async(handle, scratch.data_ptr(), scratch.data_ptr() + 64, 64)
             # The alignment kernel on its no-op branch, compiled and loaded now, not beside a
             # spinning consumer: as if alone (no peer to announce to), on flags of its own (a peer
