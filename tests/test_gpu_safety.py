@@ -1,6 +1,6 @@
 """GPU safety tests (2 GPUs, NCCL, bf16): a first-call GEMM-RS repro, a liveness sweep of mixed
-fused calls over a wide range of shapes, missing peers at every point of a call's life, and recovery
-after a timeout. Run on the lent 2xH200 with ``scripts/gpu_suite.sh tests`` (``-s`` shows the
+fused calls over a wide range of shapes, missing peers at every point of a call's life, recovery
+after a timeout, and ranks in different calls (another op, shape, dtype or option). Run on the lent 2xH200 with ``scripts/gpu_suite.sh tests`` (``-s`` shows the
 sweep's summary line).
 
 Every test runs in fresh processes (``run_gpu_ranks``), so a first call is a true first call, and
@@ -538,3 +538,85 @@ def _recovery(rank, world_size):
 
 def test_recovery_after_timeout():
     run_gpu_ranks(_recovery, 2, limit_s=240)
+
+
+# ---- 5. ranks in different calls -----------------------------------------------------------------
+
+MISMATCH_TIMEOUT_S = 20.0  # a disagreement must surface in well under half of this, never as a timeout
+FP16 = torch.float16
+# (name, what the other ranks call, what the odd rank calls): op, then rows, K, N, dtype, return_gathered.
+# Every variant fits in the workspace the warm-up leaves, so only the calls differ, never the need to grow.
+_AG, _RS = ("ag", 512, 1024, 768, BF16, False), ("rs", 1024, 1024, 768, BF16, False)
+MISMATCHES = [
+    ("ag m", _AG, ("ag", 520, 1024, 768, BF16, False)),
+    ("ag K", _AG, ("ag", 512, 1032, 768, BF16, False)),
+    ("ag N_local", _AG, ("ag", 512, 1024, 776, BF16, False)),
+    ("ag dtype", _AG, ("ag", 512, 1024, 768, FP16, False)),
+    ("ag return_gathered", _AG, ("ag", 512, 1024, 768, BF16, True)),
+    ("rs M", _RS, ("rs", 1040, 1024, 768, BF16, False)),
+    ("rs K_local", _RS, ("rs", 1024, 1032, 768, BF16, False)),
+    ("rs N", _RS, ("rs", 1024, 1024, 776, BF16, False)),
+    ("op ag vs rs", _AG, ("rs", 1024, 1024, 768, BF16, False)),
+]
+_WARM = (1024, 2048, 1024)  # (m, K, N) of the checked calls before each scenario: room for every variant
+
+
+def _mismatched_call(spec, gen) -> None:
+    import fluxlite
+
+    op, rows, K, N, dtype, gathered = spec
+    a = torch.randn(rows, K, generator=gen, device=_dev()).to(dtype)
+    w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(dtype)
+    if op == "ag":
+        fluxlite.ag_gemm(a, w, impl="fused", return_gathered=gathered, timeout=MISMATCH_TIMEOUT_S)
+    else:
+        fluxlite.gemm_rs(a, w, impl="fused", timeout=MISMATCH_TIMEOUT_S)
+    fluxlite.synchronize()
+
+
+def _mismatches(rank, world_size):
+    """Each scenario: one rank calls something else; every rank raises FluxliteCallMismatchError naming
+    itself and a peer, promptly (the kernels compare the call signatures before reading a peer's data);
+    the workspace is poisoned; after release_workspaces() fused calls are correct again."""
+    import fluxlite
+
+    meet = _Meet(rank, world_size)
+    gen = torch.Generator(device=_dev()).manual_seed(SEED + rank)
+    failures = []
+    m, K, N = _WARM
+    _check_ag(gen, m, K, N, tag="warm-up")
+    _check_rs(gen, world_size * m, K, N, tag="warm-up")
+    for i, (name, base, odd_spec) in enumerate(MISMATCHES):
+        odd = i % world_size
+        tag = f"mismatch '{name}' (odd rank {odd})"
+        t0 = time.monotonic()
+        try:
+            _mismatched_call(odd_spec if rank == odd else base, gen)
+        except fluxlite.FluxliteCallMismatchError as exc:
+            elapsed = time.monotonic() - t0
+            if elapsed > MISMATCH_TIMEOUT_S / 2:
+                failures.append(f"{tag}: raised after {elapsed:.2f} s (timeout {MISMATCH_TIMEOUT_S:g} s): {exc}")
+            if exc.rank != rank or exc.peer == rank or not 0 <= exc.peer < world_size or exc.mine == exc.theirs:
+                failures.append(f"{tag}: names rank {exc.rank}, peer {exc.peer}, mine={exc.mine!r}, "
+                                f"theirs={exc.theirs!r}: {exc}")
+            print(f"rank {rank}: {tag}: FluxliteCallMismatchError after {elapsed:.2f} s", flush=True)
+        except Exception as exc:
+            failures.append(f"{tag}: raised {type(exc).__name__} after {time.monotonic() - t0:.2f} s, expected "
+                            f"FluxliteCallMismatchError: {exc}")
+        else:
+            failures.append(f"{tag}: no error after {time.monotonic() - t0:.2f} s: a result computed from another call")
+        try:  # poisoned: the next fused call raises at once, without waiting on anyone
+            t0 = time.monotonic()
+            _mismatched_call(base, gen)
+            failures.append(f"{tag}: the next fused call did not raise: the workspace is not poisoned")
+        except fluxlite.FluxliteError:
+            if time.monotonic() - t0 > 2.0:
+                failures.append(f"{tag}: the next fused call took {time.monotonic() - t0:.2f} s to raise")
+        meet(f"{tag}/done")
+        _recover(rank, world_size, gen, tag, failures, meet, calls=(_WARM,))
+    meet("end")
+    assert not failures, f"rank {rank}: {len(failures)} failures:\n" + "\n".join(failures)
+
+
+def test_ranks_in_different_calls_raise_a_mismatch_on_every_rank():
+    run_gpu_ranks(_mismatches, 2, limit_s=300)
