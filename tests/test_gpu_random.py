@@ -51,7 +51,7 @@ def draw_case(rng: random.Random) -> dict:
     m = rng.choice(EDGE_M) if rng.random() < 0.4 else rng.randint(1, 3000)
     K = 8 * rng.randint(1, 640) if rng.random() < 0.7 else rng.randint(1, 3000)
     N = rng.randint(1, 64) if rng.random() < 0.2 else rng.randint(1, 4000)
-    case = dict(op=op, m=m, K=K, N=N, dtype=rng.choice((torch.bfloat16, torch.float16)),
+    case = dict(op=op, m=m, K=K, N=N, dtype=rng.choice((torch.bfloat16, torch.float16)), seed=rng.randrange(2**31),
                 weight_t=rng.random() < 0.3, bias=rng.random() < 0.6, activation=None, row_scale=False, scale=None)
     if op != "rs":
         case["activation"] = rng.choice(E.ACTIVATIONS)
@@ -74,7 +74,7 @@ def _run_case(case, rank, W, gen) -> list[str]:
 
     op, m, K, N, dtype = case["op"], case["m"], case["K"], case["N"], case["dtype"]
     gated = case["activation"] == "swiglu"
-    shared = torch.Generator(device=dev()).manual_seed(gen.initial_seed() + 7919)  # same on every rank
+    shared = torch.Generator(device=dev()).manual_seed(case["seed"])  # weight and bias: the same on every rank
     w = _weight(case, 2 * N if gated else N, shared)
     bias = torch.randn(w.shape[0], generator=shared, device=dev()).to(dtype) if case["bias"] else None
     rows = W * m if op == "rs" else m

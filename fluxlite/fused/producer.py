@@ -13,8 +13,9 @@ A program is a list of steps on raw addresses (so a step costs a driver call, no
 and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)`` and
 ``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages). No
 value depends on the call (flags are set to :data:`fluxlite.schedule.SET` and cleared by their
-owner; the call's signature and ``ready`` flag go out in its alignment step, not here), so one program, built once per plan, data half and addresses of the call's own tensors,
-serves every call, and a program captured in a CUDA graph replays correctly.
+owner; the call's signature and ``ready`` flag go out in its alignment step, not here), so one
+program, built once per plan, data half and addresses of the call's own tensors, serves every call,
+and a program captured in a CUDA graph replays correctly.
 """
 
 from __future__ import annotations
