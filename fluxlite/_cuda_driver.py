@@ -35,6 +35,7 @@ _SIGNATURES = {
     "cuEventRecord": ([_P, _P], ("cuEventRecord",)),
     "cuStreamWaitEvent": ([_P, _P, _UINT], ("cuStreamWaitEvent",)),
     "cuGraphLaunch": ([_P, _P], ("cuGraphLaunch",)),
+    "cuPointerGetAttribute": ([_P, ctypes.c_int, _U64], ("cuPointerGetAttribute",)),
     "cuCtxGetCurrent": ([ctypes.POINTER(_P)], ("cuCtxGetCurrent",)),
     "cuCtxSetCurrent": ([_P], ("cuCtxSetCurrent",)),
     "cuDeviceGet": ([ctypes.POINTER(ctypes.c_int), ctypes.c_int], ("cuDeviceGet",)),
@@ -146,6 +147,24 @@ def host_device_pointer(host_address: int) -> int:
     dptr = _U64()
     _check(_driver()["cuMemHostGetDevicePointer"](ctypes.byref(dptr), host_address, 0), "cuMemHostGetDevicePointer")
     return dptr.value
+
+
+_POINTER_ATTRIBUTE_BUFFER_ID = 7
+
+
+def buffer_ids(addresses) -> tuple[int, ...]:
+    """The driver's id of the allocation holding each device address (0 for a null address).
+
+    Unlike an address, an id is never reused in the process: memory freed to the driver and
+    allocated again at the same address (torch.cuda.empty_cache, then a new segment) has a new id."""
+    ids = []
+    for address in addresses:
+        buffer = _U64(0)
+        if address:
+            _check(_driver()["cuPointerGetAttribute"](ctypes.byref(buffer), _POINTER_ATTRIBUTE_BUFFER_ID, address),
+                   "cuPointerGetAttribute(BUFFER_ID)")
+        ids.append(buffer.value)
+    return tuple(ids)
 
 
 def graph_launch(graph_exec: int, stream: int) -> None:

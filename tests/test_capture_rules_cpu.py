@@ -59,3 +59,42 @@ def _rules(rank, W):
 
 def test_capture_rules_raise_before_anything_is_built():
     run_ranks(_rules, 2)
+
+
+def test_an_eager_replay_is_captured_again_when_its_copied_memory_is_a_new_allocation(monkeypatch):
+    """``Call._replay``'s rule, with the driver stood in for (GPU: tests/test_gpu_fused.py,
+    ``..._after_empty_cache``): the first sighting of a key runs without a graph; the second captures
+    one; later calls launch it while the driver's buffer ids of the copied addresses are those of the
+    capture, and capture again (then launch the new graph) once one of them differs: the same
+    address, now in another allocation (torch.cuda.empty_cache, then a new segment)."""
+    from types import SimpleNamespace
+
+    from fluxlite import _cuda_driver as cu
+    from fluxlite.fused.call import Bindings, Call
+    from fluxlite.fused.state import Replay
+
+    buffers = {0x1000: 7, 0x2000: 9}  # address -> the allocation the driver says holds it
+    launched, captured = [], []
+    monkeypatch.setattr(cu, "buffer_ids", lambda addresses: tuple(buffers[a] for a in addresses))
+    monkeypatch.setattr(cu, "graph_launch", lambda exec_, stream: launched.append((exec_, stream)))
+
+    def capture(enqueue):
+        enqueue()
+        captured.append(len(captured) + 100)
+        return Replay(graph=None, exec=captured[-1])
+
+    enqueued = []
+    bindings = Bindings()
+    call = SimpleNamespace(capturing=False, op="ag_gemm", stream=5, _bindings=lambda: bindings,
+                           state=SimpleNamespace(capture=capture),
+                           _enqueue=lambda program, consume: enqueued.append(program))
+    replay = lambda: Call._replay(call, ("key",), (0x1000, 0x2000), lambda: "program", None)  # noqa: E731
+
+    assert replay() is False and not captured and not launched  # first sighting: eager
+    assert replay() is True and captured == [100] and enqueued == ["program"] and launched == [(100, 5)]
+    assert replay() is True and captured == [100] and launched[-1] == (100, 5)  # same allocations: replay
+    buffers[0x2000] = 10  # freed to the driver, and a new allocation at the same address
+    assert replay() is True and captured == [100, 101] and launched[-1] == (101, 5)
+    assert bindings.graphs[("key",)].buffers == (7, 10)
+    assert replay() is True and captured == [100, 101] and launched[-1] == (101, 5)
+    assert Call._replay(call, None, (), lambda: "program", None) is False  # no key (CPU): never a graph

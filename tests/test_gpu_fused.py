@@ -235,6 +235,81 @@ def test_eager_replays_are_captured_again_after_a_growth():
     run_gpu_ranks(_recapture_after_growth, 2)
 
 
+def _replays_after_empty_cache(rank, world_size):
+    """Eager calls replay from graphs; then their tensors are freed, ``torch.cuda.empty_cache()``
+    gives the memory back to the driver, and new tensors come back at the same addresses: same
+    replay keys, but a graph's copies may not touch the new memory (launching one crashed in
+    cuGraphLaunch on two H200s). Each round's recurring calls must be captured again, and correct."""
+    import fluxlite
+    from fluxlite._cuda_driver import buffer_ids
+
+    gen = torch.Generator(device=_dev()).manual_seed(41 + rank)
+    m, K, N = 4096, 8192, 256  # 64 MB operands: segments of their own, which empty_cache releases
+    w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+    out = torch.empty(world_size * m, N, dtype=BF16, device=_dev())
+    out_rs = torch.empty(m, N, dtype=BF16, device=_dev())
+    # The workspace at its final size first: a growth drops every graph, and the counts below with them.
+    fluxlite.gemm_rs(torch.randn(world_size * m, K, device=_dev(), dtype=BF16), w, impl="fused")
+    fluxlite.ag_gemm(torch.randn(m, K, device=_dev(), dtype=BF16), w, impl="fused", return_gathered=True)
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    captures = 0
+    capture = state.capture
+
+    def counted(enqueue):
+        nonlocal captures
+        captures += 1
+        return capture(enqueue)
+
+    state.capture = counted
+    seen, reused = {}, 0  # a's address -> the allocation it was in, the last round it was there
+    for round_ in range(6):
+        # The driver hands freed address ranges out again, but not always a's first: the tensors
+        # that miss stay allocated (so they are not handed out again) until a lands on an old address.
+        misses = []
+        for _ in range(8):
+            a = torch.empty(m, K, dtype=BF16, device=_dev())
+            if a.data_ptr() in seen or not seen:
+                break
+            misses.append(a)
+        del misses
+        a_rs = torch.empty(world_size * m, K, dtype=BF16, device=_dev())
+        # AG push's replay keys hold the addresses of a, w, out and our workspace: with a back at an
+        # old address, this round's keys are an earlier round's. Their graphs replay if a's memory is
+        # the same allocation (the allocator kept it cached), and are stale if it is a new one.
+        (buffer,) = buffer_ids((a.data_ptr(),))
+        stale = seen.get(a.data_ptr(), buffer) != buffer
+        replays = seen.get(a.data_ptr()) == buffer
+        reused += stale
+        seen[a.data_ptr()] = buffer
+        push_captures = 0
+        for i in range(4):
+            a.copy_(torch.randn(m, K, generator=gen, device=_dev(), dtype=BF16))
+            a_rs.copy_(torch.randn(world_size * m, K, generator=gen, device=_dev(), dtype=BF16))
+            ref, gathered_ref = _ag_reference(a, w, None)
+            out.fill_(float("nan"))
+            before_push = captures
+            fluxlite.ag_gemm(a, w, impl="fused", out=out)
+            push_captures += captures - before_push
+            assert rel_err(out, ref) < TOL, f"round {round_} call {i}: AG"
+            out.fill_(float("nan"))
+            _, gathered = fluxlite.ag_gemm(a, w, impl="fused", out=out, return_gathered=True)
+            assert rel_err(out, ref) < TOL and torch.equal(gathered, gathered_ref.to(BF16)), f"round {round_} call {i}: AG pull"
+            del gathered
+            out_rs.fill_(float("nan"))
+            fluxlite.gemm_rs(a_rs, w, impl="fused", out=out_rs)
+            assert rel_err(out_rs, _rs_reference(a_rs, w, None)) < TOL, f"round {round_} call {i}: RS"
+        expected = 0 if replays else 2  # both parities
+        assert push_captures == expected, f"round {round_}: AG push captured {push_captures} graphs, not {expected}"
+        del a, a_rs
+        fluxlite.synchronize()
+        torch.cuda.empty_cache()
+    assert reused, "no new allocation came back at an old address: the test checked nothing"
+
+
+def test_eager_replays_are_captured_again_after_empty_cache():
+    run_gpu_ranks(_replays_after_empty_cache, 2)
+
+
 def _peer_stops_during_replays(rank, world_size, op):
     """Rank 1 stops after six calls that rank 0 replays from graphs; rank 0's seventh call, a
     replay, times out in its kernel, and the record the graph copied back must make rank 0's next

@@ -141,11 +141,11 @@ def ag_gemm(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor
         kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
                       scale_local=row_scale, scale_gathered=scale_gathered, **call.kernel_args())
 
+    copied = (a.data_ptr(), gathered.data_ptr(), *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
+
     def program() -> producer.Program:
-        addresses = (a.data_ptr(), gathered.data_ptr(),
-                     *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
-        return call.program(addresses, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
+        return call.program(copied, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
 
     call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
-             call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale))
+             call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale), copied)
     return out, (None if push else gathered)

@@ -230,7 +230,8 @@ class Call:
         return (self.parity, scale, self.timeout_s,
                 *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
 
-    def run(self, program: Callable[[], producer.Program], consume, replay_key: tuple | None = None) -> None:
+    def run(self, program: Callable[[], producer.Program], consume, replay_key: tuple | None = None,
+            copied: tuple[int, ...] = ()) -> None:
         """Run the producer ``program()`` (thread or stream) beside ``consume()``; join; raise any failure.
         (``program`` is asked for only when the call does not replay: a replay needs none.)
 
@@ -238,11 +239,12 @@ class Call:
         (:meth:`_enqueue`). An eager call whose ``replay_key`` (:meth:`replay_key`) was seen before
         replays that work from a CUDA graph captured the second time (:meth:`_replay`): one launch
         instead of some twenty driver calls, the host cost a fused call would otherwise add to a
-        one-call-at-a-time (latency-bound) step.
+        one-call-at-a-time (latency-bound) step. ``copied``: the addresses of the call's own tensors
+        that the producer's copies read or write (those of its program).
         """
         state = self.state
         if self.ws.is_cuda:
-            if not self._replay(replay_key, program, consume):
+            if not self._replay(replay_key, copied, program, consume):
                 self._enqueue(program(), consume)
             state.note_timeout(self.timeout_s)
             if self.capturing:  # a replay's failure surfaces at the next check (the record's mirror) or synchronize()
@@ -300,10 +302,18 @@ class Call:
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
 
-    def _replay(self, key: tuple | None, program: Callable[[], producer.Program], consume) -> bool:
+    def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
+                consume) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
         first sighting, past :data:`MAX_GRAPHS`, or under a user's capture.
+
+        A graph's copy nodes hold the allocations that the addresses ``copied`` had at its capture.
+        When one of those went back to the driver (``torch.cuda.empty_cache()``) and a new one came
+        back at the same address, the key matches but launching the graph is undefined: it crashed
+        in ``cuGraphLaunch`` on two H200s. So a graph is launched only while the driver's buffer ids
+        of ``copied`` are those it was captured with; otherwise it is captured again. The old one
+        is idle by then (freeing memory to the driver synchronises the device), so it can go.
 
         A program that waits on a peer (AG-GEMM's pull: the peers' ready flags) replays too: the
         wait and the kernel are sibling branches of the graph, and when the peer never comes the
@@ -317,17 +327,18 @@ class Call:
             if len(graphs) < MAX_GRAPHS:
                 graphs[key] = _SEEN_ONCE
             return False
-        if graph is _SEEN_ONCE:
+        if graph is _NO_GRAPH:
+            return False
+        buffers = cu.buffer_ids(copied)
+        if graph is _SEEN_ONCE or graph.buffers != buffers:
             try:
-                graph = self.state.capture(lambda: self._enqueue(program(), consume))
+                graph = self.state.capture(lambda: self._enqueue(program(), consume))._replace(buffers=buffers)
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "
                               f"graph ({type(exc).__name__}: {exc})", stacklevel=3)
                 return False
             graphs[key] = graph
-        if graph is _NO_GRAPH:
-            return False
         cu.graph_launch(graph.exec, self.stream)
         return True
 

@@ -102,9 +102,11 @@ def gemm_rs(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor
         kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
                       peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
 
+    copied = (partial.data_ptr(),)
+
     def program() -> producer.Program:
-        return call.program((partial.data_ptr(),), lambda: _steps(call, partial))
+        return call.program(copied, lambda: _steps(call, partial))
 
     call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
-             call.replay_key(a, partial, weight, out, bias, scale=ep.scale))
+             call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
     return out

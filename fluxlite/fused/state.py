@@ -38,6 +38,7 @@ class Replay(NamedTuple):
 
     graph: torch.cuda.CUDAGraph  # owns the executable graph
     exec: int  # its raw CUgraphExec, launched on the caller's stream (fluxlite._cuda_driver.graph_launch)
+    buffers: tuple[int, ...] = ()  # the driver's ids of the allocations its copies address (Call._replay)
 
 
 class FusedState:
