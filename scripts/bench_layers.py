@@ -14,6 +14,9 @@ parallel), so the four layers run fluxlite's AG-GEMM / GEMM-RS in the forward an
 Mode ``megatron`` is the baseline a user compares against: the same block with megatron-core's own
 ``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), issue 15's
 comparison, e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
+Mode ``deferred`` is issue 13's block: fluxlite's ``LayerNormColumnParallelLinear`` (RMSNorm deferred
+past the GEMM, fused overlap) for QKV and fc1, fc1 with the SwiGLU epilogue, and no separate norms;
+the same weights (each norm's weight becomes its layer's ``layer_norm_weight``).
 
 Variants: every ``--modes`` overlap mode under every ``--column-input`` design: ``regather`` (the
 Column layers keep only their input rows and gather them again in the backward, overlapped with the
@@ -56,10 +59,16 @@ import fluxlite
 from fluxlite.demo import Timer
 from fluxlite.parallel import (
     ColumnParallelLinear,
+    LayerNormColumnParallelLinear,
     ModelParallelConfig,
     RowParallelLinear,
     allreduce_sequence_parallel_grads,
 )
+
+NORM_EPS = 1e-5
+# The deferred block's names for the plain block's norm weights (mode ``deferred``).
+DEFERRED_NAMES = {"norm1.weight": "qkv.layer_norm_weight", "norm2.weight": "fc1.layer_norm_weight"}
+DEFERRED_NAMES_BACK = {v: k for k, v in DEFERRED_NAMES.items()}
 
 
 def parse_args(argv=None):
@@ -90,7 +99,7 @@ def parse_args(argv=None):
 class LlamaBlock(nn.Module):
     """The block, its four linear layers fluxlite's, or with ``megatron`` megatron-core's own."""
 
-    def __init__(self, a, tp_size: int, dtype: torch.dtype, megatron: bool = False):
+    def __init__(self, a, tp_size: int, dtype: torch.dtype, megatron: bool = False, deferred: bool = False):
         super().__init__()
         if megatron:
             from megatron.core import ModelParallelConfig as MegatronConfig
@@ -107,16 +116,25 @@ class LlamaBlock(nn.Module):
         self.hq, self.hkv, self.d = a.heads // tp_size, a.kv_heads // tp_size, d
         std, out_std = 0.02, 0.02 / 8
         normal = lambda s: (lambda w: nn.init.normal_(w, std=s))  # noqa: E731
-        self.norm1 = nn.RMSNorm(h, dtype=dtype)
-        self.qkv = Col(h, (a.heads + 2 * a.kv_heads) * d, config=cfg, init_method=normal(std), bias=False)
+        self.swiglu = deferred  # fc1's epilogue applies it
+        if deferred:  # the norms move into QKV and fc1 (RMSNorm, eps NORM_EPS)
+            norm_col = dict(normalization="RMSNorm", eps=NORM_EPS, overlap="fused")
+            self.norm1 = self.norm2 = nn.Identity()
+            self.qkv = LayerNormColumnParallelLinear(h, (a.heads + 2 * a.kv_heads) * d, config=cfg,
+                                                     init_method=normal(std), bias=False, **norm_col)
+            self.fc1 = LayerNormColumnParallelLinear(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False,
+                                                     stride=2, activation="swiglu", **norm_col)
+        else:
+            self.norm1 = nn.RMSNorm(h, eps=NORM_EPS, dtype=dtype)
+            self.qkv = Col(h, (a.heads + 2 * a.kv_heads) * d, config=cfg, init_method=normal(std), bias=False)
+            self.norm2 = nn.RMSNorm(h, eps=NORM_EPS, dtype=dtype)
+            self.fc1 = Col(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False, stride=2)
+            for norm in (self.norm1, self.norm2):
+                norm.weight.sequence_parallel = True
         self.proj = Row(a.heads * d, h, config=cfg, init_method=normal(out_std), bias=False,
                         input_is_parallel=True, skip_bias_add=False)
-        self.norm2 = nn.RMSNorm(h, dtype=dtype)
-        self.fc1 = Col(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False, stride=2)
         self.fc2 = Row(a.ffn, h, config=cfg, init_method=normal(out_std), bias=False,
                        input_is_parallel=True, skip_bias_add=False)
-        for norm in (self.norm1, self.norm2):
-            norm.weight.sequence_parallel = True
 
     def linears(self):
         return (self.qkv, self.proj, self.fc1, self.fc2)
@@ -139,8 +157,10 @@ class LlamaBlock(nn.Module):
         out, _ = self.proj(y.permute(2, 0, 1, 3).reshape(s, b, self.hq * self.d))
         x = x + out
         gate_up, _ = self.fc1(self.norm2(x))
-        gate, up = gate_up.chunk(2, dim=-1)
-        out, _ = self.fc2(F.silu(gate) * up)
+        if not self.swiglu:
+            gate, up = gate_up.chunk(2, dim=-1)
+            gate_up = F.silu(gate) * up
+        out, _ = self.fc2(gate_up)
         return x + out
 
 
@@ -198,9 +218,16 @@ class Variant:
 class Blocks:
     """fluxlite's block, and megatron-core's twin with the same weights when ``megatron`` is a mode."""
 
-    def __init__(self, a, W: int, dtype: torch.dtype, device, megatron: bool) -> None:
+    def __init__(self, a, W: int, dtype: torch.dtype, device, megatron: bool, deferred: bool = False) -> None:
         torch.manual_seed(0)
         self.fluxlite = LlamaBlock(a, W, dtype).to(device)
+        self.deferred = None
+        if deferred:
+            self.deferred = LlamaBlock(a, W, dtype, deferred=True).to(device)
+            theirs = dict(self.deferred.named_parameters())
+            with torch.no_grad():
+                for name, p in self.fluxlite.named_parameters():
+                    theirs[DEFERRED_NAMES.get(name, name)].copy_(p)
         self.megatron = None
         if megatron:
             _megatron_parallel_state(W, device)
@@ -213,7 +240,18 @@ class Blocks:
                 norm.weight.sequence_parallel = True
 
     def configure(self, variant: Variant) -> LlamaBlock:
-        return self.megatron if variant.mode == "megatron" else self.fluxlite.configure(variant)
+        if variant.mode == "megatron":
+            return self.megatron
+        if variant.mode == "deferred":
+            return self.deferred.configure(Variant("fused", variant.design))
+        return self.fluxlite.configure(variant)
+
+
+def grads(block: LlamaBlock) -> list[torch.Tensor]:
+    """The parameters' grads in one order for every block (the deferred block's norm weights under
+    the names of the norms they replace)."""
+    named = {DEFERRED_NAMES_BACK.get(n, n): p for n, p in block.named_parameters()}
+    return [named[n].grad for n in sorted(named)]
 
 
 def _megatron_parallel_state(W: int, device) -> None:
@@ -298,7 +336,7 @@ def main(argv=None) -> int:
         if n % W:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
 
-    blocks = Blocks(a, W, dtype, device, "megatron" in modes)
+    blocks = Blocks(a, W, dtype, device, "megatron" in modes, "deferred" in modes)
     block = blocks.fluxlite
     g = torch.Generator(device=device).manual_seed(1 + rank)
     x = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
@@ -311,7 +349,7 @@ def main(argv=None) -> int:
         block = blocks.configure(v)
         out = run()
         _sync(device)
-        snap = [out.detach().clone(), x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+        snap = [out.detach().clone(), x.grad.clone()] + [g.clone() for g in grads(block)]
         if first is None:
             first = snap
         else:

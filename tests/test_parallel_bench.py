@@ -17,12 +17,15 @@ SCRIPT = ROOT / "scripts" / "bench_layers.py"
 def test_bench_layers_cpu_smoke(tmp_path: Path):
     out = tmp_path / "bench.json"
     proc = torchrun(SCRIPT, 2, "--device", "cpu", "--dtype", "fp32", "--hidden", "64", "--ffn", "96", "--heads", "8",
-                    "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "3", "--out", str(out))
+                    "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "3",
+                    "--modes", "sequential,fused,deferred", "--out", str(out))
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     res = json.loads(out.read_text())
-    assert set(res["results"]) == {"sequential", "fused"} and res["baseline"] == "sequential", res
+    assert set(res["results"]) == {"sequential", "fused", "deferred"} and res["baseline"] == "sequential", res
     assert res["accurate"] and res["results"]["fused"]["max_rel_err_vs_first"] < 1e-5, res
+    # the deferred block (norms folded into QKV and fc1, SwiGLU in fc1's epilogue): same weights, fp32
+    assert res["results"]["deferred"]["max_rel_err_vs_first"] < 1e-4, res
     assert len(res["results"]["fused"]["median_ms_per_rank"]) == 2 and "speedup fused over sequential" in log
 
 
