@@ -69,6 +69,9 @@ NORM_EPS = 1e-5
 # The deferred block's names for the plain block's norm weights (mode ``deferred``).
 DEFERRED_NAMES = {"norm1.weight": "qkv.layer_norm_weight", "norm2.weight": "fc1.layer_norm_weight"}
 DEFERRED_NAMES_BACK = {v: k for k, v in DEFERRED_NAMES.items()}
+# Modes whose Column layers have one backward design (LayerNormColumnParallelLinear has no
+# keep_gathered_input): one variant each, filed under the first --column-input design.
+ONE_DESIGN = ("megatron", "deferred")
 
 
 def parse_args(argv=None):
@@ -216,7 +219,8 @@ class Variant:
 
 
 class Blocks:
-    """fluxlite's block, and megatron-core's twin with the same weights when ``megatron`` is a mode."""
+    """fluxlite's block, and its twins with the same weights: megatron-core's when ``megatron`` is a
+    mode, the deferred-norm block when ``deferred`` is."""
 
     def __init__(self, a, W: int, dtype: torch.dtype, device, megatron: bool, deferred: bool = False) -> None:
         torch.manual_seed(0)
@@ -329,9 +333,9 @@ def main(argv=None) -> int:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     timer = Timer(device)  # CUDA events (wall clock on CPU), ranks aligned before each step
     modes = a.modes.split(",")
-    # Megatron's layers have one backward design: one variant, filed under the first design.
+    # ONE_DESIGN modes: one variant, filed under the first design.
     variants = [Variant(mode, design) for design in designs for mode in modes
-                if mode != "megatron" or design == designs[0]]
+                if mode not in ONE_DESIGN or design == designs[0]]
     for what, n in (("heads", a.heads), ("kv-heads", a.kv_heads), ("ffn", a.ffn), ("seq", a.seq)):
         if n % W:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
@@ -398,7 +402,7 @@ def main(argv=None) -> int:
     throughput_speedups = {m: results[base]["throughput_ms"] / results[m]["throughput_ms"] for m in modes[1:]}
     design_choice = {}
     if len(designs) > 1:  # the decision issue 15 asks for: keep over regather, per mode
-        for m in (m for m in modes if m != "megatron"):
+        for m in (m for m in modes if m not in ONE_DESIGN):
             r, k = by_design["regather"][m], by_design["keep"][m]
             design_choice[m] = dict(
                 latency_keep_over_regather=k["median_ms"] / r["median_ms"],
