@@ -251,6 +251,7 @@ def _replays_after_empty_cache(rank, world_size):
     # The workspace at its final size first: a growth drops every graph, and the counts below with them.
     fluxlite.gemm_rs(torch.randn(world_size * m, K, device=_dev(), dtype=BF16), w, impl="fused")
     fluxlite.ag_gemm(torch.randn(m, K, device=_dev(), dtype=BF16), w, impl="fused", return_gathered=True)
+    fluxlite.ag_gemm(torch.randn(m, K, device=_dev(), dtype=BF16), w, impl="fused")
     state = fluxlite.fused.state_of(fluxlite.get_workspace())
     captures = 0
     capture = state.capture
