@@ -1,7 +1,6 @@
 #!/usr/bin/env python
 """One training step (forward + backward) of a Llama-style transformer block built from fluxlite's
-tensor-parallel layers with sequence parallelism, for each ``overlap`` mode and each design of the
-Column layer's backward.
+tensor-parallel layers with sequence parallelism, for each ``overlap`` mode.
 
     PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out bench_layers.json
 
@@ -18,15 +17,9 @@ Mode ``deferred`` is issue 13's block: fluxlite's ``LayerNormColumnParallelLinea
 past the GEMM, fused overlap) for QKV and fc1, fc1 with the SwiGLU epilogue, and no separate norms;
 the same weights (each norm's weight becomes its layer's ``layer_norm_weight``).
 
-Variants: every ``--modes`` overlap mode under every ``--column-input`` design: ``regather`` (the
-Column layers keep only their input rows and gather them again in the backward, overlapped with the
-dgrad; the default) and ``keep`` (``keep_gathered_input=True``: they keep the gathered input from the
-forward). Issue 15 keeps the faster design, or the leaner one if both are equally fast, and deletes
-the other: this run decides. A variant is named after its mode, with ``+keep`` for the second design.
-
-The same block (same weights, same inputs) is timed under each variant. A step is: forward, backward
+The same block (same weights, same inputs) is timed under each mode. A step is: forward, backward
 from a fixed upstream gradient, and the TP all-reduce of the sequence-parallel grads (RMSNorm
-weights); no optimizer step (identical in every variant). Timings, the variants interleaved so that
+weights); no optimizer step (identical in every mode). Timings, the modes interleaved so that
 clock and thermal drift hit them alike, each a median over steps (or rounds) on each rank, then the
 max over ranks:
 
@@ -34,9 +27,9 @@ max over ranks:
 * throughput: ``--throughput-steps`` steps queued back to back behind a ``torch.cuda._sleep`` (the
   host runs ahead), CUDA events around them, per step; ``--rounds`` rounds.
 
-Memory (CUDA): the peak allocated over the warm-up steps of each variant, and the activations a
+Memory (CUDA): the peak allocated over the warm-up steps of each mode, and the activations a
 forward keeps for its backward (allocated after the forward minus before it). Before timing, the
-first step's output and grads under each variant are compared with the first variant's (the
+first step's output and grads under each mode are compared with the first mode's (the
 relative error is reported; above ``--max-rel-err`` the script exits 1).
 """
 
@@ -48,7 +41,6 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -69,9 +61,6 @@ NORM_EPS = 1e-5
 # The deferred block's names for the plain block's norm weights (mode ``deferred``).
 DEFERRED_NAMES = {"norm1.weight": "qkv.layer_norm_weight", "norm2.weight": "fc1.layer_norm_weight"}
 DEFERRED_NAMES_BACK = {v: k for k, v in DEFERRED_NAMES.items()}
-# Modes whose Column layers have one backward design (LayerNormColumnParallelLinear has no
-# keep_gathered_input): one variant each, filed under the first --column-input design.
-ONE_DESIGN = ("megatron", "deferred")
 
 
 def parse_args(argv=None):
@@ -86,11 +75,9 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: a smoke run of this script on gloo ranks (wall-clock timing; not a benchmark)")
     p.add_argument("--modes", default="sequential,fused", help="comma-separated overlap modes; the first is the baseline")
-    p.add_argument("--column-input", default="regather,keep",
-                   help="comma-separated Column backward designs (regather, keep); the first is the one in `results`")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20, help="latency: steps per variant")
-    p.add_argument("--rounds", type=int, default=5, help="throughput: rounds per variant")
+    p.add_argument("--iters", type=int, default=20, help="latency: steps per mode")
+    p.add_argument("--rounds", type=int, default=5, help="throughput: rounds per mode")
     p.add_argument("--throughput-steps", type=int, default=4, help="throughput: steps queued back to back per round")
     p.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
     p.add_argument("--require-speedup", action="store_true", help="exit 1 unless every later mode beats the first")
@@ -142,11 +129,9 @@ class LlamaBlock(nn.Module):
     def linears(self):
         return (self.qkv, self.proj, self.fc1, self.fc2)
 
-    def configure(self, variant: "Variant"):
+    def configure(self, mode: str):
         for layer in self.linears():
-            layer.overlap = variant.mode
-        for layer in (self.qkv, self.fc1):
-            layer.keep_gathered_input = variant.keep_gathered_input
+            layer.overlap = mode
         return self
 
     def forward(self, x):  # x: [s/tp, b, h]
@@ -202,22 +187,6 @@ def _peak_gib(device) -> float:
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
 
 
-@dataclass(frozen=True)
-class Variant:
-    """An overlap mode under one design of the Column layers' backward."""
-
-    mode: str
-    design: str  # "regather" or "keep"
-
-    @property
-    def keep_gathered_input(self) -> bool:
-        return self.design == "keep"
-
-    @property
-    def name(self) -> str:
-        return self.mode + ("+keep" if self.keep_gathered_input else "")
-
-
 class Blocks:
     """fluxlite's block, and its twins with the same weights: megatron-core's when ``megatron`` is a
     mode, the deferred-norm block when ``deferred`` is."""
@@ -243,12 +212,12 @@ class Blocks:
             for norm in (self.megatron.norm1, self.megatron.norm2):
                 norm.weight.sequence_parallel = True
 
-    def configure(self, variant: Variant) -> LlamaBlock:
-        if variant.mode == "megatron":
+    def configure(self, mode: str) -> LlamaBlock:
+        if mode == "megatron":
             return self.megatron
-        if variant.mode == "deferred":
-            return self.deferred.configure(Variant("fused", variant.design))
-        return self.fluxlite.configure(variant)
+        if mode == "deferred":
+            return self.deferred.configure("fused")
+        return self.fluxlite.configure(mode)
 
 
 def grads(block: LlamaBlock) -> list[torch.Tensor]:
@@ -324,18 +293,12 @@ def main(argv=None) -> int:
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_layers.py needs CUDA GPUs (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
-    designs = a.column_input.split(",")
-    if not designs or set(designs) - {"regather", "keep"}:
-        raise SystemExit(f"--column-input takes regather and/or keep, got {a.column_input!r}")
     tp = fluxlite.init(None if a.device == "cuda" else "gloo")  # None: NCCL, or gloo when ranks share a GPU
     W, rank = tp.world_size, tp.rank
     device = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     timer = Timer(device)  # CUDA events (wall clock on CPU), ranks aligned before each step
     modes = a.modes.split(",")
-    # ONE_DESIGN modes: one variant, filed under the first design.
-    variants = [Variant(mode, design) for design in designs for mode in modes
-                if mode not in ONE_DESIGN or design == designs[0]]
     for what, n in (("heads", a.heads), ("kv-heads", a.kv_heads), ("ffn", a.ffn), ("seq", a.seq)):
         if n % W:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
@@ -347,69 +310,56 @@ def main(argv=None) -> int:
     grad = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g)
     run = lambda: step(block, x, grad)  # noqa: E731
 
-    # correctness across variants on the first step
+    # correctness across modes on the first step
     errors, first = {}, None
-    for v in variants:
-        block = blocks.configure(v)
+    for m in modes:
+        block = blocks.configure(m)
         out = run()
         _sync(device)
         snap = [out.detach().clone(), x.grad.clone()] + [g.clone() for g in grads(block)]
         if first is None:
             first = snap
         else:
-            errors[v.name] = max(rel_err(s, f) for s, f in zip(snap, first))
+            errors[m] = max(rel_err(s, f) for s, f in zip(snap, first))
     del first
 
-    # warm-up with the peak memory of each variant, then the timings, variants interleaved
+    # warm-up with the peak memory of each mode, then the timings, modes interleaved
     peak, kept = {}, {}
-    for v in variants:
-        block = blocks.configure(v)
+    for m in modes:
+        block = blocks.configure(m)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(a.warmup):
             run()
         _sync(device)
-        peak[v.name] = _peak_gib(device)
+        peak[m] = _peak_gib(device)
         for p in block.parameters():
             p.grad = None
-        kept[v.name] = kept_activations_gib(block, x, grad, device)
-    latency = {v.name: [] for v in variants}
-    throughput = {v.name: [] for v in variants}
+        kept[m] = kept_activations_gib(block, x, grad, device)
+    latency = {m: [] for m in modes}
+    throughput = {m: [] for m in modes}
     for _ in range(a.iters):
-        for v in variants:
-            block = blocks.configure(v)
-            latency[v.name].append(timer.time_once(run))
+        for m in modes:
+            block = blocks.configure(m)
+            latency[m].append(timer.time_once(run))
     for _ in range(a.rounds):
-        for v in variants:
-            block = blocks.configure(v)
-            throughput[v.name].append(time_throughput(timer, run, a.throughput_steps))
+        for m in modes:
+            block = blocks.configure(m)
+            throughput[m].append(time_throughput(timer, run, a.throughput_steps))
     _sync(device)
-    stats = {}
-    for v in variants:
-        per_rank = all_ranks(statistics.median(latency[v.name]), device, W)
-        tput = max(all_ranks(statistics.median(throughput[v.name]), device, W))
-        stats[v.name] = dict(
-            mode=v.mode, column_input=v.design,
-            median_ms=max(per_rank), median_ms_per_rank=per_rank, min_ms=min(latency[v.name]),
-            max_ms=max(latency[v.name]), throughput_ms=tput,
-            linear_tflops=linear_flops(a, W) / (max(per_rank) * 1e-3) / 1e12, peak_mem_gib=peak[v.name],
-            activations_gib=kept[v.name], max_rel_err_vs_first=errors.get(v.name, 0.0),
+    results = {}
+    for m in modes:
+        per_rank = all_ranks(statistics.median(latency[m]), device, W)
+        tput = max(all_ranks(statistics.median(throughput[m]), device, W))
+        results[m] = dict(
+            median_ms=max(per_rank), median_ms_per_rank=per_rank, min_ms=min(latency[m]),
+            max_ms=max(latency[m]), throughput_ms=tput,
+            linear_tflops=linear_flops(a, W) / (max(per_rank) * 1e-3) / 1e12, peak_mem_gib=peak[m],
+            activations_gib=kept[m], max_rel_err_vs_first=errors.get(m, 0.0),
         )
-    by_design = {d: {v.mode: stats[v.name] for v in variants if v.design == d} for d in designs}
-    results = by_design[designs[0]]
     base = modes[0]
     speedups = {m: results[base]["median_ms"] / results[m]["median_ms"] for m in modes[1:]}
     throughput_speedups = {m: results[base]["throughput_ms"] / results[m]["throughput_ms"] for m in modes[1:]}
-    design_choice = {}
-    if len(designs) > 1:  # the decision issue 15 asks for: keep over regather, per mode
-        for m in (m for m in modes if m not in ONE_DESIGN):
-            r, k = by_design["regather"][m], by_design["keep"][m]
-            design_choice[m] = dict(
-                latency_keep_over_regather=k["median_ms"] / r["median_ms"],
-                throughput_keep_over_regather=k["throughput_ms"] / r["throughput_ms"],
-                peak_gib=dict(regather=r["peak_mem_gib"], keep=k["peak_mem_gib"]),
-                activations_gib=dict(regather=r["activations_gib"], keep=k["activations_gib"]),
-            )
     ok = all(s > 1.0 for s in speedups.values())
     accurate = all(e <= a.max_rel_err for e in errors.values())
     if rank == 0:
@@ -417,20 +367,16 @@ def main(argv=None) -> int:
               f"seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} with sequence parallelism, "
               f"{_device_name(device)}; latency: median of {a.iters} after {a.warmup} warm-up; throughput: "
               f"median of {a.rounds} rounds of {a.throughput_steps} steps; max over ranks")
-        print(f"{'variant':>16} {'latency ms':>11} {'thruput ms':>11} {'linear TFLOP/s':>15} {'peak GiB':>9} "
+        print(f"{'mode':>16} {'latency ms':>11} {'thruput ms':>11} {'linear TFLOP/s':>15} {'peak GiB':>9} "
               f"{'activ GiB':>10} {'max rel err':>12}")
-        for v in variants:
-            r = stats[v.name]
-            print(f"{v.name:>16} {r['median_ms']:11.2f} {r['throughput_ms']:11.2f} {r['linear_tflops']:15.0f} "
+        for m in modes:
+            r = results[m]
+            print(f"{m:>16} {r['median_ms']:11.2f} {r['throughput_ms']:11.2f} {r['linear_tflops']:15.0f} "
                   f"{r['peak_mem_gib']:9.2f} {r['activations_gib']:10.2f} {r['max_rel_err_vs_first']:12.2e}")
         for m, s in speedups.items():
             print(f"speedup {m} over {base}: {s:.3f}x (latency), {throughput_speedups[m]:.3f}x (throughput)")
-        for m, c in design_choice.items():
-            print(f"{m}: keep/regather time {c['latency_keep_over_regather']:.3f} (latency), "
-                  f"{c['throughput_keep_over_regather']:.3f} (throughput); peak GiB regather "
-                  f"{c['peak_gib']['regather']:.2f}, keep {c['peak_gib']['keep']:.2f}")
         if not accurate:
-            print(f"FAIL: a variant's first step differs from {variants[0].name}'s by more than {a.max_rel_err:.0e}: {errors}")
+            print(f"FAIL: a mode's first step differs from {modes[0]}'s by more than {a.max_rel_err:.0e}: {errors}")
         if a.out:
             import triton
 
@@ -438,9 +384,8 @@ def main(argv=None) -> int:
                         nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
                         env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "CUDA_MODULE_LOADING") if k in os.environ})
             with open(a.out, "w") as f:
-                json.dump(dict(config=vars(a), meta=meta, results=results, results_by_column_input=by_design,
-                               speedup=speedups, throughput_speedup=throughput_speedups, baseline=base,
-                               column_input_choice=design_choice, accurate=accurate), f, indent=2)
+                json.dump(dict(config=vars(a), meta=meta, results=results, speedup=speedups,
+                               throughput_speedup=throughput_speedups, baseline=base, accurate=accurate), f, indent=2)
     fluxlite.release_workspaces()
     dist.destroy_process_group()
     return 1 if (not accurate or (a.require_speedup and not ok)) else 0

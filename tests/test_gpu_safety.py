@@ -391,12 +391,13 @@ def _layers(seed):
     cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=BF16)
     torch.manual_seed(seed)
     init = torch.nn.init.xavier_normal_
-    # keep_gathered_input: the backward is fused ops only (a re-gather would be a c10d collective,
-    # whose missing peer is the c10d timeout's to end, not fluxlite's)
     col = ColumnParallelLinear(1024, 4096, config=cfg, init_method=init, bias=True, gather_output=False,
-                               overlap="fused", keep_gathered_input=True)
+                               overlap="fused")
     row = RowParallelLinear(4096, 1024, config=cfg, init_method=init, bias=True, input_is_parallel=True,
                             skip_bias_add=False, overlap="fused")
+    # A frozen Column weight: its backward gathers no input for wgrad, so the backward is fluxlite's
+    # fused ops only. That re-gather is a c10d collective, whose missing peer is c10d's timeout to end.
+    col.weight.requires_grad_(False)
     return col, row
 
 
@@ -474,7 +475,7 @@ def _skipped_backward(rank, meet, gen, failures, tag, *, seed, steps, until=None
 
 def _missing_peer_in_replayed_backward(rank, world_size):
     """The backward of Column -> GELU -> Row after steps whose calls replay from their own graphs
-    (the AG pull calls too: the Row's dgrad, the Column's kept input): a peer that skips it gives
+    (the AG pull calls too: the Row's dgrad, which keeps the gathered grad): a peer that skips it gives
     the timeout. This backward hung the GPU in 8 of 20 runs in shared mode before the kernels' waits
     took one timer reading per program (fluxlite.kernels.flags.program_time)."""
     import fluxlite

@@ -31,9 +31,9 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
       wait x̂;  dW = gᵀ · x̂               [N/W, W*m] @ [W*m, K]
       db = Σ_rows g;  wait dx
 
-  With ``keep_gathered_input`` the forward keeps ``x̂`` from the op (``ag_gemm_gathered``) and the
-  backward gathers nothing: one collective fewer, ``W`` times the activation memory. That option
-  exists until a GPU measurement (issue 15) picks one design; the other is then deleted.
+  Keeping ``x̂`` from the forward instead (``ag_gemm_gathered``) was measured on 2×H200 at Llama-70B
+  width (BENCHMARKS.md, twelfth session): no faster (1% either way), and ``W`` times the activation
+  memory. So the layers keep only ``x``, as Megatron does.
 * otherwise (Megatron's ``allreduce_dgrad``): ``y = x weightᵀ + b`` on the replicated input; backward
   ``dx = g · weight`` all-reduced asynchronously while ``dW`` is computed.
 
@@ -80,8 +80,6 @@ class LinearOptions:
         impl: ``impl`` of fluxlite's ops (the layer's ``overlap``): ``"auto"``, ``"fused"``, ``"decomposed"``
             or ``"sequential"``.
         allreduce_dgrad: Column without sequence parallelism: all-reduce the input grad.
-        keep_gathered_input: Column with sequence parallelism: keep the gathered input for wgrad
-            instead of gathering it again in the backward (see the module docstring).
         gradient_accumulation_fusion: accumulate the weight grad into ``weight.main_grad``.
         activation: Column: the output's activation (:mod:`fluxlite.epilogue`), fused into the
             AG-GEMM's epilogue under sequence parallelism; its backward recomputes the
@@ -92,7 +90,6 @@ class LinearOptions:
     sequence_parallel: bool
     impl: str
     allreduce_dgrad: bool = False
-    keep_gathered_input: bool = False
     gradient_accumulation_fusion: bool = False
     activation: str | None = None
 
@@ -217,12 +214,9 @@ def _input_grad(ctx, grad_x: torch.Tensor | None) -> torch.Tensor | None:
 
 # ---- sequence parallel: the custom ops ----------------------------------------------------------
 
-def _column_sp(x2: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions):
-    """``(ag_gemm(x2, weight, bias), the weight grad's input)``: ``x2`` itself (gathered again in the
-    backward), or the gathered input with ``keep_gathered_input``."""
-    result = library.ag_gemm(x2, weight, bias, group=opt.tp.group, impl=opt.impl,
-                             return_gathered=opt.keep_gathered_input, activation=opt.activation)
-    return result if opt.keep_gathered_input else (result, x2)
+def _column_sp(x2: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions) -> torch.Tensor:
+    """``ag_gemm(x2, weight, bias)`` on the push path: only ``x2`` is kept, gathered again in the backward."""
+    return library.ag_gemm(x2, weight, bias, group=opt.tp.group, impl=opt.impl, activation=opt.activation)
 
 
 def _row_sp(x: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions) -> torch.Tensor:
@@ -252,7 +246,7 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias, options:
     dim gathered, ``s/W`` -> ``s``). Sequence parallel without ``gradient_accumulation_fusion``: through the
     custom op (traceable); otherwise through :class:`ColumnParallelLinearFunction`."""
     if options.sp and not options.gradient_accumulation_fusion:
-        return _column_out(_column_sp(_rows(x), weight, bias, options)[0], x, weight, options)
+        return _column_out(_column_sp(_rows(x), weight, bias, options), x, weight, options)
     return ColumnParallelLinearFunction.apply(x, weight, bias, options)
 
 
@@ -272,7 +266,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, options: LinearOptions):
         x2 = _rows(x)
         if options.sp:
-            out, wgrad_input = _column_sp(x2, weight, bias, options)
+            out, wgrad_input = _column_sp(x2, weight, bias, options), x2
         else:
             out, wgrad_input = _linear(x2, weight, bias), x2
             if options.activation is not None:
@@ -287,7 +281,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
         grad_x, grad_w, grad_b = linear_backward(
             _rows(grad_out).contiguous(), weight, wgrad_input,
-            regather=opt.tp if opt.sp and not opt.keep_gathered_input else None,
+            regather=opt.tp if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt)) if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
             bias=bias)

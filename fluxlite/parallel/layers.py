@@ -15,12 +15,6 @@ Differences from Megatron, all deliberate:
 * Weights are always drawn as a full master weight and split by rank (Megatron does so only under
   ``use_cpu_initialization``; otherwise it draws each partition from a per-rank CUDA RNG). So a TP
   layer equals its single-process ``nn.Linear`` twin when every rank seeds alike.
-* ``keep_gathered_input`` (an extra Column keyword, default False): under sequence parallelism the
-  Column layer keeps only its input ``[s/tp, b, h]`` and gathers it again in the backward for wgrad,
-  overlapped with the dgrad GEMM-RS, as Megatron does. ``keep_gathered_input=True`` keeps the
-  gathered ``[s, b, h]`` from the forward's AG-GEMM instead (one collective fewer, ``tp`` times the
-  activation memory). The keyword exists only until a GPU measurement (issue 15) decides between the
-  two designs; the loser is then deleted.
 * MoE expert layers (``is_expert=True``) are not supported.
 
 ``config.gradient_accumulation_fusion`` works as in Megatron, without apex: the weight grad is
@@ -179,8 +173,8 @@ class ColumnParallelLinear(_ParallelLinear):
     ``gather_output``. Returns ``(output, output_bias)``: ``output_bias`` is the bias when
     ``skip_bias_add`` (then it is not added), else ``None``.
 
-    ``keep_gathered_input=True`` keeps the gathered input for wgrad instead of gathering it again in
-    the backward (temporary, until issue 15's GPU measurement; see the module docstring).
+    Under sequence parallelism the layer keeps only its input ``[s/tp, b, in]`` for the backward, which
+    gathers it again for wgrad, overlapped with the dgrad GEMM-RS, as Megatron does.
 
     ``activation`` (fluxlite's, not Megatron's): ``None``, ``"gelu"``, ``"gelu_tanh"``, ``"silu"`` or
     ``"swiglu"``, applied to ``X A + b``; under sequence parallelism in the fused AG-GEMM's epilogue.
@@ -209,13 +203,11 @@ class ColumnParallelLinear(_ParallelLinear):
         disable_grad_reduce: bool = False,
         tp_group=None,
         overlap: str = "auto",
-        keep_gathered_input: bool = False,
         activation: Optional[str] = None,
         **kwargs,
     ):
         super().__init__()
         self.gather_output = gather_output
-        self.keep_gathered_input = bool(keep_gathered_input)
         self.disable_grad_reduce = disable_grad_reduce
         self._setup(
             input_size, output_size, skip_bias_add, config, tp_group, overlap, is_expert,
@@ -253,8 +245,7 @@ class ColumnParallelLinear(_ParallelLinear):
         if input_.shape[-1] != self.input_size:
             raise ValueError(f"ColumnParallelLinear expects input [..., {self.input_size}], got {tuple(input_.shape)}")
         bias = self.bias if not self.skip_bias_add else None
-        options = self._options(allreduce_dgrad=self.allreduce_dgrad, keep_gathered_input=self.keep_gathered_input,
-                                activation=self.activation)
+        options = self._options(allreduce_dgrad=self.allreduce_dgrad, activation=self.activation)
         output = column_parallel_linear(input_, weight, bias, options)
         gather_output = self.gather_output if runtime_gather_output is None else runtime_gather_output
         if gather_output:
