@@ -235,19 +235,99 @@ def test_eager_replays_are_captured_again_after_a_growth():
     run_gpu_ranks(_recapture_after_growth, 2)
 
 
-def _replays_after_empty_cache(rank, world_size):
-    """Eager calls replay from graphs; then their tensors are freed, ``torch.cuda.empty_cache()``
-    gives the memory back to the driver, and new tensors come back at the same addresses: same
-    replay keys, but a graph's copies may not touch the new memory (launching one crashed in
-    cuGraphLaunch on two H200s). Each round's recurring calls must be captured again, and correct."""
+def _cuda(name: str, *args) -> None:
+    import ctypes
+
+    rc = getattr(ctypes.CDLL("libcuda.so.1"), name)(*args)
+    assert rc == 0, f"{name} failed: CUresult {rc}"
+
+
+class _DriverAllocation:
+    """``rows x cols`` bf16 of device memory from the driver, not torch's caching allocator
+    (:meth:`tensor` views it); :meth:`free` gives it back. Two kinds, the two ways torch's allocator
+    gets memory:
+
+    * ``"malloc"``: ``cuMemAlloc``. Freed and allocated again, memory usually comes back at the same
+      address as a new allocation (what ``torch.cuda.empty_cache()`` and a new segment do).
+    * ``"vmm"``: physical memory (``cuMemCreate``) mapped into an address range reserved once per
+      ``reserved`` address; freed, it is unmapped and released, and the next allocation maps new
+      physical memory at the same address (what ``expandable_segments`` does)."""
+
+    _reserved: dict[int, int] = {}  # nbytes -> an address range reserved for "vmm" (kept for the process)
+
+    def __init__(self, rows: int, cols: int, kind: str):
+        import ctypes
+
+        self.shape, self.kind, nbytes = (rows, cols), kind, rows * cols * 2
+        ptr = ctypes.c_uint64(0)
+        if kind == "malloc":
+            _cuda("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+            self.ptr = ptr.value
+            return
+        device = torch.cuda.current_device()
+
+        class Prop(ctypes.Structure):  # CUmemAllocationProp: pinned device memory, no export handle
+            _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("location_type", ctypes.c_int),
+                        ("location_id", ctypes.c_int), ("win32", ctypes.c_void_p), ("flags", ctypes.c_uint64)]
+
+        class Access(ctypes.Structure):  # CUmemAccessDesc: read-write for this device
+            _fields_ = [("location_type", ctypes.c_int), ("location_id", ctypes.c_int), ("flags", ctypes.c_int)]
+
+        prop = Prop(1, 0, 1, device, None, 0)
+        granularity = ctypes.c_size_t(0)
+        _cuda("cuMemGetAllocationGranularity", ctypes.byref(granularity), ctypes.byref(prop), 0)
+        self.nbytes = -(-nbytes // granularity.value) * granularity.value
+        if self.nbytes not in self._reserved:
+            _cuda("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(self.nbytes), ctypes.c_size_t(0),
+                  ctypes.c_uint64(0), ctypes.c_uint64(0))
+            self._reserved[self.nbytes] = ptr.value
+        self.ptr = self._reserved[self.nbytes]
+        handle = ctypes.c_uint64(0)
+        _cuda("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(self.nbytes), ctypes.byref(prop), ctypes.c_uint64(0))
+        self.handle = handle.value
+        _cuda("cuMemMap", ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.nbytes), ctypes.c_size_t(0),
+              ctypes.c_uint64(self.handle), ctypes.c_uint64(0))
+        access = Access(1, device, 3)
+        _cuda("cuMemSetAccess", ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.nbytes), ctypes.byref(access),
+              ctypes.c_size_t(1))
+
+    def tensor(self) -> torch.Tensor:
+        class _Interface:  # bf16 has no typestr: int16, viewed as bf16
+            __cuda_array_interface__ = dict(shape=self.shape, typestr="<i2", data=(self.ptr, False), version=2,
+                                            strides=None)
+
+        return torch.as_tensor(_Interface(), device=_dev()).view(BF16)
+
+    def free(self) -> None:
+        import ctypes
+
+        torch.cuda.synchronize()
+        if self.kind == "malloc":
+            _cuda("cuMemFree_v2", ctypes.c_uint64(self.ptr))
+        else:
+            _cuda("cuMemUnmap", ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.nbytes))
+            _cuda("cuMemRelease", ctypes.c_uint64(self.handle))
+
+
+def _replays_after_reallocation(rank, world_size, kind):
+    """Eager calls replay from graphs; then their input's memory is freed to the driver and allocated
+    again at the same address (as after ``torch.cuda.empty_cache()``, which ``bench_layers.py`` calls):
+    the replay keys match, but the memory is new.
+
+    ``malloc``: a new allocation, whose buffer id differs. A graph whose copies belong to the freed
+    one crashed in cuGraphLaunch on two H200s: each round's calls must be captured again.
+    ``vmm``: new physical memory mapped at the same address. Whatever the driver's buffer id does
+    then, the calls must be correct: replayed while the id is unchanged, captured again when not.
+    (The id is printed: ``-s`` shows which.)"""
     import fluxlite
     from fluxlite._cuda_driver import buffer_ids
 
     gen = torch.Generator(device=_dev()).manual_seed(41 + rank)
-    m, K, N = 4096, 8192, 256  # 64 MB operands: segments of their own, which empty_cache releases
+    m, K, N = 4096, 8192, 256
     w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
     out = torch.empty(world_size * m, N, dtype=BF16, device=_dev())
     out_rs = torch.empty(m, N, dtype=BF16, device=_dev())
+    a_rs = torch.empty(world_size * m, K, dtype=BF16, device=_dev())
     # The workspace at its final size first: a growth drops every graph, and the counts below with them.
     fluxlite.gemm_rs(torch.randn(world_size * m, K, device=_dev(), dtype=BF16), w, impl="fused")
     fluxlite.ag_gemm(torch.randn(m, K, device=_dev(), dtype=BF16), w, impl="fused", return_gathered=True)
@@ -262,23 +342,14 @@ def _replays_after_empty_cache(rank, world_size):
         return capture(enqueue)
 
     state.capture = counted
+    memory = _DriverAllocation(m, K, kind)
     seen, reused = {}, 0  # a's address -> the allocation it was in, the last round it was there
-    for round_ in range(6):
-        # The driver hands freed address ranges out again, but not always a's first: the tensors
-        # that miss stay allocated (so they are not handed out again) until a lands on an old address.
-        misses = []
-        for _ in range(8):
-            a = torch.empty(m, K, dtype=BF16, device=_dev())
-            if a.data_ptr() in seen or not seen:
-                break
-            misses.append(a)
-        del misses
-        a_rs = torch.empty(world_size * m, K, dtype=BF16, device=_dev())
+    for round_ in range(5):
+        a = memory.tensor()
         # AG push's replay keys hold the addresses of a, w, out and our workspace: with a back at an
-        # old address, this round's keys are an earlier round's. Their graphs replay if a's memory is
-        # the same allocation (the allocator kept it cached), and are stale if it is a new one.
+        # old address, this round's keys are an earlier round's, but a's memory is a new allocation.
         (buffer,) = buffer_ids((a.data_ptr(),))
-        stale = seen.get(a.data_ptr(), buffer) != buffer
+        stale = a.data_ptr() in seen and seen[a.data_ptr()] != buffer
         replays = seen.get(a.data_ptr()) == buffer
         reused += stale
         seen[a.data_ptr()] = buffer
@@ -299,16 +370,32 @@ def _replays_after_empty_cache(rank, world_size):
             out_rs.fill_(float("nan"))
             fluxlite.gemm_rs(a_rs, w, impl="fused", out=out_rs)
             assert rel_err(out_rs, _rs_reference(a_rs, w, None)) < TOL, f"round {round_} call {i}: RS"
-        expected = 0 if replays else 2  # both parities
-        assert push_captures == expected, f"round {round_}: AG push captured {push_captures} graphs, not {expected}"
-        del a, a_rs
+        expected = 0 if replays else 2  # replays, or captures of both parities
+        assert push_captures == expected, (f"round {round_} ({kind}, buffer id changed: {stale}): AG push captured "
+                                           f"{push_captures} graphs, not {expected}")
+        del a
         fluxlite.synchronize()
-        torch.cuda.empty_cache()
-    assert reused, "no new allocation came back at an old address: the test checked nothing"
+        memory.free()
+        # Usually the driver hands the address straight back; allocations that miss stay allocated
+        # (so they are not handed out again) until one lands on an old address, or 8 tries.
+        misses = []
+        memory = _DriverAllocation(m, K, kind)
+        while memory.ptr not in seen and len(misses) < 8:
+            misses.append(memory)
+            memory = _DriverAllocation(m, K, kind)
+        for miss in misses:
+            miss.free()
+    memory.free()
+    if kind == "malloc":
+        assert reused >= 2, f"a new allocation came back at an old address in {reused} rounds of 4: too few to check"
+    else:
+        assert len(seen) == 1, f"vmm: memory mapped at a reserved address moved: {sorted(seen)}"
+        print(f"rank {rank} vmm: the buffer id changed in {reused} of 4 remaps", flush=True)
 
 
-def test_eager_replays_are_captured_again_after_empty_cache():
-    run_gpu_ranks(_replays_after_empty_cache, 2)
+@pytest.mark.parametrize("kind", ["malloc", "vmm"])
+def test_eager_replays_stay_correct_when_their_memory_is_reallocated(kind):
+    run_gpu_ranks(_replays_after_reallocation, 2, kind)
 
 
 def _peer_stops_during_replays(rank, world_size, op):
