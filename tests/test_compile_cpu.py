@@ -6,8 +6,8 @@ eager and to float64.
    which still runs Dynamo, the fake implementations and AOTAutograd). Three Column -> GELU -> Row
    blocks on this rank's rows ``[m, K]``:
 
-   - sequence parallel, ``overlap="fused"`` (the CPU tile protocol), the Column layer keeping its
-     gathered input (``fluxlite::ag_gemm_gathered``; its backward gathers nothing);
+   - sequence parallel, ``overlap="fused"`` (the CPU tile protocol; the Column's backward gathers
+     its input again with a functional all-gather, the Row's runs ``fluxlite::ag_gemm_gathered``);
    - sequence parallel, Column ``"sequential"`` (its backward runs the dgrad matmul and leaves a
      functional reduce-scatter in flight while wgrad computes, all traced), Row ``"auto"`` (the op
      decides when it runs);
@@ -42,8 +42,8 @@ F32 = torch.float32
 BACKEND = "inductor" if shutil.which("g++") or shutil.which("clang++") else "aot_eager"
 TRAIN_GPT = Path(__file__).resolve().parents[1] / "scripts" / "train_gpt.py"
 m, K, H = 12, 20, 24  # rows per rank, model width, hidden width (split over the ranks)
-# (sequence parallel, Column overlap, Column keep_gathered_input, Row overlap) of the three blocks
-BLOCKS = ((True, "fused", True, "fused"), (True, "sequential", False, "auto"), (False, "auto", False, "auto"))
+# (sequence parallel, Column overlap, Row overlap) of the three blocks
+BLOCKS = ((True, "fused", "fused"), (True, "sequential", "auto"), (False, "auto", "auto"))
 
 
 def _recording(graphs: list, backend: str):
@@ -61,15 +61,14 @@ class _Block(torch.nn.Module):
     """``Row(gelu(Column(x)))`` from fluxlite's layers, on rows; without sequence parallelism the
     rows are gathered first (the layers see the whole, replicated sequence) and split after."""
 
-    def __init__(self, sp: bool, col_overlap: str, keep: bool, row_overlap: str) -> None:
+    def __init__(self, sp: bool, col_overlap: str, row_overlap: str) -> None:
         from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear
 
         super().__init__()
         cfg = ModelParallelConfig(sequence_parallel=sp, params_dtype=F32, use_cpu_initialization=True)
         init = torch.nn.init.normal_  # overwritten by _load
         self.sp = sp
-        self.fc1 = ColumnParallelLinear(K, H, config=cfg, init_method=init, bias=True, overlap=col_overlap,
-                                        keep_gathered_input=keep)
+        self.fc1 = ColumnParallelLinear(K, H, config=cfg, init_method=init, bias=True, overlap=col_overlap)
         self.fc2 = RowParallelLinear(H, K, config=cfg, init_method=init, bias=True, input_is_parallel=True,
                                      skip_bias_add=False, overlap=row_overlap)
 
@@ -156,7 +155,7 @@ def _layers_compiled_vs_eager(rank: int, W: int) -> None:
     assert not failures, f"{len(failures)} failing checks:\n" + "\n".join(failures[:40])
     assert len(graphs) == 1, f"expected one graph (no graph break, no recompile for new data), got {len(graphs)}"
     ops = sorted(str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function" and "fluxlite" in str(n.target))
-    assert ops == ["fluxlite.ag_gemm", "fluxlite.ag_gemm_gathered", "fluxlite.gemm_rs", "fluxlite.gemm_rs"], ops
+    assert ops == ["fluxlite.ag_gemm", "fluxlite.ag_gemm", "fluxlite.gemm_rs", "fluxlite.gemm_rs"], ops
 
 
 @pytest.mark.timeout(300)

@@ -83,18 +83,18 @@ SMALL = dict(s=8, b=3, K=8, N=16)
 
 
 def _column_case(rank, W, seed, sp, bias, skip, gather, overlap, stride=1, dims=3, *, dtype=torch.float64,
-                 device="cpu", tol=None, size=SMALL, keep_gathered_input=False, dgrad=None):
+                 device="cpu", tol=None, size=SMALL, dgrad=None):
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
 
     case = dict(layer="Column", W=W, sp=sp, bias=bias, skip_bias_add=skip, gather_output=gather,
                 overlap=overlap, stride=stride, dims=dims, dtype=dtype, tol=tol,
-                keep_gathered_input=keep_gathered_input, dgrad=dgrad)  # dgrad: the impl its GEMM-RS runs, if known
+                dgrad=dgrad)  # dgrad: the impl its GEMM-RS runs, if known
     s, b, K, N = size["s"], size["b"], size["K"], size["N"]
     init = _init(seed)
     cfg = ModelParallelConfig(sequence_parallel=sp, params_dtype=dtype, use_cpu_initialization=device == "cpu")
     layer = ColumnParallelLinear(K, N, config=cfg, init_method=init, bias=bias, gather_output=gather,
                                  skip_bias_add=skip, stride=stride, keep_master_weight_for_test=True,
-                                 overlap=overlap, keep_gathered_input=keep_gathered_input)
+                                 overlap=overlap)
     assert layer.weight.device.type == device, (layer.weight.device, case)
     X, G, bias_full = _data(seed + 1, dtype, (s, b, K), (s, b, N), (N,))
     bias_full = bias_full if bias else None
@@ -181,16 +181,13 @@ def _row_case(rank, W, seed, sp, bias, skip, input_is_parallel, overlap, stride=
 def _matrix(rank, W, seed, overlaps, **where):
     """Every sequence_parallel x bias x skip_bias_add x gather_output/input_is_parallel combination,
     each sequence-parallel one under every ``overlap`` (the Column layer re-gathers its input for
-    wgrad); then the Column layer keeping its gathered input instead, strided partitions and 2-D inputs."""
+    wgrad); then strided partitions and 2-D inputs."""
     n = 0
     for sp, bias, skip, gather in itertools.product((False, True), repeat=4):
         for overlap in overlaps if sp else ("auto",):
             _column_case(rank, W, seed + n, sp, bias, skip, gather, overlap, **where)
             _row_case(rank, W, seed + n + 1, sp, bias, skip, gather, overlap, **where)
             n += 2
-    for overlap, gather in itertools.product(overlaps, (False, True)):
-        _column_case(rank, W, seed + n, True, True, False, gather, overlap, keep_gathered_input=True, **where)
-        n += 1
     for sp, dims in ((False, 2), (True, 2), (True, 3)):  # Megatron's GLU fc1 uses stride 2
         _column_case(rank, W, seed + n, sp, True, False, False, overlaps[0], stride=2, dims=dims, **where)
         _row_case(rank, W, seed + n + 1, sp, True, False, True, overlaps[0], stride=2, dims=dims, **where)

@@ -1,15 +1,14 @@
 """fluxlite.parallel's training machinery on CPU ranks (gloo), against float64 references:
 
 * the Column layer's sequence-parallel activation memory: it keeps its input rows ``[m, K]`` for the
-  backward (and gathers them again there), not the gathered ``[W*m, K]``, unless
-  ``keep_gathered_input``;
+  backward (and gathers them again there), not the gathered ``[W*m, K]``;
 * ``config.gradient_accumulation_fusion``: the weight grad accumulates in fp32 into
   ``weight.main_grad`` over two micro-steps, with Megatron's return contract (a dummy grad and
   ``grad_added_to_main_grad`` when Megatron's DDP set that attribute, else no ``.grad``), and a clear
   error when ``main_grad`` is missing;
 * ``allreduce_sequence_parallel_grads`` on a module, a list of modules and an iterable of parameters.
 
-The layer numerics of both Column designs are in tests/test_parallel.py's matrix; Megatron's own
+The layer numerics are in tests/test_parallel.py's matrix; Megatron's own
 DDP and ``finalize_model_grads`` with these layers are in tests/test_parallel_megatron.py and
 tests/test_megatron_ddp_gpu.py.
 """
@@ -104,18 +103,17 @@ def _missing_main_grad(rank, W, seed):
 
 def _saved_activations(rank, W, seed, overlap):
     """The Column layer's saved tensors under sequence parallelism: its input rows ``[m, K]``
-    (re-gathered in the backward), or the gathered ``[W*m, K]`` with ``keep_gathered_input``."""
+    (re-gathered in the backward), never the gathered ``[W*m, K]``."""
     m = S // W * B
-    for keep in (False, True):
-        layer = _layer("Column", True, overlap, torch.float64, seed, fusion=False, keep_gathered_input=keep)
-        x = torch.randn(S // W, B, K, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + rank))
-        saved = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
-            out, _ = layer(x.requires_grad_())
-        activations = [shape for shape in saved if shape != tuple(layer.weight.shape)]
-        assert activations == [(W * m, K) if keep else (m, K)], (overlap, keep, saved)
-        out.sum().backward()
-        assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
+    layer = _layer("Column", True, overlap, torch.float64, seed, fusion=False)
+    x = torch.randn(S // W, B, K, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + rank))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        out, _ = layer(x.requires_grad_())
+    activations = [shape for shape in saved if shape != tuple(layer.weight.shape)]
+    assert activations == [(m, K)], (overlap, saved)
+    out.sum().backward()
+    assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
 
 
 def _allreduce_inputs(rank, W, seed):

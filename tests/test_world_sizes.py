@@ -101,7 +101,7 @@ def _layer_pair(rank, W, gen, failures):
     cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=F32, use_cpu_initialization=True)
     idx = partition_index(Fm, W, rank)
     mine = slice(rank * s // W, (rank + 1) * s // W)
-    for overlap, keep in (("sequential", False), ("decomposed", False), ("fused", False), ("fused", True)):
+    for overlap in ("sequential", "decomposed", "fused"):
         X, G = randn(gen, s, b, H, dtype=F32), randn(gen, s, b, H, dtype=F32)
         W1, b1, W2, b2 = (randn(gen, *shape, dtype=F32) for shape in ((Fm, H), (Fm,), (H, Fm), (H,)))
         # The float64 reference: one process, the whole sequence and the whole weights.
@@ -109,7 +109,7 @@ def _layer_pair(rank, W, gen, failures):
         Z = F.gelu(ref[0] @ ref[1].t() + ref[2]) @ ref[3].t() + ref[4]
         (Z * G.double()).sum().backward()
         col = ColumnParallelLinear(H, Fm, config=cfg, init_method=torch.nn.init.zeros_, bias=True,
-                                   gather_output=False, overlap=overlap, keep_gathered_input=keep)
+                                   gather_output=False, overlap=overlap)
         row = RowParallelLinear(Fm, H, config=cfg, init_method=torch.nn.init.zeros_, bias=True,
                                 input_is_parallel=True, skip_bias_add=False, overlap=overlap)
         with torch.no_grad():
@@ -121,7 +121,7 @@ def _layer_pair(rank, W, gen, failures):
         z, z_bias = row(F.gelu(col(x)[0]))
         (z * G[mine]).sum().backward()
         allreduce_sequence_parallel_grads([col, row])  # the Row bias saw this rank's rows only
-        name = f"layers W={W} r={rank} overlap={overlap} keep_gathered_input={keep}"
+        name = f"layers W={W} r={rank} overlap={overlap}"
         if z_bias is not None:
             failures.append(f"{name}: the Row layer returned a bias it should have added")
         for what, got, want in (("output", z, Z[mine]), ("input grad", x.grad, ref[0].grad[mine]),
