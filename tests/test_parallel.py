@@ -360,6 +360,8 @@ def _single_rank_worker(rank, W, seed):
     with pytest.warns(UserWarning, match="Disabling sequence parallel"):
         layer = ColumnParallelLinear(8, 4, config=cfg, init_method=_init(seed), keep_master_weight_for_test=True)
     assert layer.sequence_parallel is False
+    with pytest.warns(UserWarning, match="keep_gathered_input=True was removed"):  # fluxlite's own, deleted
+        ColumnParallelLinear(8, 4, config=cfg, init_method=_init(seed), keep_gathered_input=True)
     x = torch.randn(5, 2, 8, dtype=torch.float64)
     out, _ = layer(x)
     _close(out, x @ layer.master_weight.t(), "TP=1 output", {})

@@ -50,6 +50,12 @@ from .utils import (
 # set, except these: the TP group comes from pg_collection, and `name` (0.18+, passed by Megatron's own
 # modules) is ignored by Megatron's layers too.
 _CONSUMED_KWARGS = ("pg_collection", "name")
+# fluxlite's own keywords that were removed, and why (set, they warn with this instead).
+_REMOVED_KWARGS = {
+    "keep_gathered_input": "was removed: under sequence parallelism the Column layer keeps only its input rows "
+                           "and gathers them again in the backward (no slower on 2xH200, less memory; "
+                           "BENCHMARKS.md, twelfth session), so it is ignored",
+}
 
 
 def _check_overlap(overlap: str) -> str:
@@ -62,10 +68,8 @@ def _ignore(cls_name: str, **kwargs) -> None:
     for key, value in kwargs.items():
         if key in _CONSUMED_KWARGS or value is None or value is False:
             continue
-        warn_once(
-            (cls_name, key),
-            f"fluxlite.parallel.{cls_name}: keyword {key}={value!r} has no meaning in fluxlite and is ignored",
-        )
+        why = _REMOVED_KWARGS.get(key, "has no meaning in fluxlite and is ignored")
+        warn_once((cls_name, key), f"fluxlite.parallel.{cls_name}: keyword {key}={value!r} {why}")
 
 
 class _ParallelLinear(torch.nn.Module):
