@@ -157,12 +157,12 @@ def buffer_ids(addresses) -> tuple[int, ...]:
 
     Unlike an address, an id is never reused in the process: memory freed to the driver and
     allocated again at the same address (torch.cuda.empty_cache, then a new segment) has a new id."""
-    ids = []
-    for address in addresses:
-        buffer = _U64(0)
+    get, buffer = _driver()["cuPointerGetAttribute"], _U64(0)
+    out, ids = ctypes.byref(buffer), []
+    for address in addresses:  # on every replayed call: one driver call per address, nothing else
+        buffer.value = 0
         if address:
-            _check(_driver()["cuPointerGetAttribute"](ctypes.byref(buffer), _POINTER_ATTRIBUTE_BUFFER_ID, address),
-                   "cuPointerGetAttribute(BUFFER_ID)")
+            _check(get(out, _POINTER_ATTRIBUTE_BUFFER_ID, address), "cuPointerGetAttribute(BUFFER_ID)")
         ids.append(buffer.value)
     return tuple(ids)
 

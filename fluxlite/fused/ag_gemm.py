@@ -141,7 +141,10 @@ def ag_gemm(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor
         kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
                       scale_local=row_scale, scale_gathered=scale_gathered, **call.kernel_args())
 
-    copied = (a.data_ptr(), gathered.data_ptr(), *(t.data_ptr() for t in (row_scale, scale_gathered) if t is not None))
+    # The producer's own tensors (not the workspace's, whose buffers change only with its generation,
+    # which drops every program and graph): what its program and a replay's check depend on.
+    own = (a, row_scale) if push else (a, gathered, row_scale, scale_gathered)
+    copied = tuple(t.data_ptr() for t in own if t is not None)
 
     def program() -> producer.Program:
         return call.program(copied, lambda: _steps(call, a, gathered, push, row_scale, scale_gathered))
