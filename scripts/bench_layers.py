@@ -63,23 +63,30 @@ DEFERRED_NAMES = {"norm1.weight": "qkv.layer_norm_weight", "norm2.weight": "fc1.
 DEFERRED_NAMES_BACK = {v: k for k, v in DEFERRED_NAMES.items()}
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def add_step_args(p: argparse.ArgumentParser, *, modes: str, dtypes: tuple, warmup: int, iters: int, rounds: int,
+                  steps: int) -> None:
+    """The arguments this script shares with bench_gpt.py: Llama-3-70B's widths, the tokens, and how
+    a training step is timed (with these defaults)."""
     p.add_argument("--hidden", type=int, default=8192)
     p.add_argument("--ffn", type=int, default=28672)
     p.add_argument("--heads", type=int, default=64)
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--batch", type=int, default=2, help="seq x batch tokens per step (default 8192)")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    p.add_argument("--dtype", choices=dtypes, default="bf16")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: a smoke run of this script on gloo ranks (wall-clock timing; not a benchmark)")
-    p.add_argument("--modes", default="sequential,fused", help="comma-separated overlap modes; the first is the baseline")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20, help="latency: steps per mode")
-    p.add_argument("--rounds", type=int, default=5, help="throughput: rounds per mode")
-    p.add_argument("--throughput-steps", type=int, default=4, help="throughput: steps queued back to back per round")
+    p.add_argument("--modes", default=modes, help="comma-separated overlap modes; the first is the baseline")
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--iters", type=int, default=iters, help="latency: steps per mode")
+    p.add_argument("--rounds", type=int, default=rounds, help="throughput: rounds per mode")
+    p.add_argument("--throughput-steps", type=int, default=steps, help="throughput: steps queued back to back per round")
     p.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_step_args(p, modes="sequential,fused", dtypes=("bf16", "fp16", "fp32"), warmup=5, iters=20, rounds=5, steps=4)
     p.add_argument("--require-speedup", action="store_true", help="exit 1 unless every later mode beats the first")
     p.add_argument("--max-rel-err", type=float, default=5e-2,
                    help="exit 1 if a mode's first-step output or any grad differs from the first mode's by more (norm-relative)")

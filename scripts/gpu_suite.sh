@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|overlap|norm|graphs|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|overlap|norm|graphs|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -72,6 +72,16 @@ if want layers; then
   timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --modes "$modes" --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
+fi
+if want gpt; then  # issue 15: a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl)
+  if python3 -c "import megatron.core" 2>/dev/null; then
+    timeout 400 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_gpt.py --out "$OUT/bench_gpt.json" 2>&1 \
+      | tee "$OUT/bench_gpt.log" | grep -v '^W1' | tail -8
+    status=$((status | PIPESTATUS[0]))
+  else
+    echo "gpu_suite.sh gpt: megatron-core is not importable (carry its wheel in .whl/)" >&2
+    status=1
+  fi
 fi
 if want norm; then  # issue 13: norm -> AG-GEMM -> SwiGLU, unfused vs separate vs deferred fully fused
   timeout 200 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_norm_linear.py --out "$OUT/bench_norm_linear.json" \

@@ -45,3 +45,29 @@ def test_bench_layers_megatron_baseline_cpu_smoke(tmp_path: Path):
     assert res["baseline"] == "megatron" and set(res["results"]) == {"megatron", "fused"}, res
     assert res["accurate"] and res["results"]["fused"]["max_rel_err_vs_first"] < 1e-5, res
     assert "speedup fused over megatron" in log
+
+
+def test_bench_gpt_cpu_smoke(tmp_path: Path):
+    """scripts/bench_gpt.py: Megatron's GPTModel with fluxlite's layers against Megatron's own (issue
+    15's model-level benchmark), on gloo ranks: the first step must match Megatron's, and the report's
+    figures must follow from its times."""
+    import pytest
+
+    pytest.importorskip("megatron.core")
+    out = tmp_path / "bench_gpt.json"
+    proc = torchrun(ROOT / "scripts" / "bench_gpt.py", 2, "--device", "cpu", "--dtype", "fp32", "--layers", "2",
+                    "--hidden", "64", "--ffn", "96", "--heads", "8", "--kv-heads", "2", "--vocab", "128", "--seq", "32",
+                    "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1", "--throughput-steps", "1",
+                    "--modes", "megatron,fused,sequential", "--out", str(out))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    res = json.loads(out.read_text())
+    assert set(res["results"]) == {"megatron", "fused", "sequential"} and res["accurate"], res
+    for mode in ("fused", "sequential"):
+        r, base = res["results"][mode], res["results"]["megatron"]
+        assert r["max_rel_err_vs_megatron"] < 1e-5, res
+        assert abs(r["speedup_throughput"] - base["throughput_ms"] / r["throughput_ms"]) < 1e-9, res
+        assert abs(r["hidden_share_of_comm"] * res["comm_ms"]["step"] - r["hidden_vs_megatron_ms"]) < 1e-9, res
+    comm = res["comm_ms"]
+    assert 0 < comm["swapped_layers"] < comm["step"], comm
+    assert "TP communication of a step" in log

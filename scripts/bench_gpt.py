@@ -1,0 +1,244 @@
+#!/usr/bin/env python
+"""A whole Megatron-core ``GPTModel`` training step (forward, loss, backward, the sequence-parallel
+grad all-reduce) with fluxlite's layers in ``linear_qkv``/``linear_proj``/``linear_fc1``/``linear_fc2``,
+against the same model with Megatron's own layers: issue 15's model-level comparison.
+
+    PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_gpt.py --out bench_gpt.json
+
+The model (defaults: Llama-3-70B's widths, ``--layers`` of its 80 layers): embedding, ``--layers``
+transformer layers built from Megatron's local spec (GQA attention, SwiGLU MLP, RMSNorm; sequence
+parallel, TP = the number of ranks), the final norm, the output layer and the vocab-parallel
+cross-entropy. Everything but the four linear layers is Megatron's in both models, and they start
+from the same weights (Megatron's ``state_dict``, loaded strictly).
+
+Modes: ``megatron`` (the baseline, first), then fluxlite ``overlap`` modes (``fused``, ``auto``,
+``sequential``, ...). Timings as ``bench_layers.py`` (same helpers): latency (one step, ranks
+aligned and synchronised around it), throughput (steps queued back to back behind a sleep), peak
+memory over the warm-up; the modes interleaved; medians, then the max over ranks. Before timing, the
+first step's loss and grads under each mode are compared with Megatron's.
+
+TP communication: the step's collectives of ``[tokens, hidden]`` timed alone (NCCL all-gather and
+reduce-scatter, latency). Each of the swapped layers' ``L`` transformer layers makes 6 all-gathers
+and 4 reduce-scatters per step under sequence parallelism (forward: 2 AG, 2 RS; backward: the Row
+layers' grad AG, the Column layers' dgrad RS and input re-gather); Megatron's embedding and output
+layer add 3 AG and 2 RS. Reported: that sum, and how much of it a mode hides beyond Megatron's own
+overlap, ``T_megatron - T_mode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import fluxlite
+from bench_layers import (NORM_EPS, _device_name, _megatron_parallel_state, _peak_gib, _sync, add_step_args, all_ranks,
+                          rel_err, time_throughput)
+from fluxlite.demo import Timer
+from fluxlite.parallel import allreduce_sequence_parallel_grads
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_step_args(p, modes="megatron,fused,auto", dtypes=("bf16", "fp32"), warmup=3, iters=10, rounds=3, steps=3)
+    p.add_argument("--layers", type=int, default=2, help="transformer layers (Llama-3-70B has 80)")
+    p.add_argument("--vocab", type=int, default=32768)
+    p.add_argument("--max-rel-err", type=float, default=5e-2,
+                   help="exit 1 if a mode's first-step loss or any grad differs from Megatron's by more (norm-relative)")
+    return p.parse_args(argv)
+
+
+class SPRMSNorm(torch.nn.RMSNorm):
+    """Megatron's norm contract ``(config, hidden_size, eps)``, with its weight marked sequence
+    parallel (Megatron's local spec's torch norm refuses sequence parallelism; apex is not needed)."""
+
+    def __init__(self, config, hidden_size: int, eps: float = NORM_EPS, **_):
+        super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
+        self.weight.sequence_parallel = config.sequence_parallel
+
+
+def build_gpt(a, W: int, dtype: torch.dtype, device, overlap: str | None):
+    """The GPTModel, its linear layers Megatron's (``overlap=None``) or fluxlite's."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    import fluxlite.parallel as FP
+
+    cfg = TransformerConfig(
+        num_layers=a.layers, hidden_size=a.hidden, num_attention_heads=a.heads, num_query_groups=a.kv_heads,
+        ffn_hidden_size=a.ffn, tensor_model_parallel_size=W, sequence_parallel=True,
+        use_cpu_initialization=device.type == "cpu", params_dtype=dtype, bf16=dtype == torch.bfloat16,
+        hidden_dropout=0.0, attention_dropout=0.0, add_bias_linear=False, gated_linear_unit=True,
+        activation_func=F.silu, layernorm_epsilon=NORM_EPS,
+    )
+    spec = get_gpt_layer_local_spec()
+    sm = spec.submodules
+    sm.input_layernorm = sm.pre_mlp_layernorm = SPRMSNorm
+    if overlap is not None:
+        col = ModuleSpec(module=FP.ColumnParallelLinear, params={"overlap": overlap})
+        row = ModuleSpec(module=FP.RowParallelLinear, params={"overlap": overlap})
+        sm.self_attention.submodules.linear_qkv, sm.self_attention.submodules.linear_proj = col, row
+        # the MLP's submodules: a ModuleSpec's (0.16), or a functools.partial(MLP, submodules=...)'s (0.19)
+        mlp = sm.mlp.submodules if hasattr(sm.mlp, "submodules") else sm.mlp.keywords["submodules"]
+        mlp.linear_fc1, mlp.linear_fc2 = col, row
+    block = TransformerBlockSubmodules(layer_specs=[spec] * a.layers, layer_norm=SPRMSNorm)
+    torch.manual_seed(1234)
+    model = GPTModel(config=cfg, transformer_layer_spec=block, vocab_size=a.vocab, max_sequence_length=a.seq)
+    qkv = model.decoder.layers[0].self_attention.linear_qkv
+    if isinstance(qkv, FP.ColumnParallelLinear) != (overlap is not None):
+        raise RuntimeError(f"linear_qkv is {type(qkv).__name__}: the layer spec was not applied")
+    return model.to(device=device, dtype=dtype)  # as Megatron's Float16Module does for bf16
+
+
+def set_overlap(model, mode: str):
+    for module in model.modules():
+        if hasattr(module, "overlap"):  # fluxlite's parallel layers
+            module.overlap = mode
+    return model
+
+
+def make_batch(a, device) -> dict:
+    g = torch.Generator().manual_seed(99)  # the same tokens on every rank (data parallel size 1)
+    tokens = torch.randint(a.vocab, (a.batch, a.seq + 1), generator=g).to(device)
+    pos = torch.arange(a.seq, device=device).unsqueeze(0).expand(a.batch, a.seq)
+    mask = torch.ones(1, 1, a.seq, a.seq, dtype=torch.bool, device=device).tril().logical_not()
+    return dict(input_ids=tokens[:, :-1], position_ids=pos, attention_mask=mask, labels=tokens[:, 1:])
+
+
+def step(model, batch) -> torch.Tensor:
+    for p in model.parameters():
+        p.grad = None
+    loss = model(**batch).float().mean()
+    loss.backward()
+    allreduce_sequence_parallel_grads(model)  # what Megatron's finalize_model_grads does under SP
+    return loss.detach()
+
+
+def comm_alone_ms(a, W: int, dtype: torch.dtype, device, timer: Timer, iters: int) -> dict:
+    """Latency (ms, median, max over ranks) of one all-gather and one reduce-scatter of the step's
+    ``[tokens, hidden]`` activations, alone."""
+    rows = a.seq * a.batch
+    shard = torch.randn(rows // W, a.hidden, device=device).to(dtype)
+    full = torch.randn(rows, a.hidden, device=device).to(dtype)
+    out_full, out_shard = torch.empty_like(full), torch.empty_like(shard)
+    ops = dict(all_gather=lambda: dist.all_gather_into_tensor(out_full, shard),
+               reduce_scatter=lambda: dist.reduce_scatter_tensor(out_shard, full))
+    times = {}
+    for name, fn in ops.items():
+        fn()
+        times[name] = max(all_ranks(statistics.median(timer.time_once(fn) for _ in range(iters)), device, W))
+    return times
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("bench_gpt.py needs CUDA GPUs (or --device cpu for a smoke run)", file=sys.stderr)
+        return 2
+    modes = a.modes.split(",")
+    if modes[0] != "megatron":
+        raise SystemExit(f"--modes must start with megatron (the baseline), got {a.modes!r}")
+    tp = fluxlite.init(None if a.device == "cuda" else "gloo")
+    W, rank = tp.world_size, tp.rank
+    for what, n in (("heads", a.heads), ("kv-heads", a.kv_heads), ("ffn", a.ffn), ("seq", a.seq), ("vocab", a.vocab)):
+        if n % W:
+            raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
+    device = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
+    timer = Timer(device)
+    _megatron_parallel_state(W, device)
+    models = {"megatron": build_gpt(a, W, dtype, device, None)}
+    if len(modes) > 1:
+        models["fluxlite"] = build_gpt(a, W, dtype, device, modes[1])
+        models["fluxlite"].load_state_dict(models["megatron"].state_dict(), strict=True)
+    model_of = lambda mode: models["megatron"] if mode == "megatron" else set_overlap(models["fluxlite"], mode)  # noqa: E731
+    batch = make_batch(a, device)
+
+    errors, first = {}, None  # the first step's loss and grads against Megatron's
+    for mode in modes:
+        model = model_of(mode)
+        snap = [step(model, batch)] + [p.grad.clone() for _, p in sorted(model.named_parameters())]
+        _sync(device)
+        if first is None:
+            first = snap
+        else:
+            errors[mode] = max(rel_err(s, f) for s, f in zip(snap, first))
+    del first
+    peak = {}
+    for mode in modes:
+        model = model_of(mode)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(a.warmup):
+            step(model, batch)
+        _sync(device)
+        peak[mode] = _peak_gib(device)
+    latency, throughput = {m: [] for m in modes}, {m: [] for m in modes}
+    for _ in range(a.iters):
+        for mode in modes:
+            model = model_of(mode)
+            latency[mode].append(timer.time_once(lambda: step(model, batch)))
+    for _ in range(a.rounds):
+        for mode in modes:
+            model = model_of(mode)
+            throughput[mode].append(time_throughput(timer, lambda: step(model, batch), a.throughput_steps))
+    _sync(device)
+    results = {m: dict(latency_ms=max(all_ranks(statistics.median(latency[m]), device, W)),
+                       throughput_ms=max(all_ranks(statistics.median(throughput[m]), device, W)),
+                       peak_mem_gib=peak[m], max_rel_err_vs_megatron=errors.get(m, 0.0)) for m in modes}
+    comm = comm_alone_ms(a, W, dtype, device, timer, a.iters)
+    per_layer = 6 * comm["all_gather"] + 4 * comm["reduce_scatter"]
+    comm_ms = dict(comm, swapped_layers=a.layers * per_layer,
+                   step=a.layers * per_layer + 3 * comm["all_gather"] + 2 * comm["reduce_scatter"])
+    base = results["megatron"]
+    for m in modes[1:]:
+        r = results[m]
+        r["speedup_latency"] = base["latency_ms"] / r["latency_ms"]
+        r["speedup_throughput"] = base["throughput_ms"] / r["throughput_ms"]
+        r["hidden_vs_megatron_ms"] = base["throughput_ms"] - r["throughput_ms"]
+        r["hidden_share_of_comm"] = r["hidden_vs_megatron_ms"] / comm_ms["step"]
+    accurate = all(e <= a.max_rel_err for e in errors.values())
+    if rank == 0:
+        print(f"GPTModel step (fwd+loss+bwd), {a.layers} layers, hidden {a.hidden}, ffn {a.ffn}, heads "
+              f"{a.heads}/{a.kv_heads}, vocab {a.vocab}, seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} with "
+              f"sequence parallelism, {_device_name(device)}; max over ranks")
+        print(f"{'mode':>10} {'latency ms':>11} {'thruput ms':>11} {'vs megatron (lat/tp)':>21} {'peak GiB':>9} "
+              f"{'max rel err':>12}")
+        for m, r in results.items():
+            vs = f"{r.get('speedup_latency', 1):.3f} / {r.get('speedup_throughput', 1):.3f}"
+            print(f"{m:>10} {r['latency_ms']:11.2f} {r['throughput_ms']:11.2f} {vs:>21} {r['peak_mem_gib']:9.2f} "
+                  f"{r['max_rel_err_vs_megatron']:12.2e}")
+        print(f"TP communication of a step, collectives alone: {comm_ms['step']:.2f} ms "
+              f"({comm_ms['swapped_layers']:.2f} ms in the swapped layers)")
+        for m in modes[1:]:
+            r = results[m]
+            print(f"{m}: {r['hidden_vs_megatron_ms']:.2f} ms hidden beyond Megatron's overlap "
+                  f"({100 * r['hidden_share_of_comm']:.0f}% of the step's TP communication; throughput)")
+        if not accurate:
+            print(f"FAIL: a mode's first step differs from Megatron's by more than {a.max_rel_err:.0e}: {errors}")
+        if a.out:
+            import megatron.core
+            import triton
+
+            meta = dict(torch=torch.__version__, triton=triton.__version__, megatron_core=megatron.core.__version__,
+                        device=_device_name(device), world_size=W,
+                        nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+                        env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS") if k in os.environ})
+            with open(a.out, "w") as f:
+                json.dump(dict(config=vars(a), meta=meta, results=results, comm_ms=comm_ms, accurate=accurate), f, indent=2)
+    fluxlite.release_workspaces()
+    dist.destroy_process_group()
+    return 0 if accurate else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
