@@ -28,6 +28,7 @@ overlap, ``T_megatron - T_mode``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -39,7 +40,8 @@ import torch.nn.functional as F
 
 import fluxlite
 from bench_layers import (NORM_EPS, _device_name, _megatron_parallel_state, _peak_gib, _sync, add_step_args, all_ranks,
-                          rel_err, time_throughput)
+                          interleaved_timings, rel_err)
+from fluxlite._sequential import all_gather_rows, reduce_scatter_rows
 from fluxlite.demo import Timer
 from fluxlite.parallel import allreduce_sequence_parallel_grads
 
@@ -123,19 +125,18 @@ def step(model, batch) -> torch.Tensor:
     return loss.detach()
 
 
-def comm_alone_ms(a, W: int, dtype: torch.dtype, device, timer: Timer, iters: int) -> dict:
+def comm_alone_ms(a, tp, dtype: torch.dtype, device, timer: Timer, iters: int) -> dict:
     """Latency (ms, median, max over ranks) of one all-gather and one reduce-scatter of the step's
-    ``[tokens, hidden]`` activations, alone."""
+    ``[tokens, hidden]`` activations, alone (the collectives of fluxlite's sequential path, as the
+    profiler's ``comm``)."""
     rows = a.seq * a.batch
-    shard = torch.randn(rows // W, a.hidden, device=device).to(dtype)
+    shard = torch.randn(rows // tp.world_size, a.hidden, device=device).to(dtype)
     full = torch.randn(rows, a.hidden, device=device).to(dtype)
-    out_full, out_shard = torch.empty_like(full), torch.empty_like(shard)
-    ops = dict(all_gather=lambda: dist.all_gather_into_tensor(out_full, shard),
-               reduce_scatter=lambda: dist.reduce_scatter_tensor(out_shard, full))
+    ops = dict(all_gather=lambda: all_gather_rows(shard, tp), reduce_scatter=lambda: reduce_scatter_rows(full, tp))
     times = {}
     for name, fn in ops.items():
         fn()
-        times[name] = max(all_ranks(statistics.median(timer.time_once(fn) for _ in range(iters)), device, W))
+        times[name] = max(all_ranks(statistics.median(timer.time_once(fn) for _ in range(iters)), device, tp.world_size))
     return times
 
 
@@ -182,20 +183,12 @@ def main(argv=None) -> int:
             step(model, batch)
         _sync(device)
         peak[mode] = _peak_gib(device)
-    latency, throughput = {m: [] for m in modes}, {m: [] for m in modes}
-    for _ in range(a.iters):
-        for mode in modes:
-            model = model_of(mode)
-            latency[mode].append(timer.time_once(lambda: step(model, batch)))
-    for _ in range(a.rounds):
-        for mode in modes:
-            model = model_of(mode)
-            throughput[mode].append(time_throughput(timer, lambda: step(model, batch), a.throughput_steps))
+    latency, throughput = interleaved_timings(modes, lambda m: functools.partial(step, model_of(m), batch), timer, a)
     _sync(device)
     results = {m: dict(latency_ms=max(all_ranks(statistics.median(latency[m]), device, W)),
                        throughput_ms=max(all_ranks(statistics.median(throughput[m]), device, W)),
                        peak_mem_gib=peak[m], max_rel_err_vs_megatron=errors.get(m, 0.0)) for m in modes}
-    comm = comm_alone_ms(a, W, dtype, device, timer, a.iters)
+    comm = comm_alone_ms(a, tp, dtype, device, timer, a.iters)
     per_layer = 6 * comm["all_gather"] + 4 * comm["reduce_scatter"]
     comm_ms = dict(comm, swapped_layers=a.layers * per_layer,
                    step=a.layers * per_layer + 3 * comm["all_gather"] + 2 * comm["reduce_scatter"])

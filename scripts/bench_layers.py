@@ -36,6 +36,7 @@ relative error is reported; above ``--max-rel-err`` the script exits 1).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -271,6 +272,20 @@ def time_throughput(timer: Timer, fn, steps: int) -> float:
     return start.elapsed_time(end) / steps
 
 
+def interleaved_timings(modes: list[str], run_of, timer: Timer, a) -> tuple[dict, dict]:
+    """``(latency, throughput)``: per mode, ``a.iters`` one-step latencies and ``a.rounds`` throughput
+    readings (ms per step) of ``run_of(mode)()``, the modes interleaved so that clock and thermal
+    drift hit them alike (this rank's readings; :func:`all_ranks` gathers them)."""
+    latency, throughput = {m: [] for m in modes}, {m: [] for m in modes}
+    for _ in range(a.iters):
+        for m in modes:
+            latency[m].append(timer.time_once(run_of(m)))
+    for _ in range(a.rounds):
+        for m in modes:
+            throughput[m].append(time_throughput(timer, run_of(m), a.throughput_steps))
+    return latency, throughput
+
+
 def kept_activations_gib(block, x, grad, device) -> float:
     """GiB a forward keeps for its backward (allocated after it minus before it); NaN on CPU."""
     if device.type != "cuda":
@@ -311,17 +326,16 @@ def main(argv=None) -> int:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
 
     blocks = Blocks(a, W, dtype, device, "megatron" in modes, "deferred" in modes)
-    block = blocks.fluxlite
     g = torch.Generator(device=device).manual_seed(1 + rank)
     x = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
     grad = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g)
-    run = lambda: step(block, x, grad)  # noqa: E731
+    run_of = lambda m: functools.partial(step, blocks.configure(m), x, grad)  # noqa: E731
 
     # correctness across modes on the first step
     errors, first = {}, None
     for m in modes:
         block = blocks.configure(m)
-        out = run()
+        out = step(block, x, grad)
         _sync(device)
         snap = [out.detach().clone(), x.grad.clone()] + [g.clone() for g in grads(block)]
         if first is None:
@@ -337,22 +351,13 @@ def main(argv=None) -> int:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(a.warmup):
-            run()
+            step(block, x, grad)
         _sync(device)
         peak[m] = _peak_gib(device)
         for p in block.parameters():
             p.grad = None
         kept[m] = kept_activations_gib(block, x, grad, device)
-    latency = {m: [] for m in modes}
-    throughput = {m: [] for m in modes}
-    for _ in range(a.iters):
-        for m in modes:
-            block = blocks.configure(m)
-            latency[m].append(timer.time_once(run))
-    for _ in range(a.rounds):
-        for m in modes:
-            block = blocks.configure(m)
-            throughput[m].append(time_throughput(timer, run, a.throughput_steps))
+    latency, throughput = interleaved_timings(modes, run_of, timer, a)
     _sync(device)
     results = {}
     for m in modes:

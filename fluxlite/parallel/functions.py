@@ -266,12 +266,12 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, options: LinearOptions):
         x2 = _rows(x)
         if options.sp:
-            out, wgrad_input = _column_sp(x2, weight, bias, options), x2
+            out = _column_sp(x2, weight, bias, options)
         else:
-            out, wgrad_input = _linear(x2, weight, bias), x2
+            out = _linear(x2, weight, bias)
             if options.activation is not None:
                 out = apply_epilogue(out, Epilogue(options.activation), None, None, out.dtype)
-        _save(ctx, options, x, weight, bias, wgrad_input)
+        _save(ctx, options, x, weight, bias, x2)
         return _column_out(out, x, weight, options)
 
     @staticmethod
