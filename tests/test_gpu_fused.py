@@ -8,6 +8,8 @@ with NaN before every run; a NaN left behind fails the check.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import random
 import time
 
@@ -235,10 +237,13 @@ def test_eager_replays_are_captured_again_after_a_growth():
     run_gpu_ranks(_recapture_after_growth, 2)
 
 
-def _cuda(name: str, *args) -> None:
-    import ctypes
+@functools.lru_cache(maxsize=1)
+def _libcuda() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
 
-    rc = getattr(ctypes.CDLL("libcuda.so.1"), name)(*args)
+
+def _cuda(name: str, *args) -> None:
+    rc = getattr(_libcuda(), name)(*args)
     assert rc == 0, f"{name} failed: CUresult {rc}"
 
 
@@ -256,8 +261,6 @@ class _DriverAllocation:
     _reserved: dict[int, int] = {}  # nbytes -> an address range reserved for "vmm" (kept for the process)
 
     def __init__(self, rows: int, cols: int, kind: str):
-        import ctypes
-
         self.shape, self.kind, nbytes = (rows, cols), kind, rows * cols * 2
         ptr = ctypes.c_uint64(0)
         if kind == "malloc":
@@ -299,8 +302,6 @@ class _DriverAllocation:
         return torch.as_tensor(_Interface(), device=_dev()).view(BF16)
 
     def free(self) -> None:
-        import ctypes
-
         torch.cuda.synchronize()
         if self.kind == "malloc":
             _cuda("cuMemFree_v2", ctypes.c_uint64(self.ptr))
