@@ -14,7 +14,7 @@ All ranks take one agreement step together, through the process group's store (b
 fluxlite's timeout, :mod:`fluxlite.rendezvous`): each publishes the key, the choice its cache file
 holds for it (if any), whether it can build a workspace, and its host. Ranks whose keys differ raise
 :class:`~fluxlite.errors.FluxliteCallMismatchError`. If every rank's file holds the same choice, that
-is used. Otherwise all ranks measure every candidate together (:mod:`fluxlite.profile.timing`: the
+is used. Otherwise all ranks measure every candidate together (:mod:`fluxlite.timing`: the
 same calls on every rank, medians over rounds, the max over ranks), so every rank computes the same
 winner from the same figures and they can never disagree. The winner is kept in memory and written
 to the cache file. A rank with a cache file and a rank without one therefore still take the same
@@ -376,7 +376,7 @@ def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune
 
 
 def _timer(tp: TPGroup, device: torch.device):
-    from .profile.timing import Timer
+    from .timing import Timer
 
     timer = _TIMERS.get((tp.name, str(device)))
     if timer is None or timer.tp.group is not tp.group:
@@ -400,7 +400,7 @@ def pick(times: dict[str, dict[str, float]], order: list[str]) -> str:
 
 def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool) -> tuple[Choice, dict]:
     """Time every candidate on every rank together; the winner and ``{label: {mode: ms}}``."""
-    from .profile.timing import run_each_once, time_rounds
+    from .timing import run_each_once, time_rounds
 
     options = {c.label: c for c in candidates(a.device, fused_ok)}
     fns = {label: (lambda _x, c=c: run(c)) for label, c in options.items()}

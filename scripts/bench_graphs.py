@@ -23,7 +23,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fluxlite  # noqa: E402
-from fluxlite.profile.timing import Timer, time_rounds  # noqa: E402
+from fluxlite.timing import Timer, time_rounds  # noqa: E402
 
 # (op, tokens M, K, N) per rank at TP=2: BENCHMARKS.md's llama-70b shapes, then random ragged ones.
 ANCHORS = [("ag", 8192, 8192, 14336), ("rs", 8192, 14336, 8192), ("ag", 4096, 8192, 5120), ("rs", 4096, 4096, 8192)]

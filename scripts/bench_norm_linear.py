@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import fluxlite
 from fluxlite._sequential import all_gather_rows
 from fluxlite.parallel.norm_linear import NormOptions, fold, row_stats
-from fluxlite.profile.timing import Timer, run_each_once, time_rounds
+from fluxlite.timing import Timer, run_each_once, time_rounds
 
 
 def main() -> None:

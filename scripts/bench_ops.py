@@ -50,7 +50,7 @@ from fluxlite.profile import cli as profile_cli  # noqa: E402
 from fluxlite.profile.presets import PRESETS, Shape, model_shapes  # noqa: E402
 from fluxlite.profile.report import no_nan  # noqa: E402
 from fluxlite.profile.run import TIMEOUT_S, enable_torch_symm_mem, op_case, rel_err  # noqa: E402
-from fluxlite.profile.timing import MODES, Timer, run_each_once, time_rounds  # noqa: E402
+from fluxlite.timing import MODES, Timer, run_each_once, time_rounds  # noqa: E402
 
 ANCHOR_AG = [(8192, 8192, 14336), (8192, 8192, 5120), (4096, 8192, 14336), (16384, 8192, 4096)]
 BASELINES = ("cublas", "nccl", "torch_fused")  # failures here are tolerated; fluxlite's are not

@@ -18,7 +18,7 @@ import torch
 
 from fluxlite import dispatch
 from fluxlite.profile import cli, report
-from fluxlite.profile.timing import MODES
+from fluxlite.timing import MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_IMPLS = {"gemm", "comm", "sequential", "decomposed", "fused", "auto"}

@@ -160,7 +160,7 @@ def profile_on_this_rank(args) -> None:
 
     from . import report
     from .run import enable_torch_symm_mem, profile_shape
-    from .timing import Timer
+    from ..timing import Timer
 
     tp = fluxlite.init("nccl" if args.device == "cuda" else "gloo")
     device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")

@@ -23,7 +23,7 @@ from .. import dispatch
 from .._sequential import all_gather_rows, reduce_scatter_rows
 from ..group import TPGroup
 from .presets import Shape
-from .timing import Timer, run_each_once, time_rounds
+from ..timing import Timer, run_each_once, time_rounds
 
 IMPLS = ("gemm", "comm", "sequential", "decomposed", "fused", "torch_symm_mem", "auto")
 OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover

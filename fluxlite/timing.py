@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from ..group import TPGroup
+from .group import TPGroup
 
 MODES = ("throughput", "latency", "latency_event", "host", "enqueue")
 
@@ -120,7 +120,7 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
     through :meth:`Timer.max_over_ranks`), and every fluxlite workspace is released, since a failed
     fused call leaves its workspace poisoned. Returns ``({name: output}, {name: why it failed})``.
     """
-    from ..ops import release_workspaces, synchronize
+    from .ops import release_workspaces, synchronize
 
     outputs, failed = {}, {}
     for name, fn in list(fns.items()):
