@@ -6,7 +6,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
 SMALL="--hidden 4096 --ffn 11008 --heads 32 --kv-heads 8 --seq 4096 --batch 1 --warmup 3 --iters 6 --rounds 2"
-run() { name=$1; shift; env "$@" timeout 100 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-24-h100x1-ninth/scripts/layers_diag.py $SMALL $ARGS > $OUT/$name.log 2>&1; echo "== $name rc=$?"; grep -v "^W1" $OUT/$name.log | grep -E "Error|DIAG|variant|speedup|Fatal|File \"/work" | head -14; }
+run() { name=$1; shift; env "$@" timeout 100 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-24-h100x1-b/scripts/layers_diag.py $SMALL $ARGS > $OUT/$name.log 2>&1; echo "== $name rc=$?"; grep -v "^W1" $OUT/$name.log | grep -E "Error|DIAG|variant|speedup|Fatal|File \"/work" | head -14; }
 ARGS="--modes megatron,fused" run mf DIAG_CTX=1
 ARGS="--modes megatron,fused" run mf_nographs DIAG_NO_GRAPHS=1
 ARGS="--modes fused" run f_only DIAG_CTX=1
