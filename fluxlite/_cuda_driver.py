@@ -3,11 +3,11 @@ addresses and stream handles, so that a fused call's dozen copies and flag opera
 microsecond or two each rather than a torch dispatch each.
 
 - ``cuStreamBatchMemOp``: stream memory operations (32-bit flag writes and waits), a run of them
-  in one call, which a CUDA graph holds as one node (each node costs about 1 µs of a graph's launch;
-  BENCHMARKS.md, eighth session). They run on the
+  in one call, which a CUDA graph holds as one node (each node costs about 1 µs of a graph's launch).
+  They run on the
   stream's front end, not on an SM, so a producer stream built only of copies and these operations
-  never needs an SM that a spinning persistent GEMM holds, and never loads a module (the first-call
-  deadlock that lazy module loading causes in ANCHORS.md cannot happen on it). A write with default
+  never needs an SM that a spinning persistent GEMM holds, and never loads a module (so lazy module loading cannot deadlock it beside a spinning kernel;
+  docs/safety.md). A write with default
   flags fences system-wide before it stores, so a flag written after a copy on the same stream is
   seen only after the copied data.
 - ``cuMemcpyAsync``: a copy between any two addresses this context can reach (unified addressing;

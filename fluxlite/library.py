@@ -40,7 +40,7 @@ With an ``activation`` the backward first turns ``g`` into the pre-activation's 
 the pre-activation ``z = s * x̂ @ weight.T + b`` from the gathered input (kept, or gathered first)
 and takes ``act'(z) * g`` (:func:`activation_grad`); the math above then runs on that grad. Recompute,
 not save: a saved ``z`` would need a second output of the fused kernel, at ``[W*m, N_local]`` of
-memory per layer (kept for issue 13's GPU measurement to decide).
+memory per layer. Which of the two is faster on GPUs has not been measured.
 
 The gathered output of ``ag_gemm_gathered`` is not differentiable (it is an activation kept for a
 backward). ``row_scale`` has no backward here (the deferred-norm layer differentiates its own): with

@@ -20,7 +20,7 @@ Backends
 - CPU: files in /dev/shm that every rank maps, with names agreed over the (gloo) group. Each file is
   unlinked as soon as all ranks mapped it, so nothing outlives the job even if a rank is killed.
 
-The workspace only allocates and maps (DESIGN.md layer 1). What a fused call keeps between calls
+The workspace only allocates and maps (docs/design.md). What a fused call keeps between calls
 (epochs, the failure state, the plans, the producer) is :class:`fluxlite.fused.state.FusedState`,
 one per workspace.
 """

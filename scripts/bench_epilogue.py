@@ -5,7 +5,7 @@ cuBLAS with and without the same epilogue as separate torch ops.
 
 Epilogues: ``gelu`` with a row scale and bias (``N`` output columns), and ``swiglu`` with a row
 scale and bias (a ``[2N, K]`` weight). Each implementation is checked against a float32 reference,
-then timed three ways (DESIGN.md, "Performance method"), medians over rounds:
+then timed three ways (docs/benchmarking.md), medians over rounds:
 
 - throughput: 20 calls back to back behind a device sleep, CUDA events, per call;
 - latency: a sync, one call, a sync (wall clock);

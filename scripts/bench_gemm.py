@@ -22,8 +22,8 @@ from fluxlite.kernels.ag_gemm import gemm  # noqa: E402
 from fluxlite.dispatch import GPU_CONFIGS  # noqa: E402
 from fluxlite.kernels.gemm_core import GemmConfig  # noqa: E402
 
-# BENCHMARKS.md's per-rank GEMMs at TP=2, then shapes beyond that list (issue 12: K 2048-28672, N
-# 1024-57344, M 1024-32768 tokens; small and ragged M, short N).
+# Llama-3-70B's per-rank GEMMs at TP=2, then a wider range (K 2048-28672, N 1024-57344, M 1024-32768
+# tokens; small and ragged M, short N).
 SHAPES = [(8192, 8192, 14336), (8192, 14336, 8192), (8192, 8192, 5120), (16384, 8192, 4096), (8192, 5120, 8192),
           (16384, 4096, 8192),
           (1024, 8192, 4096), (2000, 5120, 1376), (3000, 4096, 1024), (4096, 28672, 4096), (8192, 2048, 28672),

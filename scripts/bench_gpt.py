@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A whole Megatron-core ``GPTModel`` training step (forward, loss, backward, the sequence-parallel
 grad all-reduce) with fluxlite's layers in ``linear_qkv``/``linear_proj``/``linear_fc1``/``linear_fc2``,
-against the same model with Megatron's own layers: issue 15's model-level comparison.
+against the same model with Megatron's own layers: the model-level comparison.
 
     PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_gpt.py --out bench_gpt.json
 

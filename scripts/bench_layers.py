@@ -11,9 +11,8 @@ RowParallelLinear -> residual. Activations between the TP regions are [s/tp, b, 
 parallel), so the four layers run fluxlite's AG-GEMM / GEMM-RS in the forward and in the backward.
 
 Mode ``megatron`` is the baseline a user compares against: the same block with megatron-core's own
-``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), issue 15's
-comparison, e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
-Mode ``deferred`` is issue 13's block: fluxlite's ``LayerNormColumnParallelLinear`` (RMSNorm deferred
+``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
+Mode ``deferred`` is the deferred-norm block: fluxlite's ``LayerNormColumnParallelLinear`` (RMSNorm deferred
 past the GEMM, fused overlap) for QKV and fc1, fc1 with the SwiGLU epilogue, and no separate norms;
 the same weights (each norm's weight becomes its layer's ``layer_norm_weight``).
 

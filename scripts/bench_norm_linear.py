@@ -1,4 +1,4 @@
-"""Issue 13's benchmark: RMSNorm -> all-gather GEMM -> SwiGLU, three ways, forward, one run.
+"""The deferred-norm benchmark: RMSNorm -> all-gather GEMM -> SwiGLU, three ways, forward, one run.
 
     torch_unfused   rms_norm(x); all_gather; matmul; silu(gate) * up          (four ops)
     norm_then_fused rms_norm(x); fluxlite.ag_gemm(impl="fused"); silu * up    (the norm and SwiGLU as separate ops)

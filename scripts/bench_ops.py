@@ -8,13 +8,13 @@ fails or is off by more than --max-rel-err; the baselines may fail (reported, th
 
 Shapes are ``op:M,K,N``: AG ``M`` gathered rows, ``K`` hidden, ``N`` local output columns; RS ``M``
 rows, ``K`` local reduction size, ``N`` outputs. ``M`` is rounded up to a multiple of the world size.
-The default shapes are Llama-3-70B's per-rank GEMMs at TP=2 (ANCHORS.md), whatever the world size;
+The default shapes are Llama-3-70B's per-rank GEMMs at TP=2, whatever the world size;
 ``--model`` (and ``--tokens``) gives a preset's shapes at this run's world size (fluxlite-profile's).
 Implementations: cublas (the per-rank GEMM alone), nccl (the collective alone), sequential,
 torch_fused (torch.ops.symm_mem), fl_gemm (fluxlite's Triton GEMM alone), fused, fused_keep (AG,
 return_gathered=True) and auto. Each fluxlite impl is checked once against a reference first.
 
-Modes (DESIGN.md "Performance method"), each a median over rounds, then the max over ranks; every
+Modes (docs/benchmarking.md), each a median over rounds, then the max over ranks; every
 round times every impl once in each mode, in an order that rotates from round to round. The cases
 and the timing are fluxlite-profile's (fluxlite/profile/run.py and timing.py), with fluxlite's own
 GEMM alone and fused_keep added:
@@ -60,8 +60,8 @@ NAMES = dict(gemm="cublas", comm="nccl", torch_symm_mem="torch_fused")  # this s
 
 
 def default_shapes(W: int) -> list:
-    """ANCHORS.md's four, then four more (large N, ragged m = 1000 rows per rank, large, small);
-    RS uses the same problems with K and N swapped, as ANCHORS.md does."""
+    """Llama-3-70B's four anchor shapes, then four more (large N, ragged m = 1000 rows per rank, large,
+    small); RS uses the same problems with K and N swapped."""
     ag = ANCHOR_AG + [(2048, 8192, 7168), (1000 * W, 5120, 1376), (16384, 4096, 28672), (512, 8192, 8192)]
     return [("ag", s) for s in ag] + [("rs", (M, N, K)) for M, K, N in ag]
 
@@ -154,7 +154,7 @@ def print_table(meta: dict, rows: list) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", type=parse_shape, metavar="OP:M,K,N",
-                   help="e.g. ag:8192,8192,14336 rs:8192,14336,8192 (default: ANCHORS.md's 4 + 4 more, per op)")
+                   help="e.g. ag:8192,8192,14336 rs:8192,14336,8192 (default: the 4 anchor shapes + 4 more, per op)")
     p.add_argument("--model", choices=sorted(PRESETS),
                    help="a preset's layer shapes (forward and dgrad) at this run's world size, instead of the defaults")
     p.add_argument("--tokens", default="8192", help="with --model: comma list of token counts (sequence x batch)")

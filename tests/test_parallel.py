@@ -22,7 +22,7 @@ from tests.dist_utils import run_ranks
 os.environ.setdefault("FLUXLITE_TEST_SEED", str(random.randrange(2**31)))
 SEED = int(os.environ["FLUXLITE_TEST_SEED"])
 TOL = dict(rtol=1e-10, atol=1e-10)  # float64 through torch.matmul and gloo: only summation order differs
-# The fused GEMM-RS sums the ranks' partials in fp32 (DESIGN.md: accumulate in fp32), even for float64.
+# The fused GEMM-RS sums the ranks' partials in fp32 (accumulation is fp32), even for float64.
 TOL_FUSED = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -360,7 +360,7 @@ def _single_rank_worker(rank, W, seed):
     with pytest.warns(UserWarning, match="Disabling sequence parallel"):
         layer = ColumnParallelLinear(8, 4, config=cfg, init_method=_init(seed), keep_master_weight_for_test=True)
     assert layer.sequence_parallel is False
-    with pytest.warns(UserWarning, match="keep_gathered_input=True was removed"):  # fluxlite's own, deleted
+    with pytest.warns(UserWarning, match="keep_gathered_input=True has been removed and is ignored"):
         ColumnParallelLinear(8, 4, config=cfg, init_method=_init(seed), keep_gathered_input=True)
     x = torch.randn(5, 2, 8, dtype=torch.float64)
     out, _ = layer(x)

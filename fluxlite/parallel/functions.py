@@ -31,9 +31,9 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
       wait x̂;  dW = gᵀ · x̂               [N/W, W*m] @ [W*m, K]
       db = Σ_rows g;  wait dx
 
-  Keeping ``x̂`` from the forward instead (``ag_gemm_gathered``) was measured on 2×H200 at Llama-70B
-  width (BENCHMARKS.md, twelfth session): no faster (1% either way), and ``W`` times the activation
-  memory. So the layers keep only ``x``, as Megatron does.
+  Keeping ``x̂`` from the forward instead (``ag_gemm_gathered``) is no faster at Llama-70B width on
+  2×H200 (1% either way) and keeps ``W`` times the activation memory, so the layers keep only ``x``,
+  as Megatron does.
 * otherwise (Megatron's ``allreduce_dgrad``): ``y = x weightᵀ + b`` on the replicated input; backward
   ``dx = g · weight`` all-reduced asynchronously while ``dW`` is computed.
 

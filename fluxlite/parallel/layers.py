@@ -50,11 +50,11 @@ from .utils import (
 # set, except these: the TP group comes from pg_collection, and `name` (0.18+, passed by Megatron's own
 # modules) is ignored by Megatron's layers too.
 _CONSUMED_KWARGS = ("pg_collection", "name")
-# fluxlite's own keywords that were removed, and why (set, they warn with this instead).
+# fluxlite's own keywords that no longer exist, and what to do instead (set, they warn with this).
 _REMOVED_KWARGS = {
-    "keep_gathered_input": "was removed: under sequence parallelism the Column layer keeps only its input rows "
-                           "and gathers them again in the backward (no slower on 2xH200, less memory; "
-                           "BENCHMARKS.md, twelfth session), so it is ignored",
+    "keep_gathered_input": "has been removed and is ignored: under sequence parallelism the Column layer always "
+                           "keeps only this rank's input rows and gathers them again in the backward, which is as "
+                           "fast and uses less memory. Remove the keyword; nothing else needs to change",
 }
 
 

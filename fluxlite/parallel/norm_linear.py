@@ -20,9 +20,9 @@ recomputed whenever ``W``, ``γ``, ``β`` or ``b`` change (parameter versions), 
 
 Precision: exact in real arithmetic, not bitwise. In bf16 the folded weight is rounded, so
 ``Σ_h W′`` is no longer exactly 0 and a row's mean ``μ`` leaks into the output with a relative
-error of about ``|μ|·s`` times bf16's rounding (measured in the README: 1.8e-1 at ``|μ|·s = 100``,
-and 1.24 on one H200 with unit-variance weights). That cannot be detected per call without a host
-synchronisation (a lagged check let one wrong step through on the GPU), so LayerNorm rows are
+error of about ``|μ|·s`` times bf16's rounding (tests/test_norm_linear.py: 1.8e-1 at ``|μ|·s = 100``;
+1.24 on one H200 with unit-variance weights). That cannot be detected per call without a host
+synchronisation (a check that lags a step behind lets one wrong step through), so LayerNorm rows are
 always centred (``x − μ``, one elementwise pass) before they are sent: the error is then the
 unfused path's at any offset. The folded weight and the collective are unchanged by it. RMSNorm has
 no such term and sends its rows as they are.
