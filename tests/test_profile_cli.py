@@ -1,7 +1,8 @@
 """fluxlite-profile end to end on 2 gloo CPU ranks (it spawns them itself): the JSON schema, the
-CSV and PNG, positive times, figures consistent with the reported times, the dispatch cache that
-``--tune`` fills; re-drawing from the JSON; bad arguments (one line, non-zero exit). The GPU test
-runs the llama3-70b preset on 2 GPUs."""
+CSV and PNG, positive times, the limit and the efficiency against it consistent with the reported
+times, the dispatch cache that ``--tune`` fills; re-drawing from the JSON; bad arguments (one line,
+exit 2, once, also under torchrun); a run stopped by a signal or ``--time-limit`` writes the shapes
+it measured; fluxlite's own git commit. The GPU test runs the llama3-70b preset on 2 GPUs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import csv
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,29 +18,41 @@ from pathlib import Path
 import pytest
 import torch
 
+import fluxlite
 from fluxlite import dispatch
-from fluxlite.profile import cli, report
+from fluxlite.profile import cli, limit, report
 from fluxlite.timing import MODES
 
 ROOT = Path(__file__).resolve().parents[1]
-CPU_IMPLS = {"gemm", "comm", "sequential", "decomposed", "fused", "auto"}
+CPU_IMPLS = {"gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused", "auto"}
+OVERLAPPED = {"sequential", "decomposed", "fused", "torch_symm_mem", "auto"}
+
+
+def _env(out: Path) -> dict:
+    return dict(os.environ, FLUXLITE_CACHE_DIR=str(out / "cache"), FLUXLITE_TIMEOUT_S="60",
+                PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+def _command(out: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "fluxlite.profile", "--out", str(out), "--no-progress", *args]
 
 
 def _profile(out: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, FLUXLITE_CACHE_DIR=str(out / "cache"), FLUXLITE_TIMEOUT_S="60",
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    return subprocess.run([sys.executable, "-m", "fluxlite.profile", "--out", str(out), "--no-progress", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(_command(out, *args), cwd=ROOT, env=_env(out), capture_output=True, text=True, timeout=timeout)
 
 
 def _check_row(row: dict, impls: set[str]) -> None:
     t = row["times_ms"]
     assert set(t) == impls, (set(t), row["failed"])
     assert all(t[i][m] > 0 for i in t for m in MODES), t
-    g, c = t["gemm"]["throughput"], t["comm"]["throughput"]
-    for impl in impls - {"gemm", "comm"}:
+    g, seq, lim = t["gemm"]["throughput"], t["sequential"]["throughput"], t["limit"]["throughput"]
+    assert row["limit_ms"] == lim
+    assert set(row["efficiency"]) == set(row["vs_limit"]) == impls & OVERLAPPED
+    for impl in impls & OVERLAPPED:
         f = t[impl]["throughput"]
-        assert math.isclose(row["overlap_efficiency"][impl], (g + c - f) / min(g, c), rel_tol=1e-9, abs_tol=1e-12)
+        eff = limit.efficiency(seq, f, lim)
+        assert row["efficiency"][impl] == eff or (math.isnan(eff) and math.isnan(row["efficiency"][impl]))
+        assert math.isclose(row["vs_limit"][impl], f / lim, rel_tol=1e-9)
         assert math.isclose(row["exposed_comm_ms"][impl], f - g, rel_tol=1e-9, abs_tol=1e-12)
         for mode in ("throughput", "latency", "host"):
             want = t["sequential"][mode] / t[impl][mode]
@@ -46,55 +60,133 @@ def _check_row(row: dict, impls: set[str]) -> None:
     assert row["flops"] == 2.0 * row["M"] * row["K"] * row["N"]
 
 
-@pytest.mark.timeout(240)
-def test_profile_two_cpu_ranks_end_to_end(tmp_path):
-    run = _profile(tmp_path, "--shape", "64,32,48", "--shape", "rs:96,40,24", "--nproc", "2", "--rounds", "2",
+def test_efficiency_against_the_limit():
+    assert limit.efficiency(10.0, 10.0, 6.0) == 0.0 and limit.efficiency(10.0, 6.0, 6.0) == 1.0
+    assert limit.efficiency(10.0, 8.0, 6.0) == 0.5 and limit.efficiency(10.0, 12.0, 6.0) == -0.5
+    assert math.isnan(limit.efficiency(10.0, 8.0, 9.95))  # sequential within noise of the limit: nothing to hide
+    assert math.isnan(limit.efficiency(10.0, math.nan, 6.0))
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> Path:
+    """One profile on 2 CPU ranks, checked by the tests below; its ``--out`` folder."""
+    out = tmp_path_factory.mktemp("profile")
+    run = _profile(out, "--shape", "64,32,48", "--shape", "rs:96,40,24", "--nproc", "2", "--rounds", "2",
                    "--warmup", "1", "--sets", "2", "--tune")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    assert "overlap" in run.stdout and "AG 64x32->48" in run.stdout and "RS 96x40->24" in run.stdout, run.stdout
+    (out / "stdout.txt").write_text(run.stdout)
+    (out / "stderr.txt").write_text(run.stderr)
+    return out
 
-    data = json.loads((tmp_path / "profile.json").read_text())
-    assert data["schema"] == report.SCHEMA
+
+@pytest.mark.timeout(240)
+def test_profile_two_cpu_ranks_end_to_end(profiled):
+    stdout = (profiled / "stdout.txt").read_text()
+    assert "AG 64x32->48" in stdout and "RS 96x40->24" in stdout and "limit" in stdout and "fused eff" in stdout
+    assert "passes" not in stdout, "no --model: no pass names to show"
+    note = (profiled / "stderr.txt").read_text().splitlines()
+    assert len(note) == 1 and "only exercise the profiler's protocol" in note[0], note
+
+    data = json.loads((profiled / "profile.json").read_text())
+    assert data["schema"] == report.SCHEMA == "fluxlite-profile/2"
     meta = data["meta"]
     assert meta["world_size"] == 2 and meta["device"] == "cpu" and meta["backend"] == "gloo" and meta["dtype"] == "fp32"
-    assert meta["torch"] == torch.__version__ and meta["fluxlite"] and meta["date"] and "git_commit" in meta
+    assert meta["torch"] == torch.__version__ and meta["fluxlite"] and meta["date"] and meta["stopped"] is None
+    assert meta["git_commit"] == cli.git_commit()
     rows = data["rows"]
     assert [(r["op"], r["M"], r["K"], r["N"]) for r in rows] == [
         ("ag_gemm", 64, 32, 48), ("gemm_rs", 64, 32, 48), ("gemm_rs", 96, 40, 24)]
-    cached = dispatch.load_cache(tmp_path / "cache" / "dispatch.json")
+    cached = dispatch.load_cache(profiled / "cache" / "dispatch.json")
     for row in rows:
         _check_row(row, CPU_IMPLS)
+        # gloo's collective alone is slower than a CPU matmul with a memmove beside it, so there is
+        # communication to hide and the efficiency is a number
+        assert 0 < row["limit_ms"] < row["times_ms"]["sequential"]["throughput"] * 0.99, row["times_ms"]
+        assert all(math.isfinite(row["efficiency"][i]) for i in ("decomposed", "fused", "auto")), row["efficiency"]
         assert not row["failed"], row["failed"]
         assert all(e < 1e-5 for e in row["rel_err"].values()) and set(row["rel_err"]) >= {"decomposed", "fused"}
         assert row["auto"]["source"] == "measured" and row["auto"]["impl"] in ("sequential", "decomposed", "fused")
     assert len(cached) == 3 and {e["impl"] for e in cached.values()} <= {"sequential", "decomposed", "fused"}
 
-    with (tmp_path / "profile.csv").open() as f:
+    with (profiled / "profile.csv").open() as f:
         lines = list(csv.DictReader(f))
     assert tuple(lines[0]) == report.CSV_FIELDS and len(lines) == 3 * len(CPU_IMPLS)
-    first = next(ln for ln in lines if ln["impl"] == "fused" and ln["op"] == "ag_gemm")
-    assert float(first["throughput_ms"]) == rows[0]["times_ms"]["fused"]["throughput"]
-    assert (tmp_path / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {"limit_ms", "efficiency", "vs_limit"} <= set(report.CSV_FIELDS)
+    fused = [ln for ln in lines if ln["impl"] == "fused"]
+    for ln, row in zip(fused, rows):
+        assert float(ln["throughput_ms"]) == row["times_ms"]["fused"]["throughput"]
+        assert float(ln["limit_ms"]) == row["limit_ms"] and float(ln["efficiency"]) == row["efficiency"]["fused"]
+        assert math.isfinite(float(ln["efficiency"])) and float(ln["vs_limit"]) == row["vs_limit"]["fused"]
+    assert (profiled / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+
+def test_redraw_from_the_json_and_from_a_schema_1_file(profiled, tmp_path):
     redrawn = tmp_path / "again"  # the outputs re-drawn from the JSON alone
-    assert cli.main(["--from-json", str(tmp_path / "profile.json"), "--out", str(redrawn)]) == 0
-    assert (redrawn / "profile.csv").read_text() == (tmp_path / "profile.csv").read_text()
+    assert cli.main(["--from-json", str(profiled / "profile.json"), "--out", str(redrawn)]) == 0
+    assert (redrawn / "profile.csv").read_text() == (profiled / "profile.csv").read_text()
     assert (redrawn / "profile.png").exists()
+
+    data = json.loads((profiled / "profile.json").read_text())  # as fluxlite-profile/1 wrote it: no limit
+    data["schema"] = "fluxlite-profile/1"
+    for r in data["rows"]:
+        for key in ("limit_ms", "efficiency", "vs_limit"):
+            del r[key]
+        del r["times_ms"]["limit"], r["times_ms"]["copy"]
+        r["overlap_efficiency"] = {}
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    meta, rows = report.read_json(tmp_path / "old.json")
+    assert all(math.isnan(r["limit_ms"]) and r["efficiency"] == {} and "overlap_efficiency" not in r for r in rows)
+    assert "AG 64x32->48" in report.format_table(meta, rows)
+
+
+def test_the_chart_keeps_its_legend_off_the_bars_and_marks_each_limit(profiled):
+    meta, rows = report.read_json(profiled / "profile.json")
+    fig = report.chart(meta, rows)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes.x1, (legend, axes)
+    segments = [seg for c in ax.collections for seg in c.get_segments()]
+    assert sorted(seg[0][1] for seg in segments) == sorted(r["limit_ms"] for r in rows)
+    assert all(seg[0][1] == seg[1][1] for seg in segments)  # horizontal, one per shape
+    assert f"fluxlite {fluxlite.__version__}" in ax.get_title()
+    assert ("git " + meta["git_commit"] in ax.get_title()) if meta["git_commit"] else "git" not in ax.get_title()
+    assert any(label.get_text() == "limit: GEMM with the\ncopies beside it" for label in ax.get_legend().get_texts())
+
+
+def test_the_passes_column_shows_only_with_pass_names(profiled):
+    meta, rows = report.read_json(profiled / "profile.json")
+    assert "passes" not in report.format_table(meta, rows).splitlines()[1]
+    rows[0]["names"] = ["qkv.fwd"]
+    table = report.format_table(meta, rows).splitlines()
+    assert "passes" in table[1] and "qkv.fwd" in table[2] and table[3].split()[2] == "-", table
 
 
 @pytest.mark.parametrize("argv,names", [
     (["--shape", "64,32"], "M,K,N"),
     (["--shape", "xx:1,2,3"], "M,K,N"),
+    (["--shape=-64,32,48"], "positive integers"),
     (["--model", "llama9-1t"], "llama3-70b"),
     (["--shape", "65,32,48", "--nproc", "2"], "divisible by the number of ranks (2)"),
     (["--model", "llama3-8b", "--nproc", "3", "--tokens", "8190"], "does not divide"),
     (["--model", "llama3-8b", "--nproc", "3"], "--tokens (8192) must be divisible"),
     (["--model", "llama3-8b", "--nproc", "2", "--tp", "4"], "--tp 4 must equal"),
+    (["--model", "llama3-8b", "--tokens", "0"], "--tokens: must be positive, got 0"),
+    (["--model", "llama3-8b", "--tokens", "-8"], "--tokens: must be positive, got -8"),
     (["--shape", "64,32,48", "--nproc", "64", "--device", "cuda"], "GPUs"),
     (["--nproc", "2"], "--shape"),
     (["--shape", "64,32,48", "--rounds", "0"], "positive"),
+    (["--shape", "64,32,48", "--warmup", "-1"], "0 or more"),
+    (["--shape", "64,32,48", "--batch-ms", "nan"], "positive"),
+    (["--shape", "64,32,48", "--impls", "fused,nope"], "comma list of sequential"),
+    (["--shape", "64,32,48", "--impls", "torch_symm_mem", "--device", "cpu"], "CUDA only"),
+    (["--shape", "64,32,48", "--ops", "ag,xx"], "comma list of ag, rs"),
+    (["--shape", "64,32,48", "--time-limit", "0"], "positive"),
+    (["--from-json", "/nonexistent/profile.json"], "cannot read"),
 ])
-def test_bad_arguments_give_one_line_and_exit_2(argv, names, capsys):
+def test_bad_arguments_give_one_line_and_exit_2(argv, names, capsys, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == 2
@@ -102,9 +194,108 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, names, capsys):
     assert err.count("\n") == 1 and err.startswith("fluxlite-profile: error:") and names in err, err
 
 
-def test_bad_arguments_from_the_command_line(tmp_path):
+def test_out_must_be_a_folder(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--shape", "64,32,48", "--out", str(tmp_path / "file")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--out must be a folder" in err, err
+
+
+def test_under_torchrun_only_rank_0_reports_bad_arguments(capsys, monkeypatch):
+    """Every rank reaches the same verdict; rank 0 says it (exit 2), the others exit quietly."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, code, lines in (("1", 0, 0), ("0", 2, 1)):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["--model", "llama3-8b", "--tokens", "0"])
+        err = capsys.readouterr().err
+        assert exc.value.code == code and err.count("\n") == lines, (rank, exc.value.code, err)
+
+
+@pytest.mark.timeout(120)
+def test_bad_arguments_from_the_command_line_and_under_torchrun(tmp_path):
     run = _profile(tmp_path, "--model", "nope", timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "invalid choice" in run.stderr, run.stderr
+    assert not (tmp_path / "profile.json").exists()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+           "fluxlite.profile", "--shape", "64,32,48", "--impls", "nope", "--out", str(tmp_path)]
+    run = subprocess.run(cmd, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    ours = [line for line in run.stderr.splitlines() if line.startswith("fluxlite-profile")]
+    assert run.returncode != 0 and ours == [
+        "fluxlite-profile: error: argument --impls: expected a comma list of sequential, decomposed, fused, "
+        "torch_symm_mem, auto, got 'nope'"], run.stderr
+    # no rank's traceback: only torchrun's own report of the failed worker follows (rank 0, status 2)
+    assert "exitcode  : 2" in run.stderr and run.stderr.count("Traceback") == 1 and "fluxlite/" not in run.stderr
+
+
+def test_a_long_cpu_run_is_refused_with_what_fits(capsys, monkeypatch):
+    """llama3-8b at 512 tokens on 2 CPU ranks of a 2-core machine would take minutes: refused at
+    parse time, with a token count that fits; --time-limit or that count is accepted."""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    argv = ["--model", "llama3-8b", "--tokens", "512", "--nproc", "2", "--device", "cpu"]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--time-limit" in err, err
+    fits = int(err.split("--tokens ")[1].split(")")[0])
+    assert fits < 512 and cli.cpu_estimate_s(cli.parse_args(argv[:2] + ["--tokens", str(fits)] + argv[4:]), 1) <= 60
+    assert cli.parse_args(argv + ["--time-limit", "600"]).shapes
+
+
+@pytest.mark.timeout(180)
+def test_a_signal_stops_the_run_and_the_measured_shapes_are_written(tmp_path):
+    """SIGTERM to fluxlite-profile once the first shape is measured: it passes it to the ranks, and
+    rank 0 writes the table, JSON, CSV and PNG of what it has, marked partial; exit 128 + 15."""
+    shapes = [a for m in (64, 128, 192, 256) for a in ("--shape", f"ag:{m},32,48")]
+    proc = subprocess.Popen(_command(tmp_path, "--nproc", "2", *shapes), cwd=ROOT, env=_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stdout:  # the progress lines: signal once the first shape is in
+        seen.append(line)
+        if line.startswith("fluxlite-profile: 1/4"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + out + err
+    assert "Traceback" not in err and "stopped by SIGTERM after" in out, out + err
+    data = json.loads((tmp_path / "profile.json").read_text())
+    assert data["meta"]["stopped"] == "SIGTERM" and 1 <= len(data["rows"]) < 4
+    for row in data["rows"]:
+        _check_row(row, CPU_IMPLS)
+    with (tmp_path / "profile.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == len(data["rows"]) * len(CPU_IMPLS)
+    assert (tmp_path / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(180)
+def test_the_time_limit_stops_after_a_shape_and_writes_it(tmp_path):
+    run = _profile(tmp_path, "--nproc", "2", "--shape", "ag:64,32,48", "--shape", "ag:128,32,48",
+                   "--time-limit", "0.001")
+    assert run.returncode == cli.EXIT_TIME_LIMIT, run.stdout[-4000:] + run.stderr[-4000:]
+    data = json.loads((tmp_path / "profile.json").read_text())
+    assert data["meta"]["stopped"] == "--time-limit 0.001 s" and len(data["rows"]) == 1
+    assert "PARTIAL" in run.stdout and (tmp_path / "profile.png").exists() and (tmp_path / "profile.csv").exists()
+
+
+def test_the_commit_is_fluxlites_own(tmp_path, monkeypatch):
+    """From this checkout: its HEAD, whatever the current directory. A copy inside another git
+    repository (a virtualenv in a project) or outside any: no commit."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    assert cli.git_commit().split("+")[0] == head
+    project = tmp_path / "project"
+    package = project / ".venv" / "site-packages" / "fluxlite"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "."], check=True)
+    monkeypatch.setattr(fluxlite, "__file__", str(package / "__init__.py"))
+    assert cli.git_commit() is None
+    monkeypatch.setattr(fluxlite, "__file__", str(tmp_path / "elsewhere" / "fluxlite" / "__init__.py"))
+    assert cli.git_commit() is None
 
 
 def test_presets_derive_the_anchor_shapes():

@@ -1,17 +1,21 @@
 """The profiler's outputs: a table on the terminal, JSON, CSV and a PNG chart.
 
 JSON (``profile.json``, schema :data:`SCHEMA`): ``{"schema", "meta", "rows"}``. ``meta``: device,
-world size, backend, dtype, versions (torch, triton, fluxlite, nccl), date, git commit, command and
-the timing settings. Each row: ``op, M, K, N, names, flops``; ``times_ms[impl][mode]`` (modes of
-:data:`fluxlite.profile.timing.MODES`); ``speedup_vs_sequential[impl][mode]``;
-``exposed_comm_ms[impl]``; ``overlap_efficiency[impl]``; ``rel_err[impl]`` (against sequential);
-``failed[impl]`` (why); ``auto`` (what ``impl="auto"`` chooses: impl, config, label, source).
-NaN is written as ``null``.
+world size, backend, dtype, versions (torch, triton, fluxlite, nccl), date, fluxlite's git commit,
+command, the timing settings, and ``stopped`` (why the run ended early, or null; then ``rows`` holds
+the shapes finished before, of ``shapes`` planned). Each row: ``op, M, K, N, names, flops``;
+``times_ms[impl][mode]`` (modes of :data:`fluxlite.timing.MODES`); ``limit_ms`` (the
+overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequential[impl][mode]``,
+``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]`` (the figures of
+:mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
+``auto`` (what ``impl="auto"`` chooses: impl, config, label, source). NaN is written as ``null``.
+:func:`read_json` also reads the earlier ``fluxlite-profile/1`` files (no limit: NaN).
 
 CSV (``profile.csv``): one line per row and implementation, with the same figures.
 
 PNG (``profile.png``, needs matplotlib): per shape, a bar per implementation, stacked: the GEMM
-alone, then the exposed communication on top (none where the implementation beat the GEMM alone).
+alone, then the exposed communication on top (none where the implementation beat the GEMM alone);
+a black line across the shape's bars at the limit, and each overlapped bar's efficiency above it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,16 @@ from pathlib import Path
 
 from .run import IMPLS, REPORTED_MODES
 
-SCHEMA = "fluxlite-profile/1"
+SCHEMA = "fluxlite-profile/2"
+READABLE = (SCHEMA, "fluxlite-profile/1")
+PER_IMPL = ("exposed_comm_ms", "efficiency", "vs_limit")  # the row's {impl: figure} fields
 CSV_FIELDS = ("op", "M", "K", "N", "names", "impl", *(f"{m}_ms" for m in REPORTED_MODES),
-              *(f"speedup_{m}" for m in REPORTED_MODES), "exposed_comm_ms", "overlap_efficiency", "auto")
+              *(f"speedup_{m}" for m in REPORTED_MODES), "exposed_comm_ms", "limit_ms", "efficiency", "vs_limit",
+              "auto")
 CHART_IMPLS = ("sequential", "decomposed", "fused", "torch_symm_mem")
+EFFICIENCY_TEXT = ("efficiency = (T_seq - T_impl) / (T_seq - T_limit): the share of the communication the hardware "
+                   "lets an overlapped op hide that it hides (1: all, 0: none, as sequential; '-': nothing to hide)")
+LIMIT_TEXT = "limit: the GEMM alone while the copy engine moves the op's bytes beside it, the best an overlapped op can do"
 
 
 def no_nan(v):
@@ -48,18 +58,25 @@ def write_json(path: Path, meta: dict, rows: list[dict]) -> None:
 
 
 def read_json(path: Path) -> tuple[dict, list[dict]]:
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ValueError(f"{path} is not a {SCHEMA} file")
+    """``(meta, rows)`` of a profile.json; raises ``ValueError`` naming ``path`` if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") not in READABLE:
+        raise ValueError(f"{path} is not a fluxlite-profile JSON file (schema {' or '.join(READABLE)})")
     nan = float("nan")
 
     def back(v):  # null -> NaN, so the figures compute as they did
         if isinstance(v, dict):
             return {k: back(x) for k, x in v.items()}
         return nan if v is None else v
-    rows = [dict(r, times_ms=back(r["times_ms"]), speedup_vs_sequential=back(r["speedup_vs_sequential"]),
-                 exposed_comm_ms=back(r["exposed_comm_ms"]), overlap_efficiency=back(r["overlap_efficiency"]))
-            for r in data["rows"]]
+    rows = []
+    for r in data["rows"]:
+        r = dict(r, times_ms=back(r["times_ms"]), speedup_vs_sequential=back(r["speedup_vs_sequential"]),
+                 limit_ms=back(r.get("limit_ms")), **{k: back(r.get(k, {})) for k in PER_IMPL})
+        r.pop("overlap_efficiency", None)  # schema 1's figure, replaced by the efficiency against the limit
+        rows.append(r)
     return data["meta"], rows
 
 
@@ -73,12 +90,20 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                 s = r["speedup_vs_sequential"].get(impl, {})
                 out.writerow([r["op"], r["M"], r["K"], r["N"], " ".join(r["names"]), impl,
                               *(t[m] for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
-                              r["exposed_comm_ms"].get(impl, ""), r["overlap_efficiency"].get(impl, ""),
-                              r["auto"]["label"]])
+                              r["exposed_comm_ms"].get(impl, ""), r["limit_ms"], r["efficiency"].get(impl, ""),
+                              r["vs_limit"].get(impl, ""), r["auto"]["label"]])
+
+
+def title(meta: dict) -> str:
+    """One line: where it ran, and which fluxlite (its git commit when imported from a checkout)."""
+    commit = f", git {meta['git_commit']}" if meta.get("git_commit") else ""
+    stopped = f"; PARTIAL, stopped by {meta['stopped']}" if meta.get("stopped") else ""
+    return (f"fluxlite-profile: {meta['device']} x{meta['world_size']} ({meta['backend']}), {meta['dtype']}; "
+            f"fluxlite {meta['fluxlite']}{commit}{stopped}")
 
 
 def write_png(path: Path, meta: dict, rows: list[dict]) -> bool:
-    """The stacked-bar chart; ``False`` (with a warning) when matplotlib is not installed."""
+    """The chart (:func:`chart`) as a PNG; ``False`` (with a warning) when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -88,69 +113,98 @@ def write_png(path: Path, meta: dict, rows: list[dict]) -> bool:
         warnings.warn("fluxlite-profile: matplotlib is not installed, so no PNG was written "
                       "(pip install 'fluxlite[profile]', or re-plot later with --from-json)", RuntimeWarning)
         return False
-    impls = [i for i in CHART_IMPLS if any(i in r["times_ms"] for r in rows)]
-    width = 0.8 / max(len(impls), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) * max(len(impls), 1) / 3), 4.8))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for j, impl in enumerate(impls):
-        xs, gemm, exposed = [], [], []
-        for i, r in enumerate(rows):
-            if impl in r["times_ms"] and "gemm" in r["times_ms"]:
-                xs.append(i + (j - (len(impls) - 1) / 2) * width)
-                gemm.append(r["times_ms"]["gemm"]["throughput"])
-                exposed.append(max(0.0, r["exposed_comm_ms"][impl]))
-        ax.bar(xs, gemm, width, color=colors[j % len(colors)], label=f"{impl}: GEMM", edgecolor="black", linewidth=0.4)
-        ax.bar(xs, exposed, width, bottom=gemm, color=colors[j % len(colors)], alpha=0.45, hatch="//",
-               label=f"{impl}: exposed comm", edgecolor="black", linewidth=0.4)
-    ax.set_xticks(range(len(rows)), [label(r) + ("\n" + ", ".join(r["names"]) if r["names"] else "") for r in rows],
-                  rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("ms per call (throughput mode)")
-    ax.set_title(f"fluxlite-profile: {meta['device']} x{meta['world_size']}, {meta['dtype']}, "
-                 f"{meta.get('git_commit') or ''}", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig = chart(meta, rows)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True
 
 
+def chart(meta: dict, rows: list[dict]):
+    """The stacked-bar chart of the module docstring, a matplotlib ``Figure``; its legend sits
+    right of the axes, off the bars."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    impls = [i for i in CHART_IMPLS if any(i in r["times_ms"] for r in rows)]
+    width = 0.8 / max(len(impls), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) * max(len(impls), 1) / 3) + 2.5, 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, impl in enumerate(impls):
+        color = colors[j % len(colors)]
+        for i, r in enumerate(rows):
+            if impl not in r["times_ms"] or "gemm" not in r["times_ms"]:
+                continue
+            x, gemm = i + (j - (len(impls) - 1) / 2) * width, r["times_ms"]["gemm"]["throughput"]
+            exposed = max(0.0, r["exposed_comm_ms"][impl])
+            ax.bar(x, gemm, width, color=color, edgecolor="black", linewidth=0.4)
+            ax.bar(x, exposed, width, bottom=gemm, color=color, alpha=0.45, hatch="//", edgecolor="black", linewidth=0.4)
+            eff = r["efficiency"].get(impl, math.nan)
+            if impl != "sequential" and math.isfinite(eff):
+                ax.annotate(f"{eff:.2f}", (x, gemm + exposed), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=6)
+    for i, r in enumerate(rows):  # the limit: one segment across the shape's bar group
+        if math.isfinite(r.get("limit_ms", math.nan)):
+            ax.hlines(r["limit_ms"], i - 0.45, i + 0.45, colors="black", linewidth=1.6)
+    ax.set_xticks(range(len(rows)), [label(r) + ("\n" + ", ".join(r["names"]) if r["names"] else "") for r in rows],
+                  rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per call (throughput mode)")
+    ax.set_title(title(meta), fontsize=9)
+    handles = [Patch(facecolor=colors[j % len(colors)], edgecolor="black", label=impl) for j, impl in enumerate(impls)]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//",
+                      label="exposed communication\n(above the GEMM alone)"),
+                Line2D([], [], color="black", linewidth=1.6, label="limit: GEMM with the\ncopies beside it"),
+                Line2D([], [], linestyle="none", marker="$0.8$", color="black", markersize=10,
+                       label="efficiency against\nthe limit (above bars)")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    return fig
+
+
 def format_table(meta: dict, rows: list[dict]) -> str:
-    """The terminal table: throughput ms of each implementation, the speedups of fused over
-    sequential, its exposed communication and overlap efficiency, and what auto chooses."""
-    head = ("op, M x K -> N", "passes", "GEMM", "comm", "seq", "decomp", "fused", "torch", "fused tp", "fused lat",
-            "exposed", "overlap", "auto")
-    widths = (24, 16, 8, 8, 8, 8, 8, 8, 9, 9, 8, 8, 24)
-    lines = [f"{meta['device']} x{meta['world_size']} ({meta['backend']}), {meta['dtype']}, torch {meta['torch']}, "
-             f"triton {meta['triton']}, fluxlite {meta['fluxlite']} {meta.get('git_commit') or ''}; ms are "
-             f"throughput medians over {meta['rounds']} rounds, max over ranks",
+    """The terminal table: throughput ms of each implementation and of the limit, the speedups of
+    fused over sequential, its efficiency against the limit, and what auto chooses. The passes
+    column (the model's layer passes a shape serves) is shown only when some row has them."""
+    passes = any(r["names"] for r in rows)
+    head = ("op, M x K -> N", *(("passes",) if passes else ()), "GEMM", "comm", "copy", "limit", "seq", "decomp",
+            "fused", "torch", "fused tp", "fused lat", "fused eff", "auto")
+    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 24)
+    lines = [f"{title(meta)}; ms are throughput medians over {meta['rounds']} rounds, max over ranks; "
+             f"torch {meta['torch']}, triton {meta['triton']}",
              " ".join(f"{h:>{w}}" for h, w in zip(head, widths))]
 
     def ms(r, impl):
         v = r["times_ms"].get(impl, {}).get("throughput", math.nan)
         return "-" if math.isnan(v) else f"{v:.3f}"
 
+    def num(v, fmt):
+        return "-" if math.isnan(v) else fmt.format(v)
+
     for r in rows:
         sp = r["speedup_vs_sequential"].get("fused", {})
-        cells = (label(r), ",".join(r["names"])[:16], *(ms(r, i) for i in ("gemm", "comm", "sequential", "decomposed",
-                                                                          "fused", "torch_symm_mem")),
-                 f"{sp.get('throughput', math.nan):.2f}x", f"{sp.get('latency', math.nan):.2f}x",
-                 f"{r['exposed_comm_ms'].get('fused', math.nan):.3f}",
-                 f"{r['overlap_efficiency'].get('fused', math.nan):.2f}", f"{r['auto']['label']} ({r['auto']['source']})")
+        cells = (label(r), *((",".join(r["names"])[:16] or "-",) if passes else ()),
+                 *(ms(r, i) for i in ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused",
+                                      "torch_symm_mem")),
+                 num(sp.get("throughput", math.nan), "{:.2f}x"), num(sp.get("latency", math.nan), "{:.2f}x"),
+                 num(r["efficiency"].get("fused", math.nan), "{:.2f}"), f"{r['auto']['label']} ({r['auto']['source']})")
         lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
-    lines.append("fused tp / lat: speedup of fused over sequential in throughput / latency mode; exposed: "
-                 "T_fused - T_gemm (ms); overlap: (T_gemm + T_comm - T_fused) / min(T_gemm, T_comm)")
+    lines += ["copy: the op's bytes moved by the copy engine alone; " + LIMIT_TEXT,
+              "fused tp / lat: speedup of fused over sequential in throughput / latency mode; "
+              "fused eff: its " + EFFICIENCY_TEXT]
     failed = {label(r): sorted(r["failed"]) for r in rows if r["failed"]}
     if failed:
         lines.append(f"failed (left out): {failed}")
+    if meta.get("stopped"):
+        lines.append(f"partial: {len(rows)} of {meta.get('shapes', len(rows))} shapes measured")
     return "\n".join(lines)
 
 
-def write_all(out_dir: Path, meta: dict, rows: list[dict]) -> list[Path]:
-    """JSON, CSV and (if matplotlib is there) PNG under ``out_dir``; returns the paths written."""
+def write_all(out_dir: Path, meta: dict, rows: list[dict], png: bool = True) -> list[Path]:
+    """JSON, CSV and (with ``png`` and matplotlib) PNG under ``out_dir``; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "profile.json", out_dir / "profile.csv"]
     write_json(paths[0], meta, rows)
     write_csv(paths[1], rows)
-    if write_png(out_dir / "profile.png", meta, rows):
+    if png and write_png(out_dir / "profile.png", meta, rows):
         paths.append(out_dir / "profile.png")
     return paths

@@ -1,13 +1,19 @@
 """What the profiler times for one (op, shape), on every rank: the cases and the figures of a row.
 
-Implementations timed (:data:`IMPLS`): ``gemm`` (the per-rank GEMM alone, ``torch.matmul``),
-``comm`` (the collective alone), ``sequential``, ``decomposed`` and ``fused`` (fluxlite's ops),
-``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works) and ``auto``.
-Figures derived from the throughput times (:func:`derive`)::
+Implementations timed (:data:`IMPLS`), all in the same rounds: ``gemm`` (the per-rank GEMM alone,
+``torch.matmul``), ``comm`` (the collective alone), ``copy`` (the op's bytes moved by the copy
+engine alone) and ``limit`` (the GEMM with that copy running beside it: what an overlapped op can
+cost at best, :mod:`fluxlite.profile.limit`); ``sequential``, ``decomposed`` and ``fused``
+(fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works)
+and ``auto``. Figures derived from the throughput times (:func:`derive`)::
 
-    speedup     = T_sequential / T_impl                       (per mode)
-    exposed     = T_impl - T_gemm                              (the communication left visible)
-    efficiency  = (T_gemm + T_comm - T_impl) / min(T_gemm, T_comm)
+    speedup     = T_sequential / T_impl                        (per mode)
+    exposed     = T_impl - T_gemm                               (the communication left visible)
+    efficiency  = (T_sequential - T_impl) / (T_sequential - T_limit)
+    vs_limit    = T_impl / T_limit
+
+An efficiency of 1 hides all the communication that the hardware lets an overlapped op hide, 0
+hides none (sequential); it is NaN where sequential is within noise of the limit (nothing to hide).
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import fluxlite
 from .. import dispatch
 from .._sequential import all_gather_rows, reduce_scatter_rows
 from ..group import TPGroup
+from . import limit as limits
 from .presets import Shape
 from ..timing import Timer, run_each_once, time_rounds
 
-IMPLS = ("gemm", "comm", "sequential", "decomposed", "fused", "torch_symm_mem", "auto")
+IMPLS = ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused", "torch_symm_mem", "auto")
+REFERENCES = ("gemm", "comm", "copy", "limit", "sequential")  # always timed: the figures are relative to them
 OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover
 REPORTED_MODES = ("throughput", "latency", "host")
 TIMEOUT_S = 60
@@ -62,17 +70,21 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
 
 
 def derive(times: dict[str, dict[str, float]]) -> dict:
-    """The speedups over sequential (per mode), exposed communication (ms) and overlap efficiency
-    of every implementation in :data:`OVERLAPPED` that was timed (see the module docstring)."""
+    """The figures of a row from ``times[impl][mode]`` (ms; see the module docstring): ``limit_ms``
+    and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
+    (per mode), the exposed communication (ms), the efficiency against the limit and ``vs_limit``.
+    A time that is missing (not timed, or failed) makes its figures NaN."""
     def t(impl, mode="throughput"):
         return times.get(impl, {}).get(mode, math.nan)
 
-    g, c = t("gemm"), t("comm")
+    g, seq, lim = t("gemm"), t("sequential"), t("limit")
     timed = [i for i in OVERLAPPED if i in times]
     return dict(
+        limit_ms=lim,
         speedup_vs_sequential={i: {m: t("sequential", m) / t(i, m) for m in REPORTED_MODES} for i in timed},
         exposed_comm_ms={i: t(i) - g for i in timed},
-        overlap_efficiency={i: (g + c - t(i)) / min(g, c) for i in timed},
+        efficiency={i: limits.efficiency(seq, t(i), lim) for i in timed},
+        vs_limit={i: t(i) / lim for i in timed},
     )
 
 
@@ -81,23 +93,29 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int, warmup: int, sets: int,
-                  batch_ms: float, tune: bool) -> dict:
-    """Time every implementation of ``shape`` (see :mod:`fluxlite.profile.timing`); one report row."""
+                  batch_ms: float, tune: bool, impls: tuple[str, ...] = IMPLS) -> dict:
+    """Time the implementations ``impls`` of ``shape`` and the :data:`REFERENCES` in the same rounds
+    (see :mod:`fluxlite.timing`); one report row. Collective: every rank calls it alike."""
     tp, device = timer.tp, timer.device
-    make, impls = op_case(shape, tp, dtype, device)
-    if device.type != "cuda":
-        del impls["torch_symm_mem"]  # CUDA only
-    inputs = [make() for _ in range(sets)]
-    x = inputs[0]
-    key = dispatch.Key.of(shape.op, tp, x["a"], x["w"], shape.M)
-    if tune:
-        with dispatch.tuning():
-            impls["auto"](x)
-    outputs, failed = run_each_once(timer, impls, x)
-    checked = [i for i in OVERLAPPED if i in outputs and i != "sequential" and "sequential" in outputs]
-    errs = timer.max_over_ranks([rel_err(outputs[i], outputs["sequential"]) for i in checked])
-    del outputs
-    times, batch = time_rounds(timer, impls, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
+    make, cases = op_case(shape, tp, dtype, device)
+    cases["limit"], cases["copy"], transfer = limits.limit_case(tp, shape.op, shape.M, shape.K, shape.N, dtype,
+                                                                device, cases["gemm"], TIMEOUT_S)
+    wanted = (set(impls) | set(REFERENCES)) - (set() if device.type == "cuda" else {"torch_symm_mem"})  # CUDA only
+    fns = {i: cases[i] for i in IMPLS if i in wanted}
+    try:
+        inputs = [make() for _ in range(sets)]
+        x = inputs[0]
+        key = dispatch.Key.of(shape.op, tp, x["a"], x["w"], shape.M)
+        if tune:
+            with dispatch.tuning():
+                cases["auto"](x)
+        outputs, failed = run_each_once(timer, fns, x)
+        checked = [i for i in OVERLAPPED if i in outputs and i != "sequential" and "sequential" in outputs]
+        errs = timer.max_over_ranks([rel_err(outputs[i], outputs["sequential"]) for i in checked])
+        del outputs
+        times, batch = time_rounds(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
+    finally:
+        transfer.close()
     auto = dispatch.describe(key, shape.flops, device, dtype)
     return dict(op=shape.op, M=shape.M, K=shape.K, N=shape.N, names=list(shape.names), flops=shape.flops,
                 times_ms=times, **derive(times), rel_err=dict(zip(checked, errs)), failed=failed, batch=batch,
