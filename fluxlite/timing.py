@@ -1,8 +1,9 @@
 """One way to time collective calls: the same rounds, modes and reductions for the profiler, the
 measured dispatch (:mod:`fluxlite.dispatch`) and ``scripts/bench_ops.py``.
 
-Modes (DESIGN.md, "Performance method"); each figure is the median over rounds, then the max over
-ranks, in milliseconds:
+Modes, in milliseconds; :func:`time_rounds` gives each figure as the median over rounds, then the
+max over ranks, :func:`time_samples` every round's reading on this rank (the measured dispatch
+reduces them over the ranks round by round and compares them in pairs):
 
 - ``throughput``: ``n`` calls back to back, the host queued ahead of the device (on CUDA behind a
   ``torch.cuda._sleep``), CUDA events around the batch, divided by ``n``. On CPU: wall clock.
@@ -139,36 +140,53 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
     return outputs, failed
 
 
-def time_rounds(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
-                batch_ms: float = 20.0, max_batch: int = 30, min_sleep_ms: float = 25.0) -> tuple[dict, dict]:
-    """``({name: {mode: ms}}, batch)`` for every callable of ``fns`` in every mode of :data:`MODES`;
-    ``batch``: the calls per throughput batch and the sleeps used (``n``, ``sleep_ms``, ``host_sleep_ms``).
+def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
+                 batch_ms: float = 20.0, max_batch: int = 30, min_sleep_ms: float = 25.0, batch: dict | None = None,
+                 first_round: int = 0) -> tuple[dict[str, dict[str, list[float]]], dict]:
+    """``({name: {mode: [ms of each round]}}, batch)``: this rank's reading of every callable of ``fns``
+    in every mode of :data:`MODES`, one per round (not reduced over the ranks); ``batch``: the calls
+    per throughput batch and the sleeps used (``n``, ``sleep_ms``, ``host_sleep_ms``).
 
     ``warmup`` untimed calls of each first; then a probe sizes the throughput batch (at least
     ``batch_ms`` of device work, at most ``max_batch`` calls, at least 1) and the sleeps ahead of it
     (longer than the host takes to issue the batch), agreed over the ranks; then ``rounds`` rounds.
+    More rounds of the same measurement: pass the ``batch`` it returned (no warm-up or probe then)
+    and ``first_round``, the rounds already run (the order of the callables goes on rotating).
     """
     names = list(fns)
     if not names:
         return {}, {}
-    for i in range(warmup):
-        for name in names:
-            fns[name](inputs[i % len(inputs)])
-    probe = timer.max_over_ranks([v for n in names for v in (timer.latency(fns[n], inputs[0])[1],
-                                                              timer.host(fns[n], inputs[0], 5.0))])
-    call_ms, host_ms = max(max(probe[0::2]), 1e-3), max(probe[1::2])
-    n = max(1, min(max_batch, math.ceil(batch_ms / call_ms)))
-    sleep_ms = min(500.0, max(min_sleep_ms, 1.5 * n * host_ms + 2)) if timer.cuda else 0.0
-    host_sleep_ms = max(5.0, 3 * host_ms) if timer.cuda else 0.0
+    if batch is None:
+        for i in range(warmup):
+            for name in names:
+                fns[name](inputs[i % len(inputs)])
+        probe = timer.max_over_ranks([v for n in names for v in (timer.latency(fns[n], inputs[0])[1],
+                                                                  timer.host(fns[n], inputs[0], 5.0))])
+        call_ms, host_ms = max(max(probe[0::2]), 1e-3), max(probe[1::2])
+        n = max(1, min(max_batch, math.ceil(batch_ms / call_ms)))
+        batch = dict(n=n, sleep_ms=min(500.0, max(min_sleep_ms, 1.5 * n * host_ms + 2)) if timer.cuda else 0.0,
+                     host_sleep_ms=max(5.0, 3 * host_ms) if timer.cuda else 0.0)
     samples = {name: {m: [] for m in MODES} for name in names}
-    for r in range(rounds):
+    for r in range(first_round, first_round + rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, s = fns[name], samples[name]
-            tp, enqueue = timer.throughput(fn, inputs, r, n, sleep_ms)
+            tp, enqueue = timer.throughput(fn, inputs, r, batch["n"], batch["sleep_ms"])
             wall, event = timer.latency(fn, inputs[r % len(inputs)])
-            host = timer.host(fn, inputs[(r + 1) % len(inputs)], host_sleep_ms)
+            host = timer.host(fn, inputs[(r + 1) % len(inputs)], batch["host_sleep_ms"])
             for mode, v in zip(MODES, (tp, wall, event, host, enqueue)):
                 s[mode].append(v)
+    return samples, batch
+
+
+def time_rounds(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
+                batch_ms: float = 20.0, max_batch: int = 30, min_sleep_ms: float = 25.0) -> tuple[dict, dict]:
+    """``({name: {mode: ms}}, batch)``: :func:`time_samples`' readings, each the median over the rounds,
+    then the max over the ranks."""
+    samples, batch = time_samples(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms,
+                                  max_batch=max_batch, min_sleep_ms=min_sleep_ms)
+    if not samples:
+        return {}, {}
+    names = list(samples)
     med = timer.max_over_ranks([statistics.median(samples[nm][m]) for nm in names for m in MODES])
     times = {nm: dict(zip(MODES, med[i * len(MODES):(i + 1) * len(MODES)])) for i, nm in enumerate(names)}
-    return times, dict(n=n, sleep_ms=sleep_ms, host_sleep_ms=host_sleep_ms)
+    return times, batch
