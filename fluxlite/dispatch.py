@@ -1,37 +1,92 @@
-"""Measured dispatch: the implementation and kernel config that ``impl="auto"`` runs, per shape.
+"""Measured dispatch: the implementation and kernel config that ``impl="auto"`` runs, per shape and
+per kind of call.
 
 What is chosen
 --------------
-For each :class:`Key` (op, M bucket, K, N, dtype, world size, device name, fluxlite version) one
-:class:`Choice`: ``"sequential"``, ``"decomposed"``, or ``"fused"`` with a
-:class:`~fluxlite.kernels.gemm_core.GemmConfig` from :data:`GPU_CONFIGS`. M is bucketed
-geometrically, :data:`M_BUCKETS_PER_OCTAVE` buckets per doubling (about 9% apart), so one
-measurement serves the neighbouring token counts.
+For each :class:`Key` (op, M bucket, K, N, dtype, world size, device name, fluxlite version) a
+:class:`Choices`: three :class:`Choice` s, each ``"sequential"``, ``"decomposed"``, or ``"fused"``
+with a :class:`~fluxlite.kernels.gemm_core.GemmConfig` from :data:`GPU_CONFIGS`: the choice for
+throughput-bound calls, the one for latency-bound calls, and the one for calls of unknown kind,
+which must not lose in either (``both``). M is bucketed geometrically,
+:data:`M_BUCKETS_PER_OCTAVE` buckets per doubling (about 9% apart), so one measurement serves the
+neighbouring token counts.
+
+Which choice a call runs
+------------------------
+The mode of a call is read on every call, from state that costs no device work:
+
+1. inside :func:`assume_mode`, the mode it names;
+2. else ``FLUXLITE_AUTO_MODE`` (``throughput``, ``latency`` or ``both``);
+3. else ``throughput`` while a CUDA graph is being captured on the current stream (a graph, or
+   ``torch.compile(mode="reduce-overhead")``, queues its whole work at replay, so the device time
+   counts, not the host's);
+4. else ``both``.
+
+An eager call is not classified further: whether the device is idle when it is made differs from
+rank to rank (a stream query would say so, but each rank would then pick by its own state, and
+ranks that run different implementations of one collective wait on each other until the timeout),
+and the host cannot tell a decode loop from a training step cheaply. So an eager call runs the
+choice that is within bound in both modes, unless the program says which mode its calls are in.
+Every rank must make the same call in the same mode, as it must pass the same arguments. Inside
+``torch.compile`` without CUDA graphs the ops run eagerly and take ``both`` too. The context of
+:func:`assume_mode` does not reach the autograd engine's threads (the backward), the variable does.
+
+A captured call runs its mode's choice only if that choice ran eagerly with the same rows in this
+process (a measurement runs every candidate); else it runs ``both``, what an eager warm-up of the
+call ran: a fused call can only be captured after it ran eagerly with its shape
+(docs/cuda_graphs.md), and the warm-up may have run in another mode. To capture the throughput
+choice, warm up inside ``assume_mode("throughput")`` (or measure first, in the same process).
+
+A repeated call costs a dictionary look-up: the key of a call's signature (:meth:`Key.of`), the
+choices of the key, then the mode as above (where the three choices are one, not even that). The
+ops look for a repeat of a fused call's decisions only while some remembered choice is fused
+(:func:`fused_remembered`).
 
 When a key is first seen in a process
 -------------------------------------
 All ranks take one agreement step together, through the process group's store (bounded by
-fluxlite's timeout, :mod:`fluxlite.rendezvous`): each publishes the key, the choice its cache file
+fluxlite's timeout, :mod:`fluxlite.rendezvous`): each publishes the key, the choices its cache file
 holds for it (if any), whether it can build a workspace, and its host. Ranks whose keys differ raise
-:class:`~fluxlite.errors.FluxliteCallMismatchError`. If every rank's file holds the same choice, that
-is used. Otherwise all ranks measure every candidate together (:mod:`fluxlite.timing`: the
-same calls on every rank, medians over rounds, the max over ranks), so every rank computes the same
-winner from the same figures and they can never disagree. The winner is kept in memory and written
-to the cache file. A rank with a cache file and a rank without one therefore still take the same
-step; the measuring ranks only run the op itself, whose waits are bounded as every call's are.
+:class:`~fluxlite.errors.FluxliteCallMismatchError`. If every rank's file holds the same choices,
+they are used. Otherwise all ranks measure every candidate together (:func:`measure_until_settled`
+with :mod:`fluxlite.timing`: the same calls on every rank, every round timing every candidate in
+throughput and latency mode, each round's reading the max over the ranks), so every rank computes
+the same winners from the same figures and they can never disagree. The choices are kept in memory
+and written to the cache file. A rank with a cache file and a rank without one therefore still take
+the same step; the measuring ranks only run the op itself, whose waits are bounded as every call's
+are.
 
-The winner is never slower than sequential by more than :data:`MAX_LOSS` in either throughput or
-latency mode: a candidate that would be is out (so a fused call that wins latency but loses
-throughput, as on small shapes, is not chosen). Among the rest it minimises the worst slowdown
-against the best candidate over both modes (``max(t_tp / best_tp, t_lat / best_lat)``); a candidate
-listed earlier (sequential, then decomposed, then fused with the default config first) wins within
-:data:`TIE_MARGIN` of that.
+The rule (:func:`decide`)
+-------------------------
+The rounds interleave the candidates, so each round gives every candidate a ratio to sequential
+(the baseline) in each mode, paired: the same clocks, the same round. Of each candidate's ratios
+per mode :func:`decide` takes the median and its distribution-free :data:`CONFIDENCE` bounds (order
+statistics of the ratios, :func:`ratio_bounds`; at least 5 rounds give one). A candidate
+
+- *wins* a mode when its upper bound is below ``1 - TIE_MARGIN`` (faster than sequential by more
+  than the tie margin, at the stated confidence);
+- is *safe* in a mode when its upper bound is at most ``1 + MAX_LOSS``.
+
+The throughput and the latency choice: among the candidates that win the mode, the one with the
+least median ratio, or an earlier one (sequential, then decomposed, then fused with the default
+config first) within :data:`TIE_MARGIN` of it; sequential when none wins. The ``both`` choice:
+among sequential and the candidates that are safe in both modes and win one, the least worst
+slowdown over both modes against the best of them (``max(r_tp / best_tp, r_lat / best_lat)``),
+ties to the earlier. So no choice is slower than sequential beyond noise in its mode, and ``both``
+in neither mode.
+
+While a win or the safety of a candidate that could win is unsettled (its bounds straddle the
+threshold, or there are too few rounds for bounds), more rounds time sequential and the unsettled
+candidates, up to a bound (:data:`_MEASURE`); what is still unsettled then is not a win, and not
+safe: sequential keeps it.
 
 Switches (environment)
 ----------------------
 - ``FLUXLITE_AUTO=on`` (default): measure on CUDA; on CPU use :func:`rule` (the fused protocol on
   CPU ranks exercises the protocol, it is not a fast path). ``off``: :func:`rule` everywhere, no
   measuring, no agreement step. ``measure``: measure on CPU too (tests, CPU tuning).
+- ``FLUXLITE_AUTO_MODE``: which choice calls run (above).
+- Both are read at the first ``auto`` call of the process, and again after :func:`clear_memory`.
 - ``FLUXLITE_WORKSPACE=off``: ``auto`` treats the symmetric workspace as unavailable (as without
   symmetric memory): it never picks fused, and the rule picks decomposed where it would pick fused.
 - ``FLUXLITE_CACHE_DIR``: the cache file's folder (default: ``platformdirs``' user cache dir of
@@ -53,9 +108,10 @@ import json
 import math
 import os
 import socket
+import statistics
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -67,23 +123,33 @@ from . import workspace as _workspace
 from .errors import FluxliteCallMismatchError, FluxliteError
 from .group import TPGroup
 from .kernels.gemm_core import GemmConfig
+from .timing import Timer, run_each_once, time_samples
 
 RULE_MIN_FLOPS = 5e11
 """The rule takes the fused path on GPU from the smallest GEMM measured to win on 2xH200 (AG
-8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential; BENCHMARKS.md). Below it the
-fused call's fixed host cost is not known to be hidden."""
+8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential). Below it the fused call's
+fixed host cost is not known to be hidden."""
 _GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
 
 M_BUCKETS_PER_OCTAVE = 8
 TIE_MARGIN = 0.01
+"""A candidate wins a mode only if it is faster than sequential by more than this (at
+:data:`CONFIDENCE`); among winners, an earlier one within this of the best is taken."""
 MAX_LOSS = 0.02
-"""The most the chosen implementation may be slower than sequential, in either mode (issue 10's bound)."""
-CACHE_SCHEMA = "fluxlite-dispatch/2"  # 2: winners bounded by MAX_LOSS; a /1 file's may lose more to sequential
+"""The most the ``both`` choice may be slower than sequential in either mode (at :data:`CONFIDENCE`)."""
+CONFIDENCE = 0.95
+"""The confidence of each bound :func:`ratio_bounds` gives (one-sided)."""
+MEASURED_MODES = ("throughput", "latency")
+"""The modes of :mod:`fluxlite.timing` a measurement decides on."""
+CALL_MODES = (*MEASURED_MODES, "both")
+"""The modes a call can be in (module docstring): each has its choice in :class:`Choices`."""
+CACHE_SCHEMA = "fluxlite-dispatch/3"  # 3: a choice per mode, decided by confidence bounds of paired ratios
 MEASURED_IMPLS = ("sequential", "decomposed", "fused")
+MAX_KEYS = 4096  # call signatures whose Key is remembered; past this it starts again
 
 GPU_CONFIGS: tuple[GemmConfig, ...] = (
-    GemmConfig(),  # 128x256x64, 8 warps, 3 stages, GROUP_M 8: the default (ANCHORS.md: 98-105% of cuBLAS)
-    GemmConfig(group_m=16),  # a wider L2 swizzle: won on two RS shapes in the GEMM sweep (BENCHMARKS.md)
+    GemmConfig(),  # 128x256x64, 8 warps, 3 stages, GROUP_M 8: the default (98-105% of cuBLAS)
+    GemmConfig(group_m=16),  # a wider L2 swizzle: won on two RS shapes in the GEMM sweep
     GemmConfig(num_stages=4),  # one more stage in flight (196 KB of shared memory on sm_90)
     GemmConfig(block_n=128, num_stages=4),  # small N or few tiles: twice the tiles to spread over the SMs
     GemmConfig(block_m=256, block_n=128),  # tall tiles: fewer B reloads where N is short
@@ -92,8 +158,23 @@ GPU_CONFIGS: tuple[GemmConfig, ...] = (
 shared memory (tests/test_dispatch.py compiles them for sm_90). They may differ in ``block_m``:
 splits are part of the cross-rank protocol, and the agreement makes every rank use the same one."""
 
-# (rounds, warm-up calls, throughput batch ms, most calls per batch) of a call-time measurement.
-_MEASURE = {"cuda": (5, 2, 5.0, 10), "cpu": (2, 1, 2.0, 2)}
+
+@dataclass(frozen=True)
+class Rounds:
+    """How a call-time measurement runs: ``first`` rounds, then ``more`` at a time while the verdict
+    is unsettled, ``most`` in all; ``warmup`` calls, throughput batches of ``batch_ms`` of device
+    work and at most ``max_batch`` calls (:func:`fluxlite.timing.time_samples`)."""
+
+    first: int
+    more: int
+    most: int
+    warmup: int
+    batch_ms: float
+    max_batch: int
+
+
+_MEASURE = {"cuda": Rounds(first=5, more=5, most=20, warmup=2, batch_ms=5.0, max_batch=10),
+            "cpu": Rounds(first=5, more=5, most=10, warmup=1, batch_ms=2.0, max_batch=2)}
 
 
 @dataclass(frozen=True)
@@ -118,6 +199,56 @@ def config_label(c: GemmConfig) -> str:
 
 
 @dataclass(frozen=True)
+class Choices:
+    """The choice of each mode for one key (module docstring): ``throughput``, ``latency`` and
+    ``both`` (within bound in both modes). Equal choices are one object, so :attr:`uniform` and the
+    identity checks of repeated calls (:func:`remembered`) are cheap."""
+
+    throughput: Choice
+    latency: Choice
+    both: Choice
+    uniform: bool = dataclasses.field(init=False, repr=False, compare=False)
+    """One choice for every mode (then no call needs its mode)."""
+    warm: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False, compare=False)
+    """``(rows of a, id(choice))`` of the choices that ran eagerly in this process for this key (a
+    measurement runs them all), so that a CUDA graph captures only what ran eagerly (:func:`choose`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uniform", self.throughput is self.latency is self.both)
+
+    @property
+    def fused(self) -> bool:
+        """Whether a mode's choice is fused."""
+        return "fused" in (self.throughput.impl, self.latency.impl, self.both.impl)
+
+    @classmethod
+    def of(cls, throughput: Choice, latency: Choice, both: Choice) -> Choices:
+        """The three, equal ones made one object (the first of them)."""
+        pool: list[Choice] = []
+
+        def one(choice: Choice) -> Choice:
+            same = next((c for c in pool if c == choice), None)
+            if same is None:
+                pool.append(choice)
+            return same or choice
+
+        return cls(one(throughput), one(latency), one(both))
+
+    @classmethod
+    def same(cls, choice: Choice) -> Choices:
+        """``choice`` in every mode."""
+        return cls(choice, choice, choice)
+
+    def for_call(self, device: torch.device) -> Choice:
+        """The choice a call on ``device`` runs now (:func:`call_mode`)."""
+        return self.both if self.uniform else getattr(self, call_mode(device))
+
+    def to_json(self) -> dict:
+        """``both`` at the top (``impl``, ``config``), the mode choices under ``modes``."""
+        return dict(self.both.to_json(), modes={m: getattr(self, m).to_json() for m in MEASURED_MODES})
+
+
+@dataclass(frozen=True)
 class Key:
     """A dispatch key. ``rows``: the GEMM's rows on each rank (AG: ``W*m``; RS: ``M``), bucketed."""
 
@@ -133,15 +264,28 @@ class Key:
     @classmethod
     def of(cls, op: str, tp: TPGroup, a: torch.Tensor, weight: torch.Tensor, rows: int) -> Key:
         """``op``: ``"ag_gemm"``, ``"ag_gemm+gathered"`` (``return_gathered``) or ``"gemm_rs"``;
-        ``a: [rows per rank, K]``, ``weight: [N, K]``."""
-        return cls(op, m_bucket(rows), a.shape[1], weight.shape[0], str(a.dtype).replace("torch.", ""),
-                   tp.world_size, device_name(a.device), _version())
+        ``a: [rows per rank, K]``, ``weight: [N, K]``. Remembered per call signature (one dict
+        look-up for a repeated call)."""
+        signature = (op, tp.world_size, rows, a.shape[1], weight.shape[0], a.dtype, a.device)
+        key = _STATE.keys.get(signature)
+        if key is None:
+            if len(_STATE.keys) >= MAX_KEYS:
+                _STATE.keys.clear()
+            key = _STATE.keys[signature] = cls(op, m_bucket(rows), a.shape[1], weight.shape[0],
+                                               str(a.dtype).replace("torch.", ""), tp.world_size,
+                                               device_name(a.device), _version())
+        return key
 
     @property
     def text(self) -> str:
         lo, hi = bucket_rows(self.m_bucket)
         return (f"{self.op} M={lo}-{hi} K={self.K} N={self.N} {self.dtype} W={self.world_size} "
                 f"{self.device} fluxlite-{self.version}")
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The device of this key's calls (the current CUDA device for a CUDA key)."""
+        return torch.device("cuda" if self.device.startswith("cuda") else self.device)
 
 
 def m_bucket(rows: int) -> int:
@@ -171,6 +315,36 @@ def auto_mode() -> str:
     return mode
 
 
+def _check_mode(mode, what: str) -> str:
+    if mode not in CALL_MODES:
+        raise ValueError(f"{what} must be one of {CALL_MODES}, got {mode!r}")
+    return mode
+
+
+_ASSUMED: contextvars.ContextVar[str | None] = contextvars.ContextVar("fluxlite_auto_mode", default=None)
+
+
+@contextlib.contextmanager
+def assume_mode(mode: str):
+    """Inside, ``auto`` runs the choice of ``mode`` (``"throughput"``, ``"latency"`` or ``"both"``)
+    for the calls made in this context (module docstring): e.g. ``"latency"`` around a decode loop
+    that waits for each step. Every rank must enter it around the same calls."""
+    token = _ASSUMED.set(_check_mode(mode, "mode"))
+    try:
+        yield
+    finally:
+        _ASSUMED.reset(token)
+
+
+def call_mode(device: torch.device) -> str:
+    """The mode of a call on ``device`` made now: :func:`assume_mode`'s, else ``FLUXLITE_AUTO_MODE``,
+    else ``"throughput"`` under CUDA-graph capture, else ``"both"`` (module docstring)."""
+    mode = _ASSUMED.get() or _STATE.env_mode()
+    if mode:
+        return mode
+    return "throughput" if _workspace.capturing(device) else "both"
+
+
 def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether this rank can run fused for ``dtype`` on ``device`` (ignoring its peers)."""
     if os.environ.get("FLUXLITE_WORKSPACE", "on") == "off":
@@ -186,13 +360,16 @@ def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
+_RULE = {impl: Choice(impl, source="rule") for impl in MEASURED_IMPLS}
+
+
 def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
     """The documented rule: sequential on CPU, for a world of one and for GEMMs under
     :data:`RULE_MIN_FLOPS` per rank (``flops``); above it on GPU (bf16/fp16) fused, or decomposed
     where the workspace is unavailable."""
     if world_size == 1 or device.type != "cuda" or dtype not in _GPU_FUSED_DTYPES or flops < RULE_MIN_FLOPS:
-        return Choice("sequential")
-    return Choice("fused") if fused_supported(device, dtype) else Choice("decomposed")
+        return _RULE["sequential"]
+    return _RULE["fused"] if fused_supported(device, dtype) else _RULE["decomposed"]
 
 
 def candidates(device: torch.device, fused: bool) -> list[Choice]:
@@ -204,12 +381,167 @@ def candidates(device: torch.device, fused: bool) -> list[Choice]:
     return out
 
 
+# ---- the decision ---------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _order_rank(n: int) -> int | None:
+    """The least ``j`` with ``P(Binomial(n, 1/2) >= j) <= 1 - CONFIDENCE``: then the ``j``-th smallest
+    of ``n`` samples is above their population's median with probability at least
+    :data:`CONFIDENCE`, whatever the distribution. ``None`` when even the largest is not (n < 5)."""
+    rank, tail = None, 0.0
+    for j in range(n, 0, -1):
+        tail += math.comb(n, j) / 2**n
+        if tail > 1 - CONFIDENCE:
+            break
+        rank = j
+    return rank
+
+
+def ratio_bounds(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """``(low, median, high)`` of paired per-round ratios (NaN ones left out): their median and
+    distribution-free bounds of the median of their population, each at :data:`CONFIDENCE` (order
+    statistics, :func:`_order_rank`); ``(-inf, median, inf)`` when there are too few for bounds."""
+    x = sorted(r for r in ratios if not math.isnan(r))
+    if not x:
+        return -math.inf, math.nan, math.inf
+    j = _order_rank(len(x))
+    median = statistics.median(x)
+    return (-math.inf, median, math.inf) if j is None else (x[len(x) - j], median, x[j - 1])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`decide` makes of the samples: the label chosen for each mode; ``open``, the
+    candidates whose standing more rounds could still change (empty: settled); and ``ratios``, each
+    candidate's ``(low, median, high)`` ratio to the baseline per mode of :data:`MEASURED_MODES`."""
+
+    throughput: str
+    latency: str
+    both: str
+    open: tuple[str, ...]
+    ratios: dict[str, dict[str, tuple[float, float, float]]]
+
+
+def _first_within_margin(labels: list[str], score: Callable[[str], float]) -> str:
+    """The earliest of ``labels`` whose score is within :data:`TIE_MARGIN` of the least."""
+    least = min(score(label) for label in labels)
+    return next(label for label in labels if score(label) <= least * (1 + TIE_MARGIN))
+
+
+def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
+    """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
+    the modes of :data:`MEASURED_MODES`, every list one entry per round (NaN where the candidate was not
+    timed that round). ``order``: the labels by preference; the first one in ``samples`` (sequential)
+    is the baseline. The same samples give the same verdict on every rank."""
+    labels = [label for label in order if label in samples]
+    base, rest = labels[0], labels[1:]
+    ratios = {base: {m: (1.0, 1.0, 1.0) for m in MEASURED_MODES}}
+    for label in rest:
+        ratios[label] = {m: ratio_bounds([t / b for t, b in zip(samples[label][m], samples[base][m])])
+                         for m in MEASURED_MODES}
+    win_at, safe_at = 1 - TIE_MARGIN, 1 + MAX_LOSS
+    wins = {label: {m: ratios[label][m][2] < win_at for m in MEASURED_MODES} for label in rest}
+    safe = {label: all(ratios[label][m][2] <= safe_at for m in MEASURED_MODES) for label in rest}
+    chosen = {}
+    for m in MEASURED_MODES:
+        winners = [label for label in rest if wins[label][m]]
+        chosen[m] = _first_within_margin(winners, lambda c: ratios[c][m][1]) if winners else base
+    both = [base] + [label for label in rest if safe[label] and any(wins[label].values())]
+    best = {m: min(ratios[c][m][1] for c in both) for m in MEASURED_MODES}
+    chosen["both"] = _first_within_margin(both, lambda c: max(ratios[c][m][1] / best[m] for m in MEASURED_MODES))
+
+    def unsettled(label: str) -> bool:
+        r = ratios[label]
+        win_open = any(lo < win_at <= hi for lo, _, hi in r.values())
+        could_win = any(lo < win_at for lo, _, _ in r.values())
+        return win_open or (could_win and any(lo <= safe_at < hi for lo, _, hi in r.values()))
+
+    return Verdict(chosen["throughput"], chosen["latency"], chosen["both"],
+                   tuple(label for label in rest if unsettled(label)), ratios)
+
+
+def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], dict], labels: Sequence[str],
+                          rounds: Rounds) -> tuple[Verdict, dict[str, dict[str, list[float]]]]:
+    """Rounds of ``sample`` until :func:`decide` is settled or ``rounds.most`` rounds have run:
+    ``rounds.first``, then ``rounds.more`` at a time of the baseline (``labels[0]``) and the open
+    candidates. ``sample(timed, n, first_round)`` gives this rank's ``{label: {mode: [ms]}}`` of ``n``
+    rounds of the labels ``timed`` (every rank times the same ones); each reading is reduced over the
+    ranks (max), so every rank decides on the same figures. Returns the verdict and the samples
+    (:func:`decide`'s form)."""
+    samples = {label: {m: [] for m in MEASURED_MODES} for label in labels}
+    timed, done = list(labels), 0
+    while True:
+        n = rounds.first if done == 0 else min(rounds.more, rounds.most - done)
+        local = sample(timed, n, done)
+        mine = [v for label in timed for m in MEASURED_MODES for v in local[label][m][:n]]
+        reduced = iter(timer.max_over_ranks(mine))
+        for label in labels:
+            for m in MEASURED_MODES:
+                samples[label][m] += [next(reduced) for _ in range(n)] if label in timed else [math.nan] * n
+        done += n
+        verdict = decide(samples, labels)
+        if not verdict.open or done >= rounds.most:
+            return verdict, samples
+        timed = [labels[0], *verdict.open]
+
+
 # ---- the cache: memory and disk ------------------------------------------------------------------
 
-_MEMORY: dict[Key, Choice] = {}
-_DISK: dict[Path, dict] = {}
+class _Memory(dict):
+    """``{Key: Choices}``: the choices made in this process. A :class:`Choice` stored is taken for
+    every mode. ``fused``: the keys whose choices include fused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fused: set[Key] = set()
+
+    def __setitem__(self, key: Key, value: Choices | Choice) -> None:
+        value = Choices.same(value) if isinstance(value, Choice) else value
+        super().__setitem__(key, value)
+        if value.fused:
+            self.fused.add(key)
+        else:
+            self.fused.discard(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self.fused.clear()
+
+
+class _State:
+    """This process's dispatch caches, in one place (:func:`clear_memory` empties them)."""
+
+    def __init__(self) -> None:
+        self.memory = _Memory()  # Key -> Choices
+        self.disk: dict[Path, dict] = {}  # cache file -> its entries as read
+        self.keys: dict[tuple, Key] = {}  # call signature -> Key (Key.of)
+        self.mode: str | None = None  # FLUXLITE_AUTO_MODE as read ("" if unset), None before
+        self.auto: str | None = None  # FLUXLITE_AUTO as read, None before
+
+    def auto_mode(self) -> str:
+        """:func:`auto_mode`, read on first use."""
+        if self.auto is None:
+            self.auto = auto_mode()
+        return self.auto
+
+    def env_mode(self) -> str:
+        """``FLUXLITE_AUTO_MODE`` (``""`` when unset), read on first use."""
+        if self.mode is None:
+            value = os.environ.get("FLUXLITE_AUTO_MODE", "")
+            self.mode = value and _check_mode(value, "FLUXLITE_AUTO_MODE")
+        return self.mode
+
+    def clear(self) -> None:
+        self.memory.clear()
+        self.disk.clear()
+        self.keys.clear()
+        self.mode = self.auto = None
+
+
+_STATE = _State()
+_MEMORY = _STATE.memory
 _TUNING: contextvars.ContextVar[set | None] = contextvars.ContextVar("fluxlite_tuning", default=None)
-_ROUNDS: dict[str, itertools.count] = {}
+_ROUNDS: dict[str, itertools.count] = {}  # agreement steps per group: never cleared (store keys)
 _TIMERS: dict = {}
 
 
@@ -229,7 +561,7 @@ def cache_path() -> Path:
 
 
 def _choice_from(entry, source: str) -> Choice | None:
-    """A cache entry's choice, or ``None`` when it is not one this version could have written."""
+    """One choice of a cache entry, or ``None`` when it is not one this version could have written."""
     if not isinstance(entry, dict) or entry.get("impl") not in MEASURED_IMPLS:
         return None
     config = entry.get("config")
@@ -242,6 +574,16 @@ def _choice_from(entry, source: str) -> Choice | None:
     except TypeError:
         return None
     return Choice("fused", config, source) if config in GPU_CONFIGS else None
+
+
+def _choices_from(entry, source: str) -> Choices | None:
+    """A cache entry's choices (:meth:`Choices.to_json`), or ``None`` when it is not one this version
+    could have written."""
+    modes = entry.get("modes") if isinstance(entry, dict) else None
+    if not isinstance(modes, dict):
+        return None
+    each = [_choice_from(modes.get(m), source) for m in MEASURED_MODES] + [_choice_from(entry, source)]
+    return None if None in each else Choices.of(*each)
 
 
 def load_cache(path: Path, *, warn: bool = True) -> dict[str, dict]:
@@ -261,7 +603,7 @@ def load_cache(path: Path, *, warn: bool = True) -> dict[str, dict]:
         else:
             why = f"is not a {CACHE_SCHEMA} file"
         if isinstance(data, dict) and data.get("schema") == CACHE_SCHEMA and isinstance(data.get("entries"), dict):
-            good = {k: e for k, e in data["entries"].items() if _choice_from(e, "cache") is not None}
+            good = {k: e for k, e in data["entries"].items() if _choices_from(e, "cache") is not None}
             if warn and len(good) < len(data["entries"]):
                 warnings.warn(f"fluxlite: ignoring {len(data['entries']) - len(good)} foreign entries of the "
                               f"dispatch cache {path}", RuntimeWarning, stacklevel=2)
@@ -272,18 +614,19 @@ def load_cache(path: Path, *, warn: bool = True) -> dict[str, dict]:
 
 
 def _disk_entries(path: Path) -> dict[str, dict]:
-    if path not in _DISK:
-        _DISK[path] = load_cache(path)
-    return _DISK[path]
+    if path not in _STATE.disk:
+        _STATE.disk[path] = load_cache(path)
+    return _STATE.disk[path]
 
 
-def _store(key: Key, choice: Choice, times: dict) -> None:
-    """Add ``key``'s choice to the cache file (merged with what other processes wrote meanwhile)."""
+def _store(key: Key, choices: Choices, record: dict) -> None:
+    """Add ``key``'s choices and the ``record`` of their measurement to the cache file (merged with
+    what other processes wrote meanwhile)."""
     path = cache_path()
     entries = load_cache(path, warn=False)
-    entries[key.text] = dict(choice.to_json(), times_ms=times,
+    entries[key.text] = dict(choices.to_json(), **record,
                              measured=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    _DISK[path] = entries
+    _STATE.disk[path] = entries
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -294,9 +637,9 @@ def _store(key: Key, choice: Choice, times: dict) -> None:
 
 
 def clear_memory() -> None:
-    """Forget the choices made in this process (the cache file stays)."""
-    _MEMORY.clear()
-    _DISK.clear()
+    """Forget the choices made in this process and what it read (the cache file stays;
+    ``FLUXLITE_AUTO`` and ``FLUXLITE_AUTO_MODE`` are read again)."""
+    _STATE.clear()
 
 
 @contextlib.contextmanager
@@ -311,18 +654,28 @@ def tuning():
 
 
 def remembered(key: Key) -> Choice | None:
-    """The choice :func:`choose` returns for ``key`` without measuring or agreeing (this process's),
-    or ``None`` when it would decide afresh (not chosen yet, cleared, or a :func:`tuning` block that
-    will measure it again)."""
+    """The choice :func:`choose` returns for ``key`` now without measuring or agreeing (this process's,
+    for the mode of a call made now), or ``None`` when it would decide afresh (not chosen yet,
+    cleared, or a :func:`tuning` block that will measure it again)."""
     tuned = _TUNING.get()
     if tuned is not None and key not in tuned:
         return None
-    return _MEMORY.get(key)
+    known = _MEMORY.get(key)
+    if known is None:
+        return None
+    return known.both if known.uniform else known.for_call(key.torch_device)
+
+
+def fused_remembered() -> bool:
+    """Whether a choice this process remembers is fused: else no ``auto`` call can repeat a fused
+    call's decisions (:mod:`fluxlite.ops`), and none need look for one."""
+    return bool(_MEMORY.fused)
 
 
 def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
     """The choice ``auto`` makes for ``key`` now, without measuring: this process's, else the rule."""
-    return _MEMORY.get(key) or rule(key.world_size, flops, device, dtype)
+    known = _MEMORY.get(key)
+    return known.for_call(device) if known is not None else rule(key.world_size, flops, device, dtype)
 
 
 # ---- choosing ------------------------------------------------------------------------------------
@@ -336,27 +689,40 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
     """What ``impl="auto"`` runs for a call (see the module docstring). ``run(choice)`` calls the op
     on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank."""
     if key.world_size == 1 or a.shape[0] == 0:
-        return Choice("sequential")
+        return _RULE["sequential"]
     tuned = _TUNING.get()
     retune = tuned is not None and key not in tuned
     if not retune:
-        mode = auto_mode()
-        if key in _MEMORY:
-            return _MEMORY[key]
+        known = _MEMORY.get(key)
+        if known is not None:
+            return known.both if known.uniform else _mode_choice(known, a)
+        mode = _STATE.auto_mode()
         if mode == "off" or (mode == "on" and a.device.type != "cuda"):
             return rule(key.world_size, flops, a.device, a.dtype)
     if _workspace.capturing(a.device):
         return describe(key, flops, a.device, a.dtype)
-    choice = _agree(key, tp, a, run, timeout_s, retune)
+    choices = _agree(key, tp, a, run, timeout_s, retune)
     if tuned is not None:
         tuned.add(key)
-    return choice
+    return _mode_choice(choices, a)
 
 
-def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool) -> Choice:
-    """The agreement step of a first sight (module docstring); every rank returns the same choice."""
+def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
+    """The choice of the call's mode. An eager call marks it warm for its rows. A captured call takes
+    it only if it is warm, else ``both`` (what an eager warm-up of the call ran): a fused call that
+    never ran eagerly with its shape cannot be captured, and a mode's choice may be one the warm-up
+    did not run (the warm-up made outside the capture's mode, or the choices read from the cache)."""
+    choice = getattr(choices, call_mode(a.device))
+    if not _workspace.capturing(a.device):
+        choices.warm.add((a.shape[0], id(choice)))
+        return choice
+    return choice if (a.shape[0], id(choice)) in choices.warm else choices.both
+
+
+def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool) -> Choices:
+    """The agreement step of a first sight (module docstring); every rank returns the same choices."""
     n = next(_ROUNDS.setdefault(tp.name, itertools.count()))
-    cached = None if retune else _choice_from(_disk_entries(cache_path()).get(key.text), "cache")
+    cached = None if retune else _choices_from(_disk_entries(cache_path()).get(key.text), "cache")
     mine = dict(key=key.text, cached=None if cached is None else cached.to_json(),
                 fused=fused_supported(a.device, a.dtype), host=socket.gethostname())
     peers = [json.loads(s) for s in rendezvous.all_gather_str(
@@ -367,50 +733,46 @@ def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune
             raise FluxliteCallMismatchError(rank=tp.rank, peer=p, mine=f"auto {key.text}", theirs=f"auto {theirs['key']}")
     fused_ok = all(p["fused"] for p in peers) and len({p["host"] for p in peers}) == 1
     same = {json.dumps(p["cached"], sort_keys=True) for p in peers}
-    choice = _choice_from(peers[0]["cached"], "cache") if len(same) == 1 else None
-    if choice is None or (choice.impl == "fused" and not fused_ok):
-        choice, times = _measure(key, tp, a, run, fused_ok)
-        _store(key, choice, times)
-    _MEMORY[key] = choice
-    return choice
+    choices = _choices_from(peers[0]["cached"], "cache") if len(same) == 1 else None
+    if choices is None or (not fused_ok and "fused" in {getattr(choices, m).impl for m in CALL_MODES}):
+        choices, record = _measure(key, tp, a, run, fused_ok)
+        choices.warm.update((a.shape[0], id(getattr(choices, m))) for m in CALL_MODES)  # every candidate ran
+        _store(key, choices, record)
+    _MEMORY[key] = choices
+    return choices
 
 
-def _timer(tp: TPGroup, device: torch.device):
-    from .timing import Timer
-
+def _timer(tp: TPGroup, device: torch.device) -> Timer:
     timer = _TIMERS.get((tp.name, str(device)))
     if timer is None or timer.tp.group is not tp.group:
         timer = _TIMERS[(tp.name, str(device))] = Timer(tp, device)
     return timer
 
 
-def pick(times: dict[str, dict[str, float]], order: list[str]) -> str:
-    """The label of ``order`` with the least worst slowdown over throughput and latency mode (an
-    earlier one wins within :data:`TIE_MARGIN`), among those no slower than ``"sequential"`` by more
-    than :data:`MAX_LOSS` in either mode (all of them if sequential was not timed)."""
-    modes = ("throughput", "latency")
-    best = {m: min(t[m] for t in times.values()) for m in modes}
-    regret = {n: max(t[m] / max(best[m], 1e-9) for m in modes) for n, t in times.items()}
-    base = times.get("sequential")
-    if base is not None:
-        regret = {n: r for n, r in regret.items() if all(times[n][m] <= base[m] * (1 + MAX_LOSS) for m in modes)}
-    low = min(regret.values())
-    return next(n for n in order if n in regret and regret[n] <= low * (1 + TIE_MARGIN))
-
-
-def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool) -> tuple[Choice, dict]:
-    """Time every candidate on every rank together; the winner and ``{label: {mode: ms}}``."""
-    from .timing import run_each_once, time_rounds
-
+def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool) -> tuple[Choices, dict]:
+    """Time every candidate on every rank together (:func:`measure_until_settled`); the choices and
+    the record of the measurement for the cache file: the rounds, each candidate's median ms and its
+    ``[low, median, high]`` ratio to the baseline, per mode."""
     options = {c.label: c for c in candidates(a.device, fused_ok)}
     fns = {label: (lambda _x, c=c: run(c)) for label, c in options.items()}
     timer = _timer(tp, a.device)
     _, failed = run_each_once(timer, fns, None)
-    rounds, warmup, batch_ms, max_batch = _MEASURE["cuda" if timer.cuda else "cpu"]
-    times, _ = time_rounds(timer, fns, [None], rounds=rounds, warmup=warmup, batch_ms=batch_ms, max_batch=max_batch,
-                           min_sleep_ms=5.0)
-    if not times:
+    if not fns:
         raise FluxliteError(f"fluxlite auto: every implementation failed for {key.text}: {failed}")
-    best = pick(times, list(options))
-    summary = {label: {m: t[m] for m in ("throughput", "latency")} for label, t in times.items()}
-    return options[best], summary
+    r = _MEASURE["cuda" if timer.cuda else "cpu"]
+    state: dict = {}
+
+    def sample(timed: list[str], n: int, first_round: int) -> dict:
+        local, state["batch"] = time_samples(timer, {label: fns[label] for label in timed}, [None], rounds=n,
+                                             warmup=r.warmup, batch_ms=r.batch_ms, max_batch=r.max_batch,
+                                             min_sleep_ms=5.0, batch=state.get("batch"), first_round=first_round)
+        return local
+
+    verdict, samples = measure_until_settled(timer, sample, list(fns), r)
+    record = dict(
+        rounds=len(samples[next(iter(samples))]["throughput"]), confidence=CONFIDENCE,
+        times_ms={label: {m: statistics.median(v for v in s[m] if not math.isnan(v)) for m in MEASURED_MODES}
+                  for label, s in samples.items()},
+        vs_baseline={label: {m: list(b) for m, b in by_mode.items()} for label, by_mode in verdict.ratios.items()},
+        failed=failed)
+    return Choices.of(*(options[label] for label in (verdict.throughput, verdict.latency, verdict.both))), record

@@ -107,8 +107,10 @@ def _repeat(op: str, group, timeout, options: tuple, tensors: tuple) -> tuple[tu
     data), and the earlier fused call with that key if it is still in force. The key is ``None`` when
     an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks then say
     what is wrong. ``options`` hold their types too, so ``True`` is not taken for ``1.0``. Only
-    ``options[0]`` (the impl) ``"fused"`` or ``"auto"`` can repeat: other calls build no key."""
-    if options[0] not in _REPEATABLE_IMPLS:
+    ``options[0]`` (the impl) ``"fused"`` or ``"auto"`` can repeat: other calls build no key, nor
+    does ``auto`` while no choice dispatch remembers is fused (its call is then not remembered
+    either: the first repeat after it becomes fused is planned in full)."""
+    if options[0] not in _REPEATABLE_IMPLS or (options[0] == "auto" and not dispatch.fused_remembered()):
         return None, None
     try:
         a = tensors[0]

@@ -1,10 +1,17 @@
 """Measured dispatch (fluxlite/dispatch.py): measuring on gloo ranks (forced with
 ``FLUXLITE_AUTO=measure``), the agreement step, the cache file (written, reloaded, corrupt), the
-rule, the choice of the winner, and the fused kernel configs it may pick compiling for sm_90."""
+rule, the decision (:func:`fluxlite.dispatch.decide`) on injected per-round samples, the rounds it
+adds while unsettled and their reduction over ranks, the mode of a call and the choice it runs, and
+the fused kernel configs it may pick compiling for sm_90.
+
+The decision tests give each candidate per-round ratios to sequential over random per-round
+sequential times (the rounds' drift), so only the paired ratios decide; each asserts exact picks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,7 +25,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fluxlite
-from fluxlite import dispatch
+from fluxlite import dispatch, ops, workspace
+from fluxlite.timing import Timer
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, randn, rs_reference
@@ -61,9 +69,13 @@ def _measure_then_reload(rank: int, W: int, phase: str, cache_dir: str) -> None:
     entries = dispatch.load_cache(Path(cache_dir) / "dispatch.json")
     assert sorted(k.split()[0] for k in entries) == ["ag_gemm", "gemm_rs"], entries
     for e in entries.values():
-        assert set(e["times_ms"]) >= {"sequential", "decomposed", "fused"}, e
+        assert set(e["times_ms"]) == set(e["vs_baseline"]) == {"sequential", "decomposed", "fused"}, e
         assert all(t["throughput"] > 0 and t["latency"] > 0 for t in e["times_ms"].values()), e
-        assert e["impl"] in e["times_ms"], e
+        assert 5 <= e["rounds"] <= 10 and e["confidence"] == dispatch.CONFIDENCE, e
+        assert {e["impl"], e["modes"]["throughput"]["impl"], e["modes"]["latency"]["impl"]} <= set(e["times_ms"]), e
+        for label, by_mode in e["vs_baseline"].items():  # (low, median, high), sequential's exactly 1
+            assert all(lo <= med <= hi for lo, med, hi in by_mode.values()), e
+            assert label != "sequential" or all(b == [1.0, 1.0, 1.0] for b in by_mode.values()), e
 
 
 @pytest.mark.timeout(120)
@@ -78,7 +90,9 @@ def test_cache_is_written_reloaded_and_agreed(tmp_path):
 
 
 def _entry(impl: str) -> dict:
-    return dict(impl=impl, config=None, times_ms={})
+    """A cache entry choosing ``impl`` in every mode."""
+    one = dict(impl=impl, config=None)
+    return dict(one, modes={m: one for m in dispatch.MEASURED_MODES}, times_ms={})
 
 
 def _key_text(op: str, rows: int) -> str:
@@ -129,39 +143,254 @@ def test_corrupt_and_foreign_cache_files_are_ignored_with_a_warning(tmp_path):
         path.write_text(text)
         with pytest.warns(RuntimeWarning, match=why):
             assert dispatch.load_cache(path) == {}
-    good = dict(impl="fused", config=dict(vars(dispatch.GPU_CONFIGS[1])), times_ms={})
+    fused = dict(impl="fused", config=dict(vars(dispatch.GPU_CONFIGS[1])))
+    good = dict(fused, modes=dict(throughput=fused, latency=dict(impl="sequential", config=None)), times_ms={})
     foreign = {"a": dict(impl="bogus"), "b": dict(impl="fused", config=dict(block_m=7)),
-               "c": dict(impl="fused", config=dict(vars(dispatch.GPU_CONFIGS[0]), block_k=16)), "d": "text"}
+               "c": dict(impl="fused", config=dict(vars(dispatch.GPU_CONFIGS[0]), block_k=16)), "d": "text",
+               "e": dict(fused, times_ms={}),  # a schema-2 entry: one choice, no modes
+               "f": dict(good, modes=dict(throughput=fused, latency=dict(impl="bogus")))}
     _write(tmp_path, {"good": good, **foreign})
-    with pytest.warns(RuntimeWarning, match="ignoring 4 foreign entries"):
+    with pytest.warns(RuntimeWarning, match="ignoring 6 foreign entries"):
         assert dispatch.load_cache(path) == {"good": good}
     assert dispatch.load_cache(tmp_path / "missing.json") == {}
+    choices = dispatch._choices_from(good, "cache")
+    assert choices.throughput is choices.both != choices.latency == dispatch.Choice("sequential"), choices
+    assert choices.throughput.config == dispatch.GPU_CONFIGS[1] and choices.throughput.source == "cache"
+    assert choices.to_json() == {k: good[k] for k in ("impl", "config", "modes")}
 
 
-def test_pick_minimises_the_worst_slowdown_over_both_modes():
-    times = {"sequential": dict(throughput=10.0, latency=5.0), "decomposed": dict(throughput=9.0, latency=5.05),
-             "fused": dict(throughput=8.0, latency=5.08)}
-    order = list(times)
-    assert dispatch.pick(times, order) == "fused"  # worst 1.016x, against 1.25x and 1.125x
-    times["sequential"] = dict(throughput=8.05, latency=5.0)
-    times["fused"] = dict(throughput=8.0, latency=5.0)  # better by 0.6%, within the tie margin: the earlier wins
-    assert dispatch.pick(times, order) == "sequential"
+SEQ, DEC, FUSED = "sequential", "decomposed", "fused"
+ORDER = [SEQ, DEC, FUSED]
+MODES = dispatch.MEASURED_MODES
 
 
-def test_pick_never_takes_what_loses_to_sequential_in_either_mode():
-    """Issue 10's bound: auto is never more than 2% slower than sequential in throughput or latency
-    mode, so a fused call that wins one mode by far but loses the other (small shapes: latency won,
-    throughput lost) is not chosen."""
-    times = {"sequential": dict(throughput=10.0, latency=5.0), "fused": dict(throughput=10.3, latency=3.0)}
-    assert dispatch.pick(times, list(times)) == "sequential"  # 3% slower in throughput
-    times["fused"] = dict(throughput=10.15, latency=3.0)
-    assert dispatch.pick(times, list(times)) == "fused"  # 1.5%: within the bound, and far better in latency
-    times["fused"] = dict(throughput=6.0, latency=5.2)
-    assert dispatch.pick(times, list(times)) == "sequential"  # 4% slower in latency
-    del times["sequential"]  # sequential failed: the best of the rest
-    times["decomposed"] = dict(throughput=7.0, latency=7.0)
-    assert dispatch.pick(times, ["decomposed", "fused"]) == "fused"
+def _per_round(ratio, rounds: int) -> list[float]:
+    return list(ratio) if isinstance(ratio, (list, tuple)) else [ratio] * rounds
 
+
+def _samples(seed: int, rounds: int, **ratios) -> dict:
+    """Per-round samples: sequential's ms random in every round and mode (clock drift), each other
+    candidate's that times its ratios, ``label=(throughput ratios, latency ratios)`` (one per round,
+    or one number for all)."""
+    gen = torch.Generator().manual_seed(seed)
+    base = {m: (0.5 + 2 * torch.rand(rounds, generator=gen, dtype=torch.float64)).tolist() for m in MODES}
+    out = {SEQ: base}
+    for label, by_mode in ratios.items():
+        out[label] = {m: [b * r for b, r in zip(base[m], _per_round(by_mode[i], rounds))] for i, m in enumerate(MODES)}
+    return out
+
+
+def _picks(verdict: dispatch.Verdict) -> tuple[str, str, str]:
+    return verdict.throughput, verdict.latency, verdict.both
+
+
+def test_order_statistics_bound_the_median_at_the_stated_confidence():
+    assert [dispatch._order_rank(n) for n in (1, 4, 5, 6, 8, 10, 15, 20)] == [None, None, 5, 6, 7, 9, 12, 15]
+    gen = torch.Generator().manual_seed(0)
+    x = [(v + 1) / 10 for v in torch.randperm(10, generator=gen).tolist()]
+    assert dispatch.ratio_bounds(x) == (0.2, 0.55, 0.9)
+    assert dispatch.ratio_bounds([math.nan, 3.0, 1.0, 5.0, 2.0, 4.0]) == (1.0, 3.0, 5.0)
+    assert dispatch.ratio_bounds([0.9] * 4) == (-math.inf, 0.9, math.inf)  # too few rounds for a bound
+    # the bounds hold: a skewed population's median is above the high bound (below the low one) in
+    # at most 1 - CONFIDENCE of draws
+    for n in (5, 10, 20):
+        draws = torch.randn(4000, n, generator=gen, dtype=torch.float64).exp()  # lognormal: median 1
+        bounds = [dispatch.ratio_bounds(row) for row in draws.tolist()]
+        assert sum(hi < 1 for _, _, hi in bounds) <= (1 - dispatch.CONFIDENCE) * len(bounds), n
+        assert sum(lo > 1 for lo, _, _ in bounds) <= (1 - dispatch.CONFIDENCE) * len(bounds), n
+
+
+def test_a_clear_win_in_both_modes_is_every_modes_choice():
+    v = dispatch.decide(_samples(1, 5, decomposed=(0.95, 0.95), fused=(0.8, 0.85)), ORDER)
+    assert _picks(v) == (FUSED, FUSED, FUSED) and v.open == (), v
+    assert v.ratios[FUSED]["throughput"] == pytest.approx((0.8, 0.8, 0.8)) and v.ratios[SEQ]["latency"] == (1, 1, 1)
+
+
+def test_a_noisy_round_asks_for_more_and_sequential_keeps_what_it_leaves_unsettled():
+    noisy = [0.9, 0.9, 1.05, 0.9, 0.9]  # the median alone would take fused; one round says 5% slower
+    v = dispatch.decide(_samples(2, 5, fused=(noisy, 0.9)), ORDER)
+    assert _picks(v) == (SEQ, FUSED, SEQ) and v.open == (FUSED,), v  # throughput unsettled: not a win, not safe
+    v = dispatch.decide(_samples(3, 10, fused=(noisy + [0.9] * 5, 0.9)), ORDER)  # ten rounds: one outlier is noise
+    assert _picks(v) == (FUSED, FUSED, FUSED) and v.open == (), v
+    v = dispatch.decide(_samples(4, 5, fused=([0.5] * 4 + [2.0], 1.0)), ORDER)  # a 2x-slower round: no win yet
+    assert _picks(v) == (SEQ, SEQ, SEQ) and v.open == (FUSED,), v
+
+
+def test_ties_go_to_the_simpler_candidate():
+    v = dispatch.decide(_samples(5, 5, decomposed=(0.90, 1.0), fused=(0.895, 1.0)), ORDER)
+    assert _picks(v) == (DEC, SEQ, DEC) and v.open == (), v  # fused is 0.6% faster: within the tie margin
+    v = dispatch.decide(_samples(6, 5, decomposed=(0.90, 1.0), fused=(0.88, 1.0)), ORDER)
+    assert _picks(v) == (FUSED, SEQ, FUSED), v  # 2.2% faster: not a tie
+    v = dispatch.decide(_samples(7, 5, fused=(0.995, 0.995)), ORDER)  # faster than sequential by less than the margin
+    assert _picks(v) == (SEQ, SEQ, SEQ) and v.open == (), v
+
+
+def test_a_candidate_faster_in_one_mode_and_slower_beyond_noise_in_the_other_serves_that_mode_only():
+    v = dispatch.decide(_samples(8, 5, fused=(0.8, 1.10)), ORDER)  # large shapes' pattern
+    assert _picks(v) == (FUSED, SEQ, SEQ) and v.open == (), v
+    v = dispatch.decide(_samples(9, 5, fused=(1.05, 0.7)), ORDER)  # small shapes': latency won, throughput lost
+    assert _picks(v) == (SEQ, FUSED, SEQ) and v.open == (), v
+
+
+def test_modes_that_disagree_get_their_own_choices_and_both_stays_within_bound():
+    v = dispatch.decide(_samples(10, 5, decomposed=(1.07, 0.9), fused=(0.85, 1.06)), ORDER)
+    assert _picks(v) == (FUSED, DEC, SEQ) and v.open == (), v
+    v = dispatch.decide(_samples(11, 5, fused=(1.01, 0.9)), ORDER)  # 1% slower in throughput: within MAX_LOSS
+    assert _picks(v) == (SEQ, FUSED, FUSED) and v.open == (), v
+    v = dispatch.decide(_samples(12, 5, decomposed=(0.97, 0.98), fused=(0.9, 1.015)), ORDER)
+    assert _picks(v) == (FUSED, DEC, FUSED), v  # worst slowdown against the best: 1.035 (fused), 1.078 (decomposed)
+
+
+def test_close_or_too_few_rounds_ask_for_more_rounds():
+    v = dispatch.decide(_samples(13, 4, fused=(0.5, 0.5)), ORDER)  # four rounds give no bound at 95%
+    assert _picks(v) == (SEQ, SEQ, SEQ) and v.open == (FUSED,), v
+    v = dispatch.decide(_samples(14, 5, fused=([0.985, 0.995, 0.98, 0.99, 0.985], 1.0)), ORDER)
+    assert v.open == (FUSED,) and _picks(v) == (SEQ, SEQ, SEQ), v  # a win straddles the margin
+    v = dispatch.decide(_samples(15, 5, fused=(0.8, [1.0, 1.03, 1.0, 1.01, 0.99])), ORDER)
+    assert v.open == (FUSED,) and _picks(v) == (FUSED, SEQ, SEQ), v  # its safety in latency straddles the bound
+    v = dispatch.decide(_samples(16, 5, decomposed=(1.0, [1.0, 1.03, 1.0, 1.01, 0.99])), ORDER)
+    assert v.open == () and _picks(v) == (SEQ, SEQ, SEQ), v  # the same, but it cannot win: no more rounds
+
+
+def test_without_sequential_the_simplest_timed_candidate_is_the_baseline():
+    s = _samples(17, 5, decomposed=(1.0, 1.0), fused=(0.8, 1.2))
+    del s[SEQ]
+    v = dispatch.decide(s, ORDER)
+    assert _picks(v) == (FUSED, DEC, DEC) and set(v.ratios) == {DEC, FUSED}, v
+    assert v.ratios[FUSED]["latency"] == pytest.approx((1.2, 1.2, 1.2))
+
+
+def _ranks_decide_alike_and_calls_follow_their_mode(rank: int, W: int) -> None:
+    # 1. Ranks read different samples; each round's reading is reduced (max) before deciding. Rank 1
+    # reads fused 1.2x slower in throughput in round 2, so five rounds leave it unsettled (rank 0's
+    # own readings would have settled), five more of sequential and fused settle it.
+    timer = Timer(fluxlite.resolve_group(), torch.device("cpu"))
+
+    def measure(readings, most):
+        calls = []
+
+        def sample(timed, n, first):
+            calls.append((list(timed), n, first))
+            return {label: {m: [readings(rank, label, m, r) for r in range(first, first + n)] for m in MODES}
+                    for label in timed}
+
+        rounds = dispatch.Rounds(first=5, more=5, most=most, warmup=0, batch_ms=1.0, max_batch=1)
+        verdict, samples = dispatch.measure_until_settled(timer, sample, ORDER, rounds)
+        for label, timed_rounds in ((SEQ, range(most)), (DEC, range(5)), (FUSED, range(most))):
+            for m in MODES:
+                want = [max(readings(q, label, m, r) for q in range(W)) if r in timed_rounds else math.nan
+                        for r in range(len(samples[SEQ][m]))]
+                assert samples[label][m] == pytest.approx(want, nan_ok=True), (label, m)
+        everyone = [None] * W
+        dist.all_gather_object(everyone, (_picks(verdict), verdict.open, calls))
+        assert all(e == everyone[0] for e in everyone), everyone
+        return verdict, calls
+
+    def slow_round(q, label, m, r):
+        base = 1.0 + 0.1 * (r % 3)
+        return base * (1.0 if label != FUSED else 1.2 if (q, m, r) == (1, "throughput", 2) else 0.9)
+
+    own = {label: {m: [slow_round(0, label, m, r) for r in range(5)] for m in MODES} for label in ORDER}
+    assert dispatch.decide(own, ORDER).open == ()
+    verdict, calls = measure(slow_round, 10)
+    assert calls == [(ORDER, 5, 0), ([SEQ, FUSED], 5, 5)] and _picks(verdict) == (FUSED,) * 3, (calls, verdict)
+
+    # 2. Rank 1 reads fused no faster in throughput every third round: never settled; after the
+    # most rounds sequential keeps throughput, fused wins latency and is within bound in both.
+    def every_third(q, label, m, r):
+        return 1.0 if label != FUSED else 1.0 if (q, m, r % 3) == (1, "throughput", 0) else 0.9
+
+    verdict, calls = measure(every_third, 15)
+    assert calls == [(ORDER, 5, 0), ([SEQ, FUSED], 5, 5), ([SEQ, FUSED], 5, 10)], calls
+    assert _picks(verdict) == (SEQ, FUSED, FUSED) and verdict.open == (FUSED,), verdict
+
+    # 3. An auto call runs the choice of its mode, a repeated fused call included: throughput fused,
+    # latency and both (an eager call's) sequential.
+    m, K_, N_ = 6, 16, 12
+    tp = fluxlite.resolve_group()
+    key = dispatch.Key.of("ag_gemm", tp, torch.empty(m, K_), torch.empty(N_, K_), W * m)
+    fused, seq = dispatch.Choice("fused", source="cache"), dispatch.Choice("sequential", source="cache")
+    dispatch._MEMORY[key] = dispatch.Choices.of(fused, seq, seq)
+    ran, real_fused, real_seq = [], fluxlite.fused.ag_gemm, ops._IMPL_MODULES["sequential"]
+
+    def counted_fused(*args, **kwargs):
+        ran.append("fused")
+        return real_fused(*args, **kwargs)
+
+    def counted_seq(*args):
+        ran.append("sequential")
+        return real_seq.ag_gemm(*args)
+
+    fluxlite.fused.ag_gemm = counted_fused
+    ops._IMPL_MODULES["sequential"] = type("Counted", (), {"ag_gemm": staticmethod(counted_seq)})
+    gen = torch.Generator().manual_seed(3)
+    failures: list[str] = []
+    try:
+        for n, (mode, want) in enumerate((("throughput", FUSED), ("throughput", FUSED), (None, SEQ),
+                                          ("latency", SEQ), ("throughput", FUSED))):
+            a_full, weight = randn(gen, W * m, K_, dtype=torch.float32), randn(gen, N_, K_, dtype=torch.float32)
+            ran.clear()
+            with dispatch.assume_mode(mode) if mode else contextlib.nullcontext():
+                out = fluxlite.ag_gemm(a_full[rank * m:(rank + 1) * m], weight, impl="auto")
+            check(f"call {n} ({mode})", out, ag_reference(a_full, weight, None), torch.float32, failures)
+            assert ran == [want], (n, mode, ran)
+    finally:
+        fluxlite.fused.ag_gemm, ops._IMPL_MODULES["sequential"] = real_fused, real_seq
+        dispatch.clear_memory()
+    assert not failures, failures
+
+
+@pytest.mark.timeout(120)
+def test_ranks_decide_on_readings_reduced_over_them_and_calls_follow_their_mode():
+    run_ranks(_ranks_decide_alike_and_calls_follow_their_mode, 2)
+
+
+@pytest.fixture
+def fresh_dispatch():
+    dispatch.clear_memory()
+    yield
+    dispatch.clear_memory()
+
+
+def test_the_mode_of_a_call_and_the_choice_it_runs(monkeypatch, fresh_dispatch):
+    monkeypatch.delenv("FLUXLITE_AUTO_MODE", raising=False)
+    cpu = torch.device("cpu")
+    assert dispatch.call_mode(cpu) == "both"  # an eager call
+    monkeypatch.setattr(workspace, "capturing", lambda device: True)  # as under CUDA-graph capture
+    assert dispatch.call_mode(cpu) == "throughput"
+    with dispatch.assume_mode("latency"):
+        assert dispatch.call_mode(cpu) == "latency"
+        with dispatch.assume_mode("both"):
+            assert dispatch.call_mode(cpu) == "both"
+        assert dispatch.call_mode(cpu) == "latency"
+    monkeypatch.setattr(workspace, "capturing", lambda device: False)
+
+    key = dispatch.Key("ag_gemm", dispatch.m_bucket(64), K, N, "float32", 2, "cpu", fluxlite.__version__)
+    fused, seq = dispatch.Choice("fused", source="measured"), dispatch.Choice("sequential", source="measured")
+    choices = dispatch.Choices.of(fused, seq, dispatch.Choice("sequential", source="measured"))
+    assert choices.both is choices.latency is seq and not choices.uniform  # equal choices are one object
+    dispatch._MEMORY[key] = choices
+    assert dispatch.remembered(key) is seq and dispatch.describe(key, 0.0, cpu, torch.float32) is seq
+    with dispatch.assume_mode("throughput"):
+        assert dispatch.remembered(key) is fused and dispatch.describe(key, 0.0, cpu, torch.float32) is fused
+
+    monkeypatch.setenv("FLUXLITE_AUTO_MODE", "throughput")
+    assert dispatch.remembered(key) is seq  # the variable is read once per process...
+    dispatch.clear_memory()  # ...and again after this
+    dispatch._MEMORY[key] = choices
+    assert dispatch.remembered(key) is fused
+    with dispatch.assume_mode("latency"):  # the context wins over the variable
+        assert dispatch.remembered(key) is seq
+    dispatch._MEMORY[key] = seq  # a bare choice stands for every mode
+    assert dispatch._MEMORY[key].uniform and dispatch.remembered(key) is seq
+
+    monkeypatch.setenv("FLUXLITE_AUTO_MODE", "fast")
+    dispatch.clear_memory()
+    with pytest.raises(ValueError, match=r"FLUXLITE_AUTO_MODE must be one of \('throughput', 'latency', 'both'\)"):
+        dispatch.call_mode(cpu)
+    with pytest.raises(ValueError, match="mode must be one of .* got 'eager'"):
+        with dispatch.assume_mode("eager"):
+            pass
 
 def test_rule(monkeypatch):
     cuda, cpu, bf16 = torch.device("cuda", 0), torch.device("cpu"), torch.bfloat16
@@ -203,3 +432,24 @@ def test_fused_configs_compile_for_hopper():
     run = subprocess.run([sys.executable, "-c", code, root], env=env, capture_output=True, text=True, timeout=230)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.stdout.count("ok ") == 2 * (len(dispatch.GPU_CONFIGS) - 1), run.stdout
+
+
+def test_a_captured_call_runs_its_modes_choice_only_where_it_ran_eagerly(monkeypatch, fresh_dispatch):
+    """A fused call can be captured only after it ran eagerly with its shape: a capture (throughput
+    mode) runs the throughput choice where it ran eagerly with those rows, else what the eager calls
+    ran (``both``)."""
+    monkeypatch.delenv("FLUXLITE_AUTO_MODE", raising=False)
+    key = dispatch.Key("gemm_rs", dispatch.m_bucket(8), K, N, "float32", 2, "cpu", fluxlite.__version__)
+    fused, seq = dispatch.Choice("fused", source="cache"), dispatch.Choice("sequential", source="cache")
+    dispatch._MEMORY[key] = dispatch.Choices.of(fused, seq, seq)
+    a8, a9 = torch.empty(8, K), torch.empty(9, K)
+
+    def choose(a, capturing):
+        monkeypatch.setattr(workspace, "capturing", lambda device: capturing)
+        return dispatch.choose(key, None, a, 0.0, None, 1.0)
+
+    assert choose(a8, False) is seq  # an eager call: both
+    assert choose(a8, True) is seq  # fused never ran eagerly with 8 rows: what the warm-up ran
+    with dispatch.assume_mode("throughput"):
+        assert choose(a8, False) is fused  # a warm-up in the capture's mode
+    assert choose(a8, True) is fused and choose(a9, True) is seq
