@@ -271,24 +271,41 @@ class Interrupted(KeyboardInterrupt):
 
 
 class _Signals:
-    """SIGINT and SIGTERM raise :class:`Interrupted` once, in the main thread; a later one is only
-    remembered, so that rank 0's writing of the measured shapes is not cut short. :meth:`restore`
-    gives the signals back their defaults."""
+    """SIGINT and SIGTERM raise :class:`Interrupted` once, in the main thread, but never inside a
+    timed call: there the exception would leave a fused call's producer thread (or the limit's copy
+    thread) writing into tensors that are then freed, so it waits until the call returns. A later
+    signal is only remembered, so that rank 0's writing of the measured shapes is not cut short.
+    :meth:`restore` gives the signals back their defaults."""
 
     def __init__(self) -> None:
         self.name: str | None = None
-        self.armed = True
+        self.armed, self.in_call, self.pending = True, False, False
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
         if self.name is None:
             self.name = signal.Signals(signum).name
-            if self.armed:
+            self.pending = self.armed
+            if self.pending and not self.in_call:
+                self.pending = False
                 raise Interrupted(self.name)
 
+    def wrap(self, fn):
+        """``fn`` with a signal that arrives during a call raised when it returns."""
+        def call(x):
+            self.in_call = True
+            try:
+                return fn(x)
+            finally:
+                self.in_call = False
+                if self.pending:
+                    self.pending = False
+                    raise Interrupted(self.name)
+        return call
+
     def disarm(self) -> None:
-        self.armed = False
+        self.armed = self.pending = False
 
     def restore(self) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -298,15 +315,15 @@ class _Signals:
         return 128 + signal.Signals[self.name].value
 
 
-def _measure(args, timer, rows: list[dict], after_each) -> str | None:
-    """Append the row of each of ``args.shapes`` to ``rows``, calling ``after_each(i, shape)`` after
-    each; returns why it stopped early (``--time-limit``), or ``None``. Collective."""
+def _measure(args, timer, rows: list[dict], after_each, wrap) -> str | None:
+    """Append the row of each of ``args.shapes`` to ``rows``, calling ``after_each(i, shape, seconds)``
+    after each; returns why it stopped early (``--time-limit``), or ``None``. Collective."""
     from .run import profile_shape
 
     start = time.monotonic()
     for i, shape in enumerate(args.shapes):
         rows.append(profile_shape(timer, shape, dtype=DTYPES[args.dtype], rounds=args.rounds, warmup=args.warmup,
-                                  sets=args.sets, batch_ms=args.batch_ms, tune=args.tune, impls=args.impls))
+                                  sets=args.sets, batch_ms=args.batch_ms, tune=args.tune, impls=args.impls, wrap=wrap))
         if timer.cuda:
             torch.cuda.empty_cache()
         after_each(i, shape, time.monotonic() - start)
@@ -322,6 +339,14 @@ def profile_on_this_rank(args) -> int:
     after every shape too). Stopped early (a signal, ``--time-limit``, an error), rank 0 still
     writes what was measured, marked partial. Returns the exit status; an error is re-raised."""
     signals = _Signals()  # first: a signal while the group comes up stops the run cleanly too
+    try:
+        return _profile(args, signals)
+    except Interrupted:  # before the first shape: nothing to write
+        signals.restore()
+        return signals.exit_status()
+
+
+def _profile(args, signals: _Signals) -> int:
     import fluxlite
 
     from ..timing import Timer
@@ -354,7 +379,7 @@ def profile_on_this_rank(args) -> int:
 
     rows, error = [], None
     try:
-        stopped = _measure(args, timer, rows, after_each)
+        stopped = _measure(args, timer, rows, after_each, signals.wrap)
         signals.disarm()
     except BaseException as exc:  # a signal, or an error (a peer that left after one is one too)
         signals.disarm()
@@ -401,7 +426,10 @@ def _spawn(args) -> int:
         port = s.getsockname()[1]
     ctx = mp.start_processes(_spawned_rank, args=(args, port), nprocs=args.world_size, join=False)
 
+    received = []
+
     def forward(signum, frame):
+        received.append(signum)
         for p in ctx.processes:
             if p.is_alive():
                 os.kill(p.pid, signum)
@@ -414,6 +442,9 @@ def _spawn(args) -> int:
         status = ctx.processes[0].exitcode
         if status in (EXIT_TIME_LIMIT, 128 + signal.SIGINT, 128 + signal.SIGTERM):
             return status  # rank 0 has said why, and where the results are
+        if received:  # a rank stopped before it could take the signal itself
+            print(f"fluxlite-profile: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
+            return 128 + received[0]
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         print(f"fluxlite-profile: error: rank {exc.error_index} failed: {why}", file=sys.stderr)
         return status if status and status > 0 else 1

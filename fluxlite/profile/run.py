@@ -19,6 +19,7 @@ hides none (sequential); it is NaN where sequential is within noise of the limit
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -93,13 +94,17 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int, warmup: int, sets: int,
-                  batch_ms: float, tune: bool, impls: tuple[str, ...] = IMPLS) -> dict:
+                  batch_ms: float, tune: bool, impls: tuple[str, ...] = IMPLS,
+                  wrap: Callable[[Callable], Callable] | None = None) -> dict:
     """Time the implementations ``impls`` of ``shape`` and the :data:`REFERENCES` in the same rounds
-    (see :mod:`fluxlite.timing`); one report row. Collective: every rank calls it alike."""
+    (see :mod:`fluxlite.timing`); one report row. Collective: every rank calls it alike.
+    ``wrap``: applied to every case (``fn(inputs) -> output``) before it is timed."""
     tp, device = timer.tp, timer.device
     make, cases = op_case(shape, tp, dtype, device)
     cases["limit"], cases["copy"], transfer = limits.limit_case(tp, shape.op, shape.M, shape.K, shape.N, dtype,
                                                                 device, cases["gemm"], TIMEOUT_S)
+    if wrap is not None:
+        cases = {name: wrap(fn) for name, fn in cases.items()}
     wanted = (set(impls) | set(REFERENCES)) - (set() if device.type == "cuda" else {"torch_symm_mem"})  # CUDA only
     fns = {i: cases[i] for i in IMPLS if i in wanted}
     try:
