@@ -1,11 +1,16 @@
-"""The main job (README Quick start, first command) runs end to end on 2 CPU ranks under torchrun."""
+"""The main job (README Quick start, first command) runs end to end on 2 CPU ranks under torchrun;
+bad arguments are refused at parse time with one line and exit status 2, once."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
+
+from fluxlite import demo
 
 
 @pytest.mark.timeout(120)
@@ -22,3 +27,54 @@ def test_demo_runs_checks_and_times_every_impl_under_torchrun():
             assert row is not None, f"no row for {op}/{impl} in:\n{proc.stdout}"
             assert row[-1] == "ok", row
             assert float(row[2]) > 0, row
+
+
+@pytest.fixture
+def no_torchrun(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize("argv,names", [
+    (["--M", "0"], "--M/--m: must be positive, got 0"),
+    (["--M", "-2"], "--M/--m: must be positive, got -2"),
+    (["--K", "0"], "--K/--k: must be positive"),
+    (["--N", "-8"], "--N/--n: must be positive"),
+    (["--N", "8x"], "expected an integer, got '8x'"),
+    (["--iters", "0"], "--iters: must be positive"),
+    (["--warmup", "-1"], "--warmup: must be 0 or more"),
+    (["--impls", "fused,nope"], "comma list of sequential, decomposed, fused, auto"),
+    (["--dtype", "int8"], "invalid choice"),
+])
+def test_bad_arguments_give_one_line_and_exit_2(argv, names, capsys, no_torchrun):
+    with pytest.raises(SystemExit) as exc:
+        demo.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and err.startswith("fluxlite.demo: error:") and names in err, err
+
+
+def test_sizes_not_divisible_by_the_ranks_are_refused_once(capsys, monkeypatch):
+    """Under torchrun every rank checks; rank 0 alone reports it (exit 2), the others exit quietly."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, code, err_lines in (("1", 0, 0), ("0", 2, 1)):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as exc:
+            demo.main(["--M", "6", "--K", "3", "--N", "8"])
+        err = capsys.readouterr().err
+        assert exc.value.code == code and err.count("\n") == err_lines, (rank, err)
+    assert "K = 3 must be divisible by the number of ranks (2)" in err
+
+
+def test_defaults_are_resolved_at_parse_time(no_torchrun):
+    args = demo.parse_args([])
+    cpu = not torch.cuda.is_available()
+    assert (args.m, args.k, args.n, args.iters) == ((1024, 1024, 1024, 10) if cpu else (4096, 8192, 8192, 20))
+    assert args.impls == list(demo.IMPLS) and demo.parse_args(["--impls", "decomposed"]).impls == ["decomposed"]
+
+
+def test_a_negative_size_from_the_command_line():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, "-m", "fluxlite.demo", "--M", "-2"], capture_output=True, text=True,
+                          timeout=110, env=env)
+    assert proc.returncode == 2 and proc.stderr == "fluxlite.demo: error: argument --M/--m: must be positive, got -2\n", (
+        proc.stderr)
