@@ -2,17 +2,19 @@
 
 The simulation runs ``W`` ranks, each with ``grid`` persistent programs of which at most
 ``resident`` run at once (the rest start as running ones finish, as on a GPU whose other SMs are
-busy), and each with its producer. Steps interleave in a random order. A program follows the
-kernel's loop (fluxlite/kernels/gemm_rs.py, ag_gemm.py): claim a tile, claim the next one at once,
-run the main loop, count the peer tile stored last, then store (peer tile) or wait for every peer's
-flag (local tile). The producer waits for each (peer, split) counter to reach its tile count,
-pushes the split once, and sets the destination's flag.
+busy), and each with its producer. Steps interleave in a random order. A program follows the GEMM-RS
+kernel's three loops (fluxlite/kernels/gemm_rs.py): (1) ``peer_tiles // grid`` claims of peer
+tiles, pipelined, so the next tile's claim comes before this tile's epilogue (count the tile stored
+before, store this one; a claim past the last peer tile stores nothing); (2) the peer tiles left,
+one claim at a time; the last stored tile counted; (3) the local tiles, round robin by program id,
+each waiting for every peer's flag after its main loop. The producer waits for each (peer, split)
+counter to reach its tile count, pushes the split once, and sets the destination's flag.
 
 Properties: the run never gets stuck (some step can always go until everything is done), every
 counter ends exactly at its count, every split is pushed exactly once, and every tile runs once.
 The tables are the ones the kernels read (``kernel_blocks``, ``tile_order``), so an order that
-could deadlock the GPU fails here. The last test shows the simulation can fail: the grouped tile
-order used before (groups straddling chunks) deadlocks it on the shape of issue 9.
+could deadlock the GPU fails here. The last test shows the simulation can fail: a grouped tile
+order whose groups straddle chunks deadlocks it on a GEMM-RS shape.
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
     flags = [set() for _ in range(W)]  # data slots set on rank r
     pushed = [dict() for _ in range(W)]  # (dst, split) -> times pushed by rank r
     ran = [[0] * (s0.num_blocks * num_n) for _ in range(W)]
+    peer_tiles = len(ran[0]) - s0.local_tiles(num_n)
     programs, producers = [], []
     for r, s in enumerate(scheds):
         blocks = s.kernel_blocks().tolist()
         tiles = (order or (lambda s: s.tile_order(num_n, group_m).tolist()))(s)
         claim = iter(range(10**9))
         for pid in range(grid):
-            programs.append(_rs_program(r, W, blocks, tiles, claim, counters[r], flags[r], ran[r]))
+            programs.append(_rs_program(r, W, pid, grid, peer_tiles, blocks, tiles, claim, counters[r], flags[r],
+                                        ran[r]))
         steps = []
         for d in s.peers():
             for sp in range(s.splits):
@@ -80,32 +84,52 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
         assert ran[r] == [1] * len(ran[r])
 
 
-def _rs_program(r, W, blocks, tiles, claim, counters, flags, ran):
+def _rs_program(r, W, pid, grid, peer_tiles, blocks, tiles, claim, counters, flags, ran):
     """One persistent program of rank r's GEMM-RS kernel, as a generator of steps."""
-    tile = next(claim)
-    pending = -1
-    while tile < len(tiles):
-        next_tile = next(claim)
-        i, j = tiles[tile]
-        chunk, _row0, _rows, slot = blocks[i]
-        yield True  # main loop
-        if pending >= 0:
-            counters[pending] = counters.get(pending, 0) + 1
-            yield True
-        pending = -1
-        if chunk != r:
-            pending = slot
-        else:
-            for p in range(W):
-                if p != r:
-                    while slot + p * sch.peer_slots() not in flags:
-                        yield False
+    state = dict(pending=-1)
+
+    def count_pending():
+        if state["pending"] >= 0:
+            counters[state["pending"]] = counters.get(state["pending"], 0) + 1
+        state["pending"] = -1
+
+    def epilogue(tile):  # a peer tile's: count the one stored before, store this one
+        count_pending()
+        i, _j = tiles[tile]
+        state["pending"] = blocks[i][3]
         ran[tile] += 1
-        tile = next_tile
+
+    # 1. Pipelined: claim i+1 is made before tile i's epilogue.
+    rounds = peer_tiles // grid
+    current = next(claim) if rounds else None
+    for it in range(rounds):
+        yield True  # main loop of `current`
+        following = next(claim) if it + 1 < rounds else None
+        if current < peer_tiles:
+            epilogue(current)
         yield True
-    if pending >= 0:
-        counters[pending] = counters.get(pending, 0) + 1
+        current = following
+    # 2. One claim at a time.
+    tile = next(claim)
+    while tile < peer_tiles:
+        next_tile = next(claim)
+        yield True  # main loop
+        epilogue(tile)
+        yield True
+        tile = next_tile
+    count_pending()
     yield True
+    # 3. Local tiles, round robin; each waits for every peer after its main loop.
+    for tile in range(peer_tiles + (pid - peer_tiles % grid) % grid, len(tiles), grid):
+        i, _j = tiles[tile]
+        _chunk, _row0, _rows, slot = blocks[i]
+        yield True  # main loop
+        for p in range(W):
+            if p != r:
+                while slot + p * sch.peer_slots() not in flags:
+                    yield False
+        ran[tile] += 1
+        yield True
 
 
 def _producer(r, W, steps, counters, flags, pushed):
@@ -137,14 +161,15 @@ def test_rs_claiming_and_publishing_always_completes(case):
     simulate_rs(*case)
 
 
-def test_rs_issue9_shape_completes():
+def test_rs_m1024_n8192_on_132_programs_completes():
     """W=2, M=1024 (chunk 512 rows = 4 blocks of 128), N=8192 (32 column blocks), grid 132."""
     for seed in range(5):
         simulate_rs(2, 512, 128, 32, 8, 132, 132, seed)
 
 
-def _old_grouped_order(num_n, group_m):
-    """The order before the fix: groups of ``group_m`` row blocks over the whole table, across chunks."""
+def _chunk_straddling_order(num_n, group_m):
+    """Groups of ``group_m`` row blocks over the whole table, across chunks (a local tile, which
+    waits for the peers, can then be claimed before a peer tile that they wait for)."""
     def order(s):
         nb = s.num_blocks
         out = []
@@ -157,9 +182,11 @@ def _old_grouped_order(num_n, group_m):
     return order
 
 
-def test_the_simulation_catches_the_old_deadlock():
-    with pytest.raises(Stuck):
-        simulate_rs(2, 512, 128, 32, 8, 132, 132, 0, order=_old_grouped_order(32, 8))
+def test_the_simulation_catches_a_chunk_straddling_order():
+    """With local tiles among the peer tiles the kernel counts what it must not (and waits where it
+    must not): the run gets stuck or ends with wrong counts."""
+    with pytest.raises((Stuck, AssertionError)):
+        simulate_rs(2, 512, 128, 32, 8, 132, 132, 0, order=_chunk_straddling_order(32, 8))
 
 
 @settings(max_examples=200, deadline=None)

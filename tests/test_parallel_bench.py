@@ -31,7 +31,7 @@ def test_bench_layers_cpu_smoke(tmp_path: Path):
 
 def test_bench_layers_megatron_baseline_cpu_smoke(tmp_path: Path):
     """``--modes megatron,...``: the same block with megatron-core's own layers and the same weights,
-    the baseline issue 15 compares against; its first step must match fluxlite's."""
+    the baseline fluxlite is compared against; its first step must match fluxlite's."""
     import pytest
 
     pytest.importorskip("megatron.core")
@@ -48,8 +48,8 @@ def test_bench_layers_megatron_baseline_cpu_smoke(tmp_path: Path):
 
 
 def test_bench_gpt_cpu_smoke(tmp_path: Path):
-    """scripts/bench_gpt.py: Megatron's GPTModel with fluxlite's layers against Megatron's own (issue
-    15's model-level benchmark), on gloo ranks: the first step must match Megatron's, and the report's
+    """scripts/bench_gpt.py: Megatron's GPTModel with fluxlite's layers against Megatron's own (the
+    model-level benchmark), on gloo ranks: the first step must match Megatron's, and the report's
     figures must follow from its times."""
     import pytest
 

@@ -1,5 +1,5 @@
 """Bad input raises the documented ValueError/TypeError, naming the argument and the expected and
-actual values, before any communication (issue 2, section 8).
+actual values, before any communication (README, API: Errors).
 
 Most cases run in this process under a 1-rank gloo group. The 2-rank test runs the same table on
 each rank while the other rank sits outside every collective (it waits on the store, not on the

@@ -1,4 +1,4 @@
-"""fluxlite at the world sizes people train with (issue 14): 3, 4, 6 and 8 CPU ranks, not only 2.
+"""fluxlite at the world sizes people train with: 3, 4, 6 and 8 CPU ranks, not only 2.
 
 1. **The ops on gloo ranks** (one spawn per world size, every case in it, every failing case
    reported at once): ``ag_gemm`` (push, and pull with ``return_gathered``) and ``gemm_rs`` under
