@@ -4,6 +4,8 @@
     torchrun --standalone --nproc-per-node 2 scripts/train_gpt.py                 # CPU (gloo) or GPU (nccl)
     torchrun --standalone --nproc-per-node 2 scripts/train_gpt.py --check         # + single-process twin
 
+It runs under torchrun only (without it, it says how to launch it and exits with status 2).
+
 The model: token + position embeddings, pre-norm blocks (LayerNorm -> QKV ColumnParallelLinear ->
 causal attention over this rank's heads -> proj RowParallelLinear; LayerNorm -> fc1
 ColumnParallelLinear -> GELU -> fc2 RowParallelLinear), a final LayerNorm and an LM head
@@ -39,6 +41,7 @@ import torch.nn.functional as F
 import fluxlite
 from fluxlite._validate import IMPLS
 from fluxlite.profile import layer_timings
+from fluxlite.profile.cli import ArgumentParser, positive
 from fluxlite.parallel import (
     ColumnParallelLinear,
     ModelParallelConfig,
@@ -52,36 +55,66 @@ DEFAULT_TOL = {"fp32": 2e-5, "bf16": 2e-2, "fp16": 1e-2}
 MIN_CHECK_STEPS = 20
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--ffn", type=int, default=None, help="MLP width (default 4 * hidden)")
-    p.add_argument("--vocab", type=int, default=128)
-    p.add_argument("--seq", type=int, default=32)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=1234)
+LAUNCH = "torchrun --standalone --nproc-per-node 2 scripts/train_gpt.py"
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows the defaults, but not ``None``: those options say in their help what they default to."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="train_gpt.py", description=__doc__.split("\n\n")[0], formatter_class=_Help)
+    size = positive(int)
+    p.add_argument("--layers", type=size, default=2, help="transformer blocks")
+    p.add_argument("--hidden", type=size, default=64, help="hidden size (a multiple of --heads)")
+    p.add_argument("--heads", type=size, default=4, help="attention heads (a multiple of the ranks)")
+    p.add_argument("--ffn", type=size, default=None, help="MLP width, a multiple of the ranks (default 4 * hidden)")
+    p.add_argument("--vocab", type=size, default=128, help="vocabulary size (a multiple of the ranks)")
+    p.add_argument("--seq", type=size, default=32,
+                   help="sequence length (a multiple of the ranks under sequence parallelism)")
+    p.add_argument("--batch", type=size, default=4, help="sequences per step")
+    p.add_argument("--steps", type=size, default=30, help="training steps")
+    p.add_argument("--lr", type=positive(float), default=3e-3, help="AdamW learning rate")
+    p.add_argument("--weight-decay", type=positive(float, zero_ok=True), default=0.01, help="AdamW weight decay")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the weights and of the synthetic data")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bf16 on GPU, fp32 on CPU")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the ranks run (auto: the GPUs when CUDA is there)")
     p.add_argument("--overlap", choices=IMPLS, default="auto",
                    help="implementation of fluxlite's AG-GEMM / GEMM-RS inside the layers")
-    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=True,
+                   help="split the activations between the TP regions along the sequence")
     p.add_argument("--check", action="store_true", help="compare with a single-process nn.Linear twin")
-    p.add_argument("--tol", type=float, default=None, help="relative loss tolerance of --check (default by dtype)")
+    p.add_argument("--tol", type=positive(float), default=None, help="relative loss tolerance of --check (default by dtype)")
     p.add_argument("--out", default=None, help="write the losses and throughput as JSON here (rank 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines instead)")
     p.add_argument("--profile", nargs="?", const="layer_timings.json", default=None, metavar="JSON",
                    help="time each fluxlite layer's forward and backward per step, and the sequential "
                         "implementation every 10 steps (fluxlite.profile.layer_timings); print the table "
                         "and save it as JSON (rank 0)")
+    return p
+
+
+def parse_args(argv=None):
+    """Parse and check the arguments before the process group comes up: one line and exit 2 (from
+    rank 0) when they are bad, or when the script runs without torchrun."""
+    p = build_parser()
     args = p.parse_args(argv)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        p.error(f"run it under torchrun, e.g. {LAUNCH} [options]")
+    W = int(os.environ["WORLD_SIZE"])
     args.ffn = args.ffn or 4 * args.hidden
     if args.check and args.steps < MIN_CHECK_STEPS:
         p.error(f"--check compares at least {MIN_CHECK_STEPS} steps; got --steps {args.steps}")
+    for what, n in (("heads", args.heads), ("ffn", args.ffn), ("vocab", args.vocab)) + (
+            (("seq", args.seq),) if args.sequence_parallel else ()):
+        if n % W:
+            p.error(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
+    if args.hidden % args.heads:
+        p.error(f"--hidden ({args.hidden}) must be divisible by --heads ({args.heads})")
     return args
 
 
@@ -288,11 +321,6 @@ def main(argv=None) -> int:
     a.dtype = a.dtype or ("bf16" if device.type == "cuda" else "fp32")
     dtype = DTYPES[a.dtype]
     W, rank = tp.world_size, tp.rank
-    for what, n in (("heads", a.heads), ("ffn", a.ffn), ("vocab", a.vocab)) + ((("seq", a.seq),) if a.sequence_parallel else ()):
-        if n % W:
-            raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
-    if a.hidden % a.heads:
-        raise SystemExit(f"--hidden ({a.hidden}) must be divisible by --heads ({a.heads})")
 
     torch.manual_seed(a.seed)
     model = GPT(a, parallel=True, tp_size=W, sequence_parallel=a.sequence_parallel, dtype=dtype).to(device)

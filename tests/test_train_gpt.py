@@ -1,8 +1,11 @@
 """scripts/train_gpt.py --check under torchrun: the TP model's loss curve equals the single-process
-nn.Linear twin's (CPU: gloo, float32, tight; GPU: nccl, bfloat16 tolerance)."""
+nn.Linear twin's (CPU: gloo, float32, tight; GPU: nccl, bfloat16 tolerance). Without torchrun it
+says how to launch it; bad arguments give one line and exit 2 (rank 0 only); every option has help."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -23,6 +26,48 @@ def torchrun(script: Path, nproc: int, *args: str, timeout: float = 240) -> subp
                FLUXLITE_TIMEOUT_S=os.environ.get("FLUXLITE_TIMEOUT_S", "60"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script), *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("train_gpt", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_torchrun_it_says_how_to_launch_it():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("train_gpt.py: error: run it under torchrun") and "--nproc-per-node" in proc.stderr
+
+
+def test_every_option_has_help():
+    parser = _load_script().build_parser()
+    options = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    assert len(options) > 15 and not [a.option_strings for a in options if not (a.help or "").strip()]
+
+
+@pytest.mark.parametrize("argv,names", [
+    (["--heads", "3"], "--heads (3) must be divisible by the number of ranks (2)"),
+    (["--hidden", "66"], "--hidden (66) must be divisible by --heads (4)"),
+    (["--steps", "0"], "--steps: must be positive, got 0"),
+    (["--lr", "-1"], "--lr: must be positive"),
+    (["--check", "--steps", "5"], "--check compares at least"),
+    (["--overlap", "nope"], "invalid choice"),
+])
+def test_bad_arguments_give_one_line_from_rank_0(argv, names, capsys, monkeypatch):
+    script = _load_script()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, code, lines in (("1", 0, 0), ("0", 2, 1)):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as exc:
+            script.parse_args(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == code and err.count("\n") == lines, (rank, err)
+    assert err.startswith("train_gpt.py: error:") and names in err, err
 
 
 def _assert_passed(proc: subprocess.CompletedProcess) -> str:
