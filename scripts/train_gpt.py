@@ -100,12 +100,16 @@ def build_parser() -> ArgumentParser:
 
 def parse_args(argv=None):
     """Parse and check the arguments before the process group comes up: one line and exit 2 (from
-    rank 0) when they are bad, or when the script runs without torchrun."""
+    rank 0) when they are bad, or when the script runs neither under torchrun nor in a process that
+    brought up the default group itself."""
     p = build_parser()
     args = p.parse_args(argv)
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+    if dist.is_initialized():  # called by a program that brought up the group itself
+        W = dist.get_world_size()
+    elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        W = int(os.environ["WORLD_SIZE"])
+    else:
         p.error(f"run it under torchrun, e.g. {LAUNCH} [options]")
-    W = int(os.environ["WORLD_SIZE"])
     args.ffn = args.ffn or 4 * args.hidden
     if args.check and args.steps < MIN_CHECK_STEPS:
         p.error(f"--check compares at least {MIN_CHECK_STEPS} steps; got --steps {args.steps}")
