@@ -330,7 +330,7 @@ def _gpu_profile(tmp_path: Path, *args: str, env: dict | None = None) -> list[di
 @pytest.mark.timeout(420)
 def test_profile_llama3_70b_on_two_gpus_and_auto_against_the_best_fixed_choice(tmp_path):
     """The preset end to end on 2 GPUs (bf16), and ``auto`` within 3% of the best of sequential,
-    decomposed and fused for its shape, in throughput and in latency mode (the issue's target).
+    decomposed and fused for its shape, in throughput and in latency mode.
     The full-size run for BENCHMARKS.md is ``scripts/gpu_suite.sh overlap``."""
     rows = _gpu_profile(tmp_path, "--model", "llama3-70b", "--tokens", "4096")
     assert len(rows) == 8 and (tmp_path / "profile.csv").exists()

@@ -1,7 +1,7 @@
 """Model presets: the AG-GEMM and GEMM-RS shapes of a transformer layer under TP with sequence
 parallelism, forward and backward.
 
-Shapes are what each rank's op sees (ANCHORS.md's ``M×K→N``): AG-GEMM ``M`` gathered rows, ``K``
+Shapes are what each rank's op sees, ``M×K→N``: AG-GEMM ``M`` gathered rows, ``K``
 the hidden size, ``N`` the local output columns; GEMM-RS ``M`` rows, ``K`` the local reduction
 size, ``N`` the outputs. Per layer (``tokens`` = sequence × micro-batch):
 
