@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -273,9 +274,9 @@ class Interrupted(KeyboardInterrupt):
 class _Signals:
     """SIGINT and SIGTERM raise :class:`Interrupted` once, in the main thread, but never inside a
     timed call: there the exception would leave a fused call's producer thread (or the limit's copy
-    thread) writing into tensors that are then freed, so it waits until the call returns. A later
-    signal is only remembered, so that rank 0's writing of the measured shapes is not cut short.
-    :meth:`restore` gives the signals back their defaults."""
+    thread) writing into tensors that are then freed, so it waits until the call returns. Later
+    signals, and any once :meth:`disarm` ends the measuring, are ignored, so that rank 0's writing
+    of the results is not cut short; :meth:`restore` gives the signals back their defaults."""
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -284,10 +285,10 @@ class _Signals:
             signal.signal(s, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
-        if self.name is None:
+        if self.name is None and self.armed:  # disarmed: the measuring is over, the results go out whole
             self.name = signal.Signals(signum).name
-            self.pending = self.armed
-            if self.pending and not self.in_call:
+            self.pending = True
+            if not self.in_call:
                 self.pending = False
                 raise Interrupted(self.name)
 
@@ -315,7 +316,7 @@ class _Signals:
         return 128 + signal.Signals[self.name].value
 
 
-def _measure(args, timer, rows: list[dict], after_each, wrap) -> str | None:
+def _measure(args, timer, rows: list[dict], after_each: Callable, wrap: Callable) -> str | None:
     """Append the row of each of ``args.shapes`` to ``rows``, calling ``after_each(i, shape, seconds)``
     after each; returns why it stopped early (``--time-limit``), or ``None``. Collective."""
     from .run import profile_shape
@@ -371,7 +372,7 @@ def _profile(args, signals: _Signals) -> int:
     def after_each(i: int, shape: Shape, elapsed: float) -> None:
         if tp.rank != 0:
             return
-        report.write_all(args.out, dict(meta, stopped="nothing yet: the run was still going"), rows, png=False)
+        report.write_all(args.out, dict(meta, stopped="not finished: the run was still going (or was killed)"), rows, png=False)
         if bar is not None:
             bar.update(1)
         else:
