@@ -113,7 +113,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+import functools
 from pathlib import Path
 
 import torch
@@ -282,7 +282,13 @@ class Key:
         return (f"{self.op} M={lo}-{hi} K={self.K} N={self.N} {self.dtype} W={self.world_size} "
                 f"{self.device} fluxlite-{self.version}")
 
-    @property
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
+
+    def __hash__(self) -> int:  # computed once: a repeated call looks keys up several times
+        return self._hash
+
+    @functools.cached_property
     def torch_device(self) -> torch.device:
         """The device of this key's calls (the current CUDA device for a CUDA key)."""
         return torch.device("cuda" if self.device.startswith("cuda") else self.device)
@@ -299,7 +305,7 @@ def bucket_rows(bucket: int) -> tuple[int, int]:
     return max(lo, 1), max(hi, 1)
 
 
-@lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def device_name(device: torch.device) -> str:
     return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
 
@@ -339,10 +345,11 @@ def assume_mode(mode: str):
 def call_mode(device: torch.device) -> str:
     """The mode of a call on ``device`` made now: :func:`assume_mode`'s, else ``FLUXLITE_AUTO_MODE``,
     else ``"throughput"`` under CUDA-graph capture, else ``"both"`` (module docstring)."""
-    mode = _ASSUMED.get() or _STATE.env_mode()
-    if mode:
-        return mode
-    return "throughput" if _workspace.capturing(device) else "both"
+    return _mode_of(_workspace.capturing(device))
+
+
+def _mode_of(capturing: bool) -> str:
+    return _ASSUMED.get() or _STATE.env_mode() or ("throughput" if capturing else "both")
 
 
 def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
@@ -383,7 +390,7 @@ def candidates(device: torch.device, fused: bool) -> list[Choice]:
 
 # ---- the decision ---------------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _order_rank(n: int) -> int | None:
     """The least ``j`` with ``P(Binomial(n, 1/2) >= j) <= 1 - CONFIDENCE``: then the ``j``-th smallest
     of ``n`` samples is above their population's median with probability at least
@@ -712,8 +719,9 @@ def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
     it only if it is warm, else ``both`` (what an eager warm-up of the call ran): a fused call that
     never ran eagerly with its shape cannot be captured, and a mode's choice may be one the warm-up
     did not run (the warm-up made outside the capture's mode, or the choices read from the cache)."""
-    choice = getattr(choices, call_mode(a.device))
-    if not _workspace.capturing(a.device):
+    capturing = _workspace.capturing(a.device)
+    choice = getattr(choices, _mode_of(capturing))
+    if not capturing:
         choices.warm.add((a.shape[0], id(choice)))
         return choice
     return choice if (a.shape[0], id(choice)) in choices.warm else choices.both

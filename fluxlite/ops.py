@@ -108,12 +108,14 @@ def _repeat(op: str, group, timeout, options: tuple, tensors: tuple) -> tuple[tu
     an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks then say
     what is wrong. ``options`` hold their types too, so ``True`` is not taken for ``1.0``. Only
     ``options[0]`` (the impl) ``"fused"`` or ``"auto"`` can repeat: other calls build no key, nor
-    does ``auto`` while no choice dispatch remembers is fused (its call is then not remembered
-    either: the first repeat after it becomes fused is planned in full)."""
-    if options[0] not in _REPEATABLE_IMPLS or (options[0] == "auto" and not dispatch.fused_remembered()):
+    does ``auto`` unless dispatch's choice for the call is fused now (:func:`_auto_runs_fused`; a
+    call that becomes fused is then not remembered: its first repeat is planned in full)."""
+    if options[0] not in _REPEATABLE_IMPLS:
         return None, None
     try:
         a = tensors[0]
+        if options[0] == "auto" and not _auto_runs_fused(op, group, options, a, tensors[1]):
+            return None, None
         device = a.get_device()
         key = (op, dist.group.WORLD if group is None else group, resolve_timeout(timeout), type(timeout),
                torch.cuda.current_device() if device >= 0 else -1,
@@ -122,6 +124,21 @@ def _repeat(op: str, group, timeout, options: tuple, tensors: tuple) -> tuple[tu
     except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
         return None, None
     return key, (repeat if repeat is not None and repeat.in_force() else None)
+
+
+def _auto_runs_fused(op: str, group, options: tuple, a: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether dispatch remembers a fused choice for this ``auto`` call in its mode now (the op's
+    dispatch key as :func:`_choose` forms it): only then can the call repeat a fused call's decisions.
+    Dictionary look-ups; none at all while no remembered choice is fused."""
+    if not dispatch.fused_remembered():
+        return False
+    tp = resolve_group(group)
+    if op == "ag_gemm":
+        op, rows = ("ag_gemm+gathered" if options[1] else "ag_gemm"), tp.world_size * a.shape[0]
+    else:
+        rows = a.shape[0]
+    choice = dispatch.remembered(dispatch.Key.of(op, tp, a, weight, rows))
+    return choice is not None and choice.impl == "fused"
 
 
 def _remember(key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, ep: epilogue.Epilogue,
