@@ -54,11 +54,19 @@ def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
         dist.destroy_process_group()
 
 
+def rank_context():
+    """The ``multiprocessing`` context whose processes come from the preloaded fork server (a process
+    started from it gets the fork server's environment: pass what it needs as arguments)."""
+    ctx = multiprocessing.get_context(_START)
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 def run_ranks(fn, world_size: int, *args, timeout_s: float = 20.0, env: dict | None = None) -> None:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh gloo ranks; re-raise failures.
 
     Each rank's environment is this process's, plus ``FLUXLITE_TIMEOUT_S=timeout_s``, plus ``env``."""
     env = {**os.environ, "FLUXLITE_TIMEOUT_S": str(timeout_s), **(env or {})}
-    multiprocessing.get_context(_START).set_forkserver_preload(PRELOAD)
+    rank_context()
     mp.start_processes(_entry, args=(world_size, free_port(), fn, args, env), nprocs=world_size, join=True,
                        start_method=_START)

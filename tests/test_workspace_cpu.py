@@ -1,16 +1,15 @@
 """The CPU workspace's /dev/shm files: unlinked as soon as every rank mapped them, so none outlives
 the job, after a normal run, after growth, or when a rank is killed.
 
-Most kill tests start their ranks with plain ``multiprocessing`` and a short gloo timeout, so the
-survivors live on to show what they leave behind. The last one uses ``mp.spawn``, which (like
-torchrun) SIGTERMs every survivor as soon as one rank dies.
+Most kill tests start their ranks with plain ``multiprocessing`` (from the tests' preloaded fork
+server) and a short gloo timeout, so the survivors live on to show what they leave behind. The last
+one uses ``run_ranks``, which (like torchrun) SIGTERMs every survivor as soon as one rank dies.
 """
 
 from __future__ import annotations
 
 import glob
 import json
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -23,7 +22,7 @@ import torch.distributed as dist
 
 import fluxlite
 
-from .dist_utils import free_port, run_ranks
+from .dist_utils import free_port, rank_context, run_ranks
 
 
 def _leftovers(prefix: str) -> list[str]:
@@ -83,7 +82,7 @@ def _entry(rank: int, W: int, port: int, out_dir: str, scenario: str) -> None:
 
 def _run(scenario: str, W: int, tmp_path, deadline_s: float = 60.0) -> list[int]:
     """Start W ranks of ``scenario``; return their exit codes (never hangs past ``deadline_s``)."""
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(r, W, port, str(tmp_path), scenario)) for r in range(W)]
     for p in procs:
@@ -193,7 +192,8 @@ def test_no_shm_files_after_a_rank_is_killed_while_the_workspace_grows(tmp_path)
 
 @pytest.mark.timeout(90)
 def test_no_shm_files_when_the_launcher_sigterms_the_survivors(tmp_path):
-    """Before the SIGTERM handler in _SharedFiles.allocate, 2 of 3 such runs left both files."""
+    """A rank SIGTERMed while the workspace grows removes that generation's names before it exits
+    (the SIGTERM handler in _SharedFiles.allocate)."""
     with pytest.raises(torch.multiprocessing.ProcessExitedException):
         run_ranks(killed_while_allocating, 2, str(tmp_path))
     present = json.loads((tmp_path / "present-at-kill").read_text())
