@@ -214,10 +214,8 @@ def test_under_torchrun_only_rank_0_reports_bad_arguments(capsys, monkeypatch):
 
 
 @pytest.mark.timeout(120)
-def test_bad_arguments_from_the_command_line_and_under_torchrun(tmp_path):
-    run = _profile(tmp_path, "--model", "nope", timeout=120)
-    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "invalid choice" in run.stderr, run.stderr
-    assert not (tmp_path / "profile.json").exists()
+def test_bad_arguments_under_torchrun_give_one_line(tmp_path):
+    """The real launcher: rank 0's line, no rank's traceback; torchrun's own report follows."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
            "fluxlite.profile", "--shape", "64,32,48", "--impls", "nope", "--out", str(tmp_path)]
     run = subprocess.run(cmd, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
