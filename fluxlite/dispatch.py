@@ -210,8 +210,9 @@ class Choices:
     uniform: bool = dataclasses.field(init=False, repr=False, compare=False)
     """One choice for every mode (then no call needs its mode)."""
     warm: set[tuple[int, int]] = dataclasses.field(default_factory=set, repr=False, compare=False)
-    """``(rows of a, id(choice))`` of the choices that ran eagerly in this process for this key (a
-    measurement runs them all), so that a CUDA graph captures only what ran eagerly (:func:`choose`)."""
+    """``(rows of a, id(choice))`` of the mode choices other than ``both`` that ran eagerly in this
+    process for this key (a measurement runs them all), so that a CUDA graph captures only what ran
+    eagerly (:func:`choose`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uniform", self.throughput is self.latency is self.both)
@@ -266,13 +267,18 @@ class Key:
         """``op``: ``"ag_gemm"``, ``"ag_gemm+gathered"`` (``return_gathered``) or ``"gemm_rs"``;
         ``a: [rows per rank, K]``, ``weight: [N, K]``. Remembered per call signature (one dict
         look-up for a repeated call)."""
-        signature = (op, tp.world_size, rows, a.shape[1], weight.shape[0], a.dtype, a.device)
+        return cls.of_size(op, tp.world_size, a, weight, rows)
+
+    @classmethod
+    def of_size(cls, op: str, world_size: int, a: torch.Tensor, weight: torch.Tensor, rows: int) -> Key:
+        """:meth:`of` for a group of ``world_size`` ranks."""
+        signature = (op, world_size, rows, a.shape[1], weight.shape[0], a.dtype, a.device)
         key = _STATE.keys.get(signature)
         if key is None:
             if len(_STATE.keys) >= MAX_KEYS:
                 _STATE.keys.clear()
             key = _STATE.keys[signature] = cls(op, m_bucket(rows), a.shape[1], weight.shape[0],
-                                               str(a.dtype).replace("torch.", ""), tp.world_size,
+                                               str(a.dtype).replace("torch.", ""), world_size,
                                                device_name(a.device), _version())
         return key
 
@@ -349,7 +355,10 @@ def call_mode(device: torch.device) -> str:
 
 
 def _mode_of(capturing: bool) -> str:
-    return _ASSUMED.get() or _STATE.env_mode() or ("throughput" if capturing else "both")
+    mode = _ASSUMED.get()
+    if mode is None:
+        mode = _STATE.mode if _STATE.mode is not None else _STATE.env_mode()
+    return mode or ("throughput" if capturing else "both")
 
 
 def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
@@ -670,7 +679,7 @@ def remembered(key: Key) -> Choice | None:
     known = _MEMORY.get(key)
     if known is None:
         return None
-    return known.both if known.uniform else known.for_call(key.torch_device)
+    return known.both if known.uniform else getattr(known, _mode_of(_workspace.capturing(key.torch_device)))
 
 
 def fused_remembered() -> bool:
@@ -721,6 +730,8 @@ def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
     did not run (the warm-up made outside the capture's mode, or the choices read from the cache)."""
     capturing = _workspace.capturing(a.device)
     choice = getattr(choices, _mode_of(capturing))
+    if choice is choices.both:
+        return choice
     if not capturing:
         choices.warm.add((a.shape[0], id(choice)))
         return choice

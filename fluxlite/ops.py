@@ -132,12 +132,12 @@ def _auto_runs_fused(op: str, group, options: tuple, a: torch.Tensor, weight: to
     Dictionary look-ups; none at all while no remembered choice is fused."""
     if not dispatch.fused_remembered():
         return False
-    tp = resolve_group(group)
+    W = (dist.group.WORLD if group is None else group).size()
     if op == "ag_gemm":
-        op, rows = ("ag_gemm+gathered" if options[1] else "ag_gemm"), tp.world_size * a.shape[0]
+        op, rows = ("ag_gemm+gathered" if options[1] else "ag_gemm"), W * a.shape[0]
     else:
         rows = a.shape[0]
-    choice = dispatch.remembered(dispatch.Key.of(op, tp, a, weight, rows))
+    choice = dispatch.remembered(dispatch.Key.of_size(op, W, a, weight, rows))
     return choice is not None and choice.impl == "fused"
 
 
