@@ -296,6 +296,31 @@ def test_the_commit_is_fluxlites_own(tmp_path, monkeypatch):
     assert cli.git_commit() is None
 
 
+def _shape_without_the_transfer(rank: int, W: int) -> None:
+    """The limit's transfer cannot be built (as where the peers' buffers cannot be mapped): the shape
+    is timed without limit and copy, which are reported failed, and the limit figures are NaN."""
+    from fluxlite.profile import run
+    from fluxlite.profile.presets import Shape
+    from fluxlite.timing import Timer
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"rank {rank} cannot map the peers' buffers")
+    limit.limit_case = refuse  # in this rank's process only
+    tp = fluxlite.resolve_group()
+    row = run.profile_shape(Timer(tp, torch.device("cpu")), Shape("ag_gemm", 4 * W, 8, 6), dtype=torch.float32,
+                            rounds=1, warmup=0, sets=1, batch_ms=1.0, tune=False, impls=("sequential", "fused"))
+    assert set(row["times_ms"]) == {"gemm", "comm", "sequential", "fused"}, row
+    why = f"RuntimeError: rank {rank} cannot map the peers' buffers"
+    assert row["failed"] == {"limit": why, "copy": why}, row["failed"]
+    assert math.isnan(row["limit_ms"]) and math.isnan(row["efficiency"]["fused"]) and row["speedup_vs_sequential"]
+
+
+def test_a_transfer_that_fails_to_build_leaves_the_rest_of_the_shape():
+    from tests.dist_utils import run_ranks
+
+    run_ranks(_shape_without_the_transfer, 2)
+
+
 def test_presets_derive_the_anchor_shapes():
     from fluxlite.profile.presets import model_shapes
 

@@ -101,12 +101,11 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
     ``wrap``: applied to every case (``fn(inputs) -> output``) before it is timed."""
     tp, device = timer.tp, timer.device
     make, cases = op_case(shape, tp, dtype, device)
-    cases["limit"], cases["copy"], transfer = limits.limit_case(tp, shape.op, shape.M, shape.K, shape.N, dtype,
-                                                                device, cases["gemm"], TIMEOUT_S)
+    transfer, no_limit = _add_limit_cases(timer, shape, dtype, cases)
     if wrap is not None:
         cases = {name: wrap(fn) for name, fn in cases.items()}
     wanted = (set(impls) | set(REFERENCES)) - (set() if device.type == "cuda" else {"torch_symm_mem"})  # CUDA only
-    fns = {i: cases[i] for i in IMPLS if i in wanted}
+    fns = {i: cases[i] for i in IMPLS if i in wanted and i in cases}
     try:
         inputs = [make() for _ in range(sets)]
         x = inputs[0]
@@ -120,11 +119,32 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
         del outputs
         times, batch = time_rounds(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
     finally:
-        transfer.close()
+        if transfer is not None:
+            transfer.close()
     auto = dispatch.describe(key, shape.flops, device, dtype)
     return dict(op=shape.op, M=shape.M, K=shape.K, N=shape.N, names=list(shape.names), flops=shape.flops,
-                times_ms=times, **derive(times), rel_err=dict(zip(checked, errs)), failed=failed, batch=batch,
-                auto=dict(auto.to_json(), label=auto.label, source=auto.source))
+                times_ms=times, **derive(times), rel_err=dict(zip(checked, errs)), failed={**no_limit, **failed},
+                batch=batch, auto=dict(auto.to_json(), label=auto.label, source=auto.source))
+
+
+def _add_limit_cases(timer: Timer, shape: Shape, dtype: torch.dtype, cases: dict) -> tuple:
+    """Add ``limit`` and ``copy`` to ``cases``; ``(transfer, {})``. Where the transfer cannot be built
+    on some rank (the ranks agree, as :func:`~fluxlite.timing.run_each_once`'s do), ``(None,
+    {case: why})``: the shape is timed without them, and its limit figures are NaN."""
+    tp = timer.tp
+    try:
+        cases["limit"], cases["copy"], transfer = limits.limit_case(tp, shape.op, shape.M, shape.K, shape.N, dtype,
+                                                                    timer.device, cases["gemm"], TIMEOUT_S)
+        why = ""
+    except Exception as exc:  # reported in the row's "failed"; the other cases do not need the transfer
+        transfer, why = None, f"{type(exc).__name__}: {exc}"[:300]
+    if not timer.max_over_ranks([float(bool(why))])[0]:
+        return transfer, {}
+    if transfer is not None:
+        transfer.close()
+    for name in ("limit", "copy"):
+        cases.pop(name, None)
+    return None, dict.fromkeys(("limit", "copy"), why or "failed on another rank")
 
 
 def enable_torch_symm_mem(tp: TPGroup) -> None:
