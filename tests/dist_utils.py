@@ -8,14 +8,23 @@ process group, no workspace, no thread), so each rank is still a fresh process w
 untouched, without paying for those imports again (about 1-2 s of CPU per rank on CI's 2 cores).
 A rank gets the environment of the test that starts it, as a spawned process would, not the fork
 server's.
+
+``run_script(script, nproc, *args)`` runs a script as torchrun would (``nproc`` ranks with torchrun's
+environment variables, each running the script as ``__main__`` and leaving the interpreter the normal
+way), its ranks forked by a launcher that imported torch and fluxlite once.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import traceback
+from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -70,3 +79,68 @@ def run_ranks(fn, world_size: int, *args, timeout_s: float = 20.0, env: dict | N
     rank_context()
     mp.start_processes(_entry, args=(world_size, free_port(), fn, args, env), nprocs=world_size, join=True,
                        start_method=_START)
+
+
+# python -c LAUNCHER PRELOAD_JSON NPROC RUNS OUT_DIR SCRIPT ARGS...: per run, fork NPROC ranks that
+# run SCRIPT as __main__ (stdout and stderr into OUT_DIR/run{i}_rank{r}.{out,err}) and then leave the
+# interpreter the normal way; print each rank's exit code (negative: killed by that signal) as JSON.
+LAUNCHER = """
+import json, os, runpy, socket, sys
+for name in json.loads(sys.argv[1]):  # once, before any rank forks
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+nproc, runs, out, script, args = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+codes = []
+for run in range(runs):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pids = []
+    for rank in range(nproc):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            for fd, ext in ((1, "out"), (2, "err")):
+                path = os.path.join(out, f"run{run}_rank{rank}.{ext}")
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE=str(nproc),
+                              LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            sys.argv = [script, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as python SCRIPT does
+            runpy.run_path(script, run_name="__main__")
+            sys.exit(0)
+        pids.append(pid)
+    codes.append([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids])
+print(json.dumps(codes))
+"""
+
+
+class RankRun(NamedTuple):
+    returncode: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+
+
+# What run_script's launcher imports by default: what a fluxlite script under torchrun imports
+# (torch._dynamo: the custom ops' dispatch imports it at their first call), and Megatron.
+SCRIPT_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "numpy", "fluxlite", "fluxlite.parallel", "megatron.core"]
+
+
+def run_script(script, nproc: int, *args: str, out_dir, runs: int = 1, preload=SCRIPT_PRELOAD, env: dict | None = None,
+               timeout: float = 240) -> list[list[RankRun]]:
+    """Run ``script args`` on ``nproc`` ranks as torchrun would, ``runs`` times in a row, from the
+    repository root; ``[run][rank]`` results. Each rank gets this process's environment plus
+    ``env``, ``PYTHONPATH`` with the repository and torchrun's variables."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {}))
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, json.dumps(list(preload)), str(nproc), str(runs),
+                           str(out_dir), str(script), *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"the launcher failed:\n{proc.stdout[-3000:]}{proc.stderr[-6000:]}"
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = Path(out_dir)
+    return [[RankRun(rc, (out / f"run{i}_rank{r}.out").read_text(), (out / f"run{i}_rank{r}.err").read_text())
+             for r, rc in enumerate(ranks)] for i, ranks in enumerate(codes)]

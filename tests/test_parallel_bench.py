@@ -8,11 +8,22 @@ run by hand, or through scripts/gpu_suite.sh:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from tests.test_train_gpt import ROOT, torchrun
+from tests.dist_utils import run_script
+from tests.gpu_utils import SAFE_ENV
 
+ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_layers.py"
+
+
+def torchrun(script: Path, nproc: int, *args: str, out_dir: Path) -> tuple[list[int], str]:
+    """The script on ``nproc`` ranks as torchrun would run it (``tests.dist_utils.run_script``):
+    the ranks' exit codes and their output."""
+    ranks = run_script(script, nproc, *args, out_dir=out_dir,
+                       env={**SAFE_ENV, "FLUXLITE_TIMEOUT_S": os.environ.get("FLUXLITE_TIMEOUT_S", "60")})[0]
+    return [r.returncode for r in ranks], "".join(r.stdout + r.stderr for r in ranks)
 
 
 def test_bench_layers_cpu_smoke(tmp_path: Path):
@@ -25,11 +36,10 @@ def test_bench_layers_cpu_smoke(tmp_path: Path):
     megatron = importlib.util.find_spec("megatron") is not None and importlib.util.find_spec("megatron.core") is not None
     modes = (["megatron"] if megatron else []) + ["sequential", "fused", "deferred"]
     out = tmp_path / "bench.json"
-    proc = torchrun(SCRIPT, 2, "--device", "cpu", "--dtype", "fp32", "--hidden", "64", "--ffn", "96", "--heads", "8",
+    codes, log = torchrun(SCRIPT, 2, "--device", "cpu", "--dtype", "fp32", "--hidden", "64", "--ffn", "96", "--heads", "8",
                     "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1",
-                    "--modes", ",".join(modes), "--out", str(out))
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
+                    "--modes", ",".join(modes), "--out", str(out), out_dir=tmp_path)
+    assert codes == [0, 0], log[-4000:]
     res = json.loads(out.read_text())
     assert set(res["results"]) == set(modes) and res["baseline"] == modes[0], res
     assert res["accurate"], res
@@ -47,12 +57,11 @@ def test_bench_gpt_cpu_smoke(tmp_path: Path):
 
     pytest.importorskip("megatron.core")
     out = tmp_path / "bench_gpt.json"
-    proc = torchrun(ROOT / "scripts" / "bench_gpt.py", 2, "--device", "cpu", "--dtype", "fp32", "--layers", "2",
+    codes, log = torchrun(ROOT / "scripts" / "bench_gpt.py", 2, "--device", "cpu", "--dtype", "fp32", "--layers", "2",
                     "--hidden", "64", "--ffn", "96", "--heads", "8", "--kv-heads", "2", "--vocab", "128", "--seq", "32",
                     "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1", "--throughput-steps", "1",
-                    "--modes", "megatron,fused,sequential", "--out", str(out))
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
+                    "--modes", "megatron,fused,sequential", "--out", str(out), out_dir=tmp_path)
+    assert codes == [0, 0], log[-4000:]
     res = json.loads(out.read_text())
     assert set(res["results"]) == {"megatron", "fused", "sequential"} and res["accurate"], res
     for mode in ("fused", "sequential"):
