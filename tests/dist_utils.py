@@ -16,6 +16,7 @@ way), its ranks forked by a launcher that imported torch and fluxlite once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import traceback
+from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,8 +53,10 @@ def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
     os.environ.update(env)
     torch.set_num_threads(1)  # W ranks share 2 CI cores
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    done = False
     try:
         fn(rank, world_size, *args)
+        done = True
     except BaseException:
         traceback.print_exc()
         raise
@@ -60,7 +64,20 @@ def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
         import fluxlite
 
         fluxlite.release_workspaces()
+        if done:
+            _leave(rank, world_size)
         dist.destroy_process_group()
+
+
+def _leave(rank: int, world_size: int, timeout_s: float = 60.0) -> None:
+    """Rank 0 hosts the group's store: it exits only once every other rank says it is done with the
+    store, so that no rank's last store call (a test's final meeting) meets a closed socket."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank:
+        store.set(f"dist_utils/left/{rank}", "1")
+        return
+    with contextlib.suppress(Exception):  # a rank that died is reported by the spawner, not here
+        store.wait([f"dist_utils/left/{r}" for r in range(1, world_size)], timedelta(seconds=timeout_s))
 
 
 def rank_context():
