@@ -131,7 +131,7 @@ def counter_slot(dst: int, split: int) -> int:
 
 
 def claim_slot(world_size: int) -> int:
-    """Index into the local counters of the kernel's tile-claim counter."""
+    """RS: index into the local counters of the kernel's claim counter of the peer chunks' tiles."""
     return world_size * MAX_SPLITS
 
 
@@ -248,6 +248,11 @@ class TileSchedule:
                 slot = data_slot(W, 0, split) if chunk == r else counter_slot(chunk, split)
             rows.append((chunk, row0, n, slot))
         return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 4)
+
+    def local_tiles(self, num_n: int) -> int:
+        """Tiles of this rank's own chunk when each row block has ``num_n`` column blocks: the first
+        ones of :meth:`tile_order` for AG, the last ones for RS."""
+        return self.blocks_per_chunk * num_n
 
     def split_tiles(self, split: int, num_n: int) -> int:
         """Tiles of one chunk's ``split`` when each row block has ``num_n`` column blocks."""

@@ -80,10 +80,10 @@ def _ag_launch(a_local, gathered, w, flags, sig, error, epoch, timeout_s, out, r
     s = sch.ag_schedule(W, rank, a_local.shape[0], CFG.block_m, 2)
     ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, ep=PLAIN, scale_local=None,
                    scale_gathered=None, flags=flags[sch.region_start(W, epoch % 2):],
-                   sig=torch.tensor(sig, dtype=torch.int32), counters=torch.zeros(sch.num_counters(W), dtype=torch.int32),
-                   error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=rank, world_size=W,
-                   sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
-                   claim_slot=sch.claim_slot(W), timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]))
+                   sig=torch.tensor(sig, dtype=torch.int32), error=error, call=torch.tensor([epoch], dtype=torch.int32),
+                   world_size=W, sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
+                   timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]),
+                   local_tiles=s.local_tiles(core.column_blocks(w.shape[0], CFG)))
     return s
 
 
@@ -173,9 +173,8 @@ def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, 
                    flags=flags[sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
                    counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=r, world_size=W,
                    sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
-                   claim_slot=sch.claim_slot(W),
-                   peer_slots=sch.peer_slots(), timeout_s=1.0, ep=PLAIN, config=CFG, cache={},
-                   **_tables(s, w.shape[0]))
+                   timeout_s=1.0, ep=PLAIN, config=CFG, cache={}, **_tables(s, w.shape[0]),
+                   peer_tiles=(W - 1) * s.local_tiles(core.column_blocks(w.shape[0], CFG)))
     return s
 
 

@@ -3,12 +3,10 @@
 The simulation runs ``W`` ranks, each with ``grid`` persistent programs of which at most
 ``resident`` run at once (the rest start as running ones finish, as on a GPU whose other SMs are
 busy), and each with its producer. Steps interleave in a random order. A program follows the GEMM-RS
-kernel's three loops (fluxlite/kernels/gemm_rs.py): (1) ``peer_tiles // grid`` claims of peer
-tiles, pipelined, so the next tile's claim comes before this tile's epilogue (count the tile stored
-before, store this one; a claim past the last peer tile stores nothing); (2) the peer tiles left,
-one claim at a time; the last stored tile counted; (3) the local tiles, round robin by program id,
-each waiting for every peer's flag after its main loop. The producer waits for each (peer, split)
-counter to reach its tile count, pushes the split once, and sets the destination's flag.
+kernel's loop (fluxlite/kernels/gemm_rs.py): claim a tile, claim the next one at once, run the main
+loop, count the peer tile stored last, then store (a tile among the table's first ``peer_tiles``)
+or wait for every peer's flag (a local tile). The producer waits for each (peer, split) counter to
+reach its tile count, pushes the split once, and sets the destination's flag.
 
 Properties: the run never gets stuck (some step can always go until everything is done), every
 counter ends exactly at its count, every split is pushed exactly once, and every tile runs once.
@@ -86,50 +84,30 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
 
 def _rs_program(r, W, pid, grid, peer_tiles, blocks, tiles, claim, counters, flags, ran):
     """One persistent program of rank r's GEMM-RS kernel, as a generator of steps."""
-    state = dict(pending=-1)
-
-    def count_pending():
-        if state["pending"] >= 0:
-            counters[state["pending"]] = counters.get(state["pending"], 0) + 1
-        state["pending"] = -1
-
-    def epilogue(tile):  # a peer tile's: count the one stored before, store this one
-        count_pending()
-        i, _j = tiles[tile]
-        state["pending"] = blocks[i][3]
-        ran[tile] += 1
-
-    # 1. Pipelined: claim i+1 is made before tile i's epilogue.
-    rounds = peer_tiles // grid
-    current = next(claim) if rounds else None
-    for it in range(rounds):
-        yield True  # main loop of `current`
-        following = next(claim) if it + 1 < rounds else None
-        if current < peer_tiles:
-            epilogue(current)
-        yield True
-        current = following
-    # 2. One claim at a time.
     tile = next(claim)
-    while tile < peer_tiles:
+    pending = -1
+    while tile < len(tiles):
         next_tile = next(claim)
+        i, j = tiles[tile]
+        chunk, _row0, _rows, slot = blocks[i]
         yield True  # main loop
-        epilogue(tile)
-        yield True
-        tile = next_tile
-    count_pending()
-    yield True
-    # 3. Local tiles, round robin; each waits for every peer after its main loop.
-    for tile in range(peer_tiles + (pid - peer_tiles % grid) % grid, len(tiles), grid):
-        i, _j = tiles[tile]
-        _chunk, _row0, _rows, slot = blocks[i]
-        yield True  # main loop
-        for p in range(W):
-            if p != r:
-                while slot + p * sch.peer_slots() not in flags:
-                    yield False
+        if pending >= 0:
+            counters[pending] = counters.get(pending, 0) + 1
+            yield True
+        pending = -1
+        if tile < peer_tiles:
+            pending = slot
+        else:
+            for p in range(W):
+                if p != r:
+                    while slot + p * sch.peer_slots() not in flags:
+                        yield False
         ran[tile] += 1
+        tile = next_tile
         yield True
+    if pending >= 0:
+        counters[pending] = counters.get(pending, 0) + 1
+    yield True
 
 
 def _producer(r, W, steps, counters, flags, pushed):

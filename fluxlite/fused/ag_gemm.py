@@ -139,7 +139,8 @@ def ag_gemm(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor
 
     def consume_triton() -> None:
         kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
-                      scale_local=row_scale, scale_gathered=scale_gathered, **call.kernel_args())
+                      scale_local=row_scale, scale_gathered=scale_gathered, local_tiles=sched.local_tiles(plan.num_n),
+                      **call.kernel_args())
 
     # The producer's own tensors (not the workspace's, whose buffers change only with its generation,
     # which drops every program and graph): what its program and a replay's check depend on.

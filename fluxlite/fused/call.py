@@ -191,11 +191,10 @@ class Call:
 
     def kernel_args(self) -> dict:
         """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
-        ws, plan = self.ws, self.plan
+        plan = self.plan
         return dict(blocks=plan.blocks, tiles=plan.tiles, flags=self.state.region(self.parity), sig=plan.signature_dev,
-                    counters=self.state.counters, error=self.state.error, call=self.state.call_number, rank=ws.rank,
-                    world_size=ws.world_size, sig_base=self.signature_base, claim_slot=sch.claim_slot(ws.world_size),
-                    timeout_s=self.timeout_s, config=plan.config, cache=plan.kernels)
+                    error=self.state.error, call=self.state.call_number, world_size=self.ws.world_size,
+                    sig_base=self.signature_base, timeout_s=self.timeout_s, config=plan.config, cache=plan.kernels)
 
     def wait_info(self) -> dict:
         return dict(deadline=self.deadline, timeout_s=self.timeout_s, op=self.op, rank=self.ws.rank,

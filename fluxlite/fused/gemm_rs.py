@@ -100,7 +100,8 @@ def gemm_rs(state: FusedState, plan: Plan, a: torch.Tensor, weight: torch.Tensor
 
     def consume_triton() -> None:
         kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
-                      peer_slots=sch.peer_slots(), ep=ep, **call.kernel_args())
+                      peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
+                      rank=r, ep=ep, **call.kernel_args())
 
     copied = (partial.data_ptr(),)
 

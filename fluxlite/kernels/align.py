@@ -51,7 +51,6 @@ import triton.language as tl
 
 from . import launch as direct
 from .flags import SIG_WORDS, TIMEOUT_ALIGN, wait_set
-from .gemm_core import interpreting
 
 
 @triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "num_counters", "sig_at", "ready_at",
@@ -68,7 +67,6 @@ def align_kernel(
     timeout_ns,
     REGION_BLOCK: tl.constexpr,  # a power of two >= region (slots of one parity region)
     COUNTERS_BLOCK: tl.constexpr,  # a power of two >= num_counters
-    INTERPRET: tl.constexpr,
 ):
     tl.store(state_ptr + 2, tl.load(state_ptr + 2, volatile=True) + 1)
     offs_c = tl.arange(0, COUNTERS_BLOCK)
@@ -85,8 +83,7 @@ def align_kernel(
                 tl.atomic_xchg(theirs + rank, 1, sem="release", scope="sys")
         for p in range(0, world_size):
             if p != rank:
-                wait_set(mine + other * region + p, state_ptr + 2, error_ptr, timeout_ns, TIMEOUT_ALIGN, p, p, -1,
-                         INTERPRET)
+                wait_set(mine + other * region + p, state_ptr + 2, error_ptr, timeout_ns, TIMEOUT_ALIGN, p, p, -1)
         tl.store(mine + other * region + offs, tl.zeros((REGION_BLOCK,), tl.int32), mask=offs < region)
         tl.store(state_ptr + 1, tl.load(state_ptr + 1, volatile=True) + 1)
     offs_s = tl.arange(0, SIG_WORDS)
@@ -113,6 +110,5 @@ def launch(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor
     direct.launch(align_kernel, cache, 1,
                   (state, flag_bases, error, counters, signature, parity, rank, world_size, region, n, sig_at,
                    ready_at, int(timeout_s * 1e9)),
-                  dict(REGION_BLOCK=triton.next_power_of_2(region), COUNTERS_BLOCK=triton.next_power_of_2(n),
-                       INTERPRET=interpreting()),
+                  dict(REGION_BLOCK=triton.next_power_of_2(region), COUNTERS_BLOCK=triton.next_power_of_2(n)),
                   num_warps=1, num_stages=1)

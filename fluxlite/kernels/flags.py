@@ -23,13 +23,23 @@ writes the record copies it there, the code word last, so the host sees a failur
 every call's stream and without blocking (:meth:`fluxlite.fused.state.FusedState.check`).
 
 Ordering: the spinning load is an ``acquire`` at system scope (the data was written by another GPU's
-copy engine or SMs), and a CTA barrier follows it so every thread's later loads come after it. A
-signal is a CTA barrier (every thread's stores are done) followed by a ``release`` atomic at system
-scope from one thread, which publishes all of them (cumulativity).
+copy engine or SMs). Triton performs a scalar atomic in one thread and hands its result to the
+others through shared memory behind a CTA barrier, and a CTA barrier follows the wait, so every
+thread's later loads (and the TMA loads, which one thread issues) come after the acquire. A signal is a CTA barrier (every thread's stores
+are done; for TMA stores, after they are drained) followed by a ``release`` atomic at system scope
+from one thread, which publishes all of them (cumulativity).
+
+Barriers here are :func:`cta_barrier`, a ``bar.sync`` in inline PTX, never ``tl.debug_barrier``:
+Triton's software pipeliner leaves a loop unpipelined when its body holds a ``tl.debug_barrier``
+(Triton 3.6-3.7), and the fused kernels' waits and signals sit inside their pipelined tile loops.
+Every thread of a program takes the same branches around them (the values they branch on come
+from scalar atomics, which every thread sees alike).
 """
 
 import triton
 import triton.language as tl
+
+from .gemm_core import INTERPRET
 
 ERR_TIMEOUT_AG = 1
 """An AG-GEMM row block timed out waiting for a peer's rows."""
@@ -54,6 +64,14 @@ _MIRROR = tl.constexpr(MIRROR_WORD)
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
 """What one spin costs under the Triton interpreter (measured 150-250 us), to bound it in time."""
 TIMER_LANES = tl.constexpr(1024)  # >= the threads of any launch (32 warps): each thread reads the timer
+
+
+@triton.jit
+def cta_barrier():
+    """A barrier of the program's threads (``bar.sync 0``) that Triton's pipeliner does not see (module
+    docstring). Under the interpreter, whose programs are one thread, nothing."""
+    if not INTERPRET:
+        tl.inline_asm_elementwise("bar.sync 0;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -87,11 +105,11 @@ def _record(error_ptr, code, slot, call_ptr, seen, peer, chunk):
 
 
 @triton.jit
-def _publish(error_ptr, INTERPRET: tl.constexpr):
+def _publish(error_ptr):
     """Copy the record (this program wrote it) to its mirror in host memory, if it has one: the other
     words first, then, after a CTA barrier and a system-scope fence, the code word, so a host that
     reads a non-zero code reads the whole record."""
-    tl.debug_barrier()  # every thread's record stores, before any thread reads the record back
+    cta_barrier()  # every thread's record stores, before any thread reads the record back
     lo = tl.load(error_ptr + _MIRROR).to(tl.uint32).to(tl.int64)
     hi = tl.load(error_ptr + _MIRROR + 1).to(tl.int64)
     address = lo | (hi << 32)
@@ -99,7 +117,7 @@ def _publish(error_ptr, INTERPRET: tl.constexpr):
         mirror = address.to(tl.pointer_type(tl.int32))
         offs = tl.arange(0, _RECORD_WORDS)
         tl.store(mirror + offs, tl.load(error_ptr + offs, volatile=True), mask=offs > 0)
-        tl.debug_barrier()
+        cta_barrier()
         if not INTERPRET:
             tl.inline_asm_elementwise("fence.sc.sys;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
                                       pack=1)
@@ -107,7 +125,7 @@ def _publish(error_ptr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET: tl.constexpr):
+def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk):
     """Spin until ``*flag_ptr`` is set (``>= 1``; acquire, system scope), bounded by ``timeout_ns``.
 
     Returns the error code in force afterwards: 0 when the flag is set.
@@ -129,18 +147,17 @@ def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk,
             elapsed = now - start
         if elapsed > timeout_ns:
             if _record(error_ptr, code, slot, call_ptr, seen, peer, chunk) == 1:
-                _publish(error_ptr, INTERPRET)
+                _publish(error_ptr)
             err = tl.full((), code, tl.int32)
         else:
             seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
             err = tl.atomic_add(error_ptr, 0, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
+    cta_barrier()  # no thread runs ahead of the others' last look at the flag
     return err
 
 
 @triton.jit
-def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk,
-              INTERPRET: tl.constexpr):
+def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk):
     """Wait for ``peer``'s data behind ``flags_ptr[slot]`` (``flags_ptr``: the call's flag region),
     bounded:
 
@@ -151,7 +168,7 @@ def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_n
     Checking the signature before the data flag means a peer in another call is reported at once,
     whichever flags that call sets. Returns the error code in force: 0 when the data may be used.
     """
-    err = wait_set(flags_ptr + peer, call_ptr, error_ptr, timeout_ns, code, peer, peer, chunk, INTERPRET)
+    err = wait_set(flags_ptr + peer, call_ptr, error_ptr, timeout_ns, code, peer, peer, chunk)
     if err == 0:
         theirs = flags_ptr + sig_base + peer * SIG_WORDS
         differ = tl.full((), 0, tl.int32)
@@ -162,10 +179,10 @@ def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_n
                 for w in tl.static_range(SIG_WORDS):
                     tl.store(error_ptr + 8 + w, tl.load(theirs + w, volatile=True))
                     tl.store(error_ptr + 8 + SIG_WORDS + w, tl.load(sig_ptr + w))
-                _publish(error_ptr, INTERPRET)
+                _publish(error_ptr)
             err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
-        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk, INTERPRET)
+        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk)
     return err
 
 
@@ -177,12 +194,12 @@ def signal_add(counter_ptr, value):
     CTA that makes the count complete re-publish every other CTA's stores (cumulativity) with one
     more release, e.g. to a flag on another GPU.
     """
-    tl.debug_barrier()
+    cta_barrier()
     return tl.atomic_add(counter_ptr, value, sem="acq_rel", scope="sys")
 
 
 @triton.jit
-def drain_tma_stores(INTERPRET: tl.constexpr):
+def drain_tma_stores():
     """Wait until this thread's TMA stores are written to global memory, not only read from shared.
 
     Triton waits for TMA stores with ``cp.async.bulk.wait_group.read``, which only frees the shared

@@ -1,4 +1,4 @@
-"""The GEMM core shared by the fused kernels: tile claiming, the pipelined main loop, the epilogue
+"""The GEMM core shared by the fused kernels: tile coordinates, the pipelined main loop, the epilogue
 and the tile store. Each fused op (``ag_gemm.py``, ``gemm_rs.py``) adds its waits and signals on top.
 
 Math
@@ -8,15 +8,20 @@ For a tile (row block ``i`` of the schedule, column block ``j``)::
     acc[r, c] = sum_k A[row(i) + r, k] * B[j*BLOCK_N + c, k]      (B: [N, K], nn.Linear layout; fp32)
     out       = epilogue(acc) = act(scale * row_scale[r] * acc + bias[c]).to(out dtype)   (fluxlite.epilogue)
 
-The grid is persistent: each program claims tile ids from an atomic counter, in the order of the
-schedule's tile table (:meth:`fluxlite.schedule.TileSchedule.tile_order`), until none are left.
-Claiming (rather than striding by program id) means a tile is only ever held by a running program,
-so a kernel that waits on peers cannot deadlock when some of its programs are not resident.
+The grid is persistent (one program per SM). Each op walks its tiles in the order of the schedule's
+tile table (:meth:`fluxlite.schedule.TileSchedule.tile_order`) in loops over tiles that hold the K
+loop inside, written ``tl.range(..., flatten=USE_TMA)``: on the TMA path the compiler fuses the two
+loops into one software pipeline, so the first K steps of a program's next tile load while the current tile's
+last steps and its epilogue run. A pipeline restarted per tile leaves the tensor cores idle for the
+refill and the epilogue of every tile: measured on an H100, that cost 2-9% against cuBLAS.
+
+A tile leaves the program in two halves of ``BLOCK_N / 2`` columns (:func:`store_tile`): the store
+then stages half the bytes in shared memory, which leaves room for a fourth pipeline stage.
 
 Loads go through TMA descriptors (``USE_TMA``) when rows are 16-byte aligned, else masked pointer
 loads. ``B_KMAJOR``: the weight is given as ``B.T`` (``[K, N]`` row-major, a backward's ``W.t()``),
-read in place. ``UPCAST`` computes the dot in fp32 (the Triton interpreter's bf16 arithmetic is
-broken; GPU code keeps native bf16/fp16).
+read in place. Under the Triton interpreter (:data:`INTERPRET`) bf16 operands are upcast to fp32
+before the dot (the interpreter's bf16 arithmetic is broken); GPU code keeps native bf16/fp16.
 """
 
 import os
@@ -28,10 +33,15 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+INTERPRET = tl.constexpr(_INTERPRET)
+"""Whether kernels run under the Triton interpreter, read once at import: Triton fixes interpret mode
+when ``@triton.jit`` runs, so a later change could only make the host disagree with the kernels."""
+
 
 @triton.jit
 def claim_tile(counters_ptr, claim_slot):
-    """The next tile id of this launch (ids run 0, 1, 2, ... across all programs)."""
+    """The next tile id of a counter shared by all programs of the launch (ids run 0, 1, 2, ...)."""
     return tl.atomic_add(counters_ptr + claim_slot, 1, sem="relaxed", scope="gpu")
 
 
@@ -45,6 +55,15 @@ def tile_coords(tiles_ptr, blocks_ptr, tile):
     rows = tl.load(blocks_ptr + 4 * i + 2)
     slot = tl.load(blocks_ptr + 4 * i + 3)
     return chunk, row0, rows, slot, j
+
+
+@triton.jit
+def first_tile(start):
+    """This program's first tile id at or after ``start`` when the launch's programs take tile ids
+    round robin (program ``p`` takes the ids ``t`` with ``t % programs == p``)."""
+    pid = tl.program_id(0)
+    progs = tl.num_programs(0)
+    return start + (pid - start % progs + progs) % progs
 
 
 @triton.jit
@@ -64,16 +83,20 @@ def weight_rows(j, N, BLOCK_N: tl.constexpr, GATED: tl.constexpr):
 
 
 @triton.jit
-def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, j, N, K,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             B_KMAJOR: tl.constexpr, GATED: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
-    """acc += A[a_row : a_row + BLOCK_M, :] @ B[weight_rows(j)].T in fp32.
+def mainloop(a_desc, b_desc, a_row, a_row_limit, j, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, B_KMAJOR: tl.constexpr, GATED: tl.constexpr, USE_TMA: tl.constexpr):
+    """``A[a_row : a_row + BLOCK_M, :K] @ B[weight_rows(j)].T`` in fp32.
 
     With USE_TMA the descriptors zero-fill out-of-range rows/columns (gated: ``b_desc`` is 3-D over
     the weight as ``[2, N, K]``, so one load brings the gate and up rows together); otherwise
     ``a_desc``/``b_desc`` are plain pointers to contiguous row-major tensors, ``A`` having
     ``a_row_limit`` rows. ``N``: output columns (``B`` has ``N`` rows, or ``2*N`` gated).
+
+    Inside a fused tile loop, the trip count must not change from tile to tile, and the tile loop's
+    body may hold no other ``for`` loop (Triton 3.6-3.7 then leave the loops unfused, or fail to
+    compile): the kernels write their other loops as ``while`` loops.
     """
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if USE_TMA:
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([a_row, k * BLOCK_K])
@@ -83,10 +106,7 @@ def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, j, N, K,
                 b = b_desc.load([0, j * (BLOCK_N // 2), k * BLOCK_K]).reshape(BLOCK_N, BLOCK_K).T
             else:
                 b = b_desc.load([j * BLOCK_N, k * BLOCK_K]).T
-            if UPCAST:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc)
+            acc = _dot(a, b, acc)
     else:
         offs_m = a_row + tl.arange(0, BLOCK_M)
         offs_w, w_ok = weight_rows(j, N, BLOCK_N, GATED)
@@ -103,13 +123,19 @@ def mainloop(acc, a_desc, b_desc, a_row, a_row_limit, j, N, K,
             k_ok = (k * BLOCK_K + offs_k) < K
             a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None] & w_ok[None, :], other=0.0)
-            if UPCAST:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc)
+            acc = _dot(a, b, acc)
             a_ptrs += BLOCK_K
             b_ptrs += b_step
     return acc
+
+
+@triton.jit
+def _dot(a, b, acc):
+    if INTERPRET:
+        if a.dtype == tl.bfloat16:  # the interpreter's bf16 dot is wrong; its fp32 one is exact
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+    return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -126,21 +152,20 @@ def activate(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def epilogue(acc, scale, row_scale_ptr, offs_r, row_ok, bias_ptr, offs_w, w_ok,
-             HAS_BIAS: tl.constexpr, ROW_SCALED: tl.constexpr, ACTIVATION: tl.constexpr,
+def epilogue(acc, scale, row_scales, offs_r, row_ok, bias_ptr, offs_w, w_ok, ACTIVATION: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The one epilogue of every fused op (``fluxlite.epilogue``), on the fp32 accumulator, before
-    the output cast: ``act(scale * row_scale[r] * acc + bias[w])``. ``row_scale_ptr`` points at the
-    tile's first row's scale; ``offs_w``: the weight row of each accumulator column
-    (:func:`weight_rows`). SwiGLU (code 4) pairs accumulator columns ``c`` and ``c + BLOCK_N/2``
-    (gate, up) into ``[BLOCK_M, BLOCK_N // 2]``: ``silu(gate) * up``."""
+    the output cast: ``act(scale * row_scale[r] * acc + bias[w])``. ``row_scales``: a pointer at the
+    tile's first row's scale, or ``None``; ``bias_ptr``: ``None`` without a bias; ``offs_w``: the
+    weight row of each accumulator column (:func:`weight_rows`). SwiGLU (code 4) pairs accumulator
+    columns ``c`` and ``c + BLOCK_N/2`` (gate, up) into ``[BLOCK_M, BLOCK_N // 2]``: ``silu(gate) * up``."""
     acc = acc * scale
-    if ROW_SCALED:
-        acc = acc * tl.load(row_scale_ptr + offs_r, mask=row_ok, other=0.0)[:, None]
-    if HAS_BIAS:
+    if row_scales is not None:
+        acc = acc * tl.load(row_scales + offs_r, mask=row_ok, other=0.0)[:, None]
+    if bias_ptr is not None:
         acc += tl.load(bias_ptr + offs_w, mask=w_ok, other=0.0).to(tl.float32)[None, :]
     if ACTIVATION == 4:
-        gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        gate, up = halves(acc, BLOCK_M, BLOCK_N)
         y = gate * tl.sigmoid(gate) * up
     else:
         y = activate(acc, ACTIVATION)
@@ -148,16 +173,39 @@ def epilogue(acc, scale, row_scale_ptr, offs_r, row_ok, bias_ptr, offs_w, w_ok,
 
 
 @triton.jit
+def halves(tile, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``tile[:, :BLOCK_N/2], tile[:, BLOCK_N/2:]``."""
+    return tl.split(tl.permute(tl.reshape(tile, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def load_tile(src, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask, N, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    """src[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] in fp32, the mirror of :func:`store_tile`
+    (the same descriptor or pointer; rows past the chunk read as 0)."""
+    if USE_TMA:
+        left = src.load([chunk, row0, n0]).reshape(BLOCK_M, BLOCK_N // 2)
+        right = src.load([chunk, row0, n0 + BLOCK_N // 2]).reshape(BLOCK_M, BLOCK_N // 2)
+        tile = tl.reshape(tl.permute(tl.join(left, right), (0, 2, 1)), (BLOCK_M, BLOCK_N))
+    else:
+        rows64 = (chunk_row_base + row0 + offs_r).to(tl.int64)
+        tile = tl.load(src + rows64[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
+    return tile.to(tl.float32)
+
+
+@triton.jit
 def store_tile(dst, tile, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask, N, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
     """dst[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] = tile (rows past the chunk are dropped).
 
-    TMA: ``dst`` is a 3-D descriptor over ``[chunks, chunk_rows, N]``, which clips the rows at the
-    chunk's end. Pointers: ``dst`` points at the flat ``[rows, N]`` array and ``chunk_row_base`` is
-    the chunk's first row.
+    TMA: ``dst`` is a 3-D descriptor over ``[chunks, chunk_rows, N]`` with ``[1, BLOCK_M, BLOCK_N/2]``
+    blocks, which clips the rows at the chunk's end; the tile goes in two halves. Pointers: ``dst``
+    points at the flat ``[rows, N]`` array and ``chunk_row_base`` is the chunk's first row.
     """
     if USE_TMA:
-        dst.store([chunk, row0, n0], tile.reshape(1, BLOCK_M, BLOCK_N))
+        left, right = halves(tile, BLOCK_M, BLOCK_N)
+        dst.store([chunk, row0, n0], left.reshape(1, BLOCK_M, BLOCK_N // 2))
+        dst.store([chunk, row0, n0 + BLOCK_N // 2], right.reshape(1, BLOCK_M, BLOCK_N // 2))
     else:
         rows64 = (chunk_row_base + row0 + offs_r).to(tl.int64)
         tl.store(dst + rows64[:, None] * N + offs_n[None, :], tile, mask=mask)
@@ -166,13 +214,8 @@ def store_tile(dst, tile, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask,
 # ---- host side -----------------------------------------------------------------------------------
 
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def interpreting() -> bool:
-    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``). Read once, at
-    import: Triton fixes interpret mode when ``@triton.jit`` runs, so a later change could only make
-    the host disagree with the kernels."""
+    """True when Triton kernels run under the interpreter (``TRITON_INTERPRET=1``): :data:`INTERPRET`."""
     return _INTERPRET
 
 
@@ -237,15 +280,3 @@ def weight_operand(weight: torch.Tensor, config: GemmConfig, use_tma: bool, gate
     b = weight.t() if b_kmajor else weight
     block = [config.block_k, config.block_n] if b_kmajor else [config.block_n, config.block_k]
     return descriptor(b, block, use_tma), b_kmajor
-
-
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def ensure_device_descriptor_allocator() -> None:
-    """TMA descriptors made on the device live in per-launch global scratch that Triton asks the
-    host to allocate; give it the caching allocator. Set on every such launch: Triton keeps the
-    allocator in a context variable, so one set on the main thread is not seen by autograd's
-    backward thread (measured: the layers' backward launches failed without it)."""
-    triton.set_allocator(_scratch)

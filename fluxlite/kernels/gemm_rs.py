@@ -15,13 +15,22 @@ pushes the split into ``d``'s ``recv[r]``, then sets ``d``'s flag. A tile of the
 for every peer's ``(peer, split)`` flag and signature, then sums in fp32 in a fixed peer order
 (bit-stable across runs).
 
-Liveness: tiles are claimed from a counter in the tile table's order, where every peer-chunk tile
+Liveness
+--------
+Tiles are claimed from a counter shared by the launch's programs
+(:func:`fluxlite.schedule.claim_slot`), in the order of the tile table, where every peer-chunk tile
 comes before every local tile (:meth:`fluxlite.schedule.TileSchedule.tile_order`). So when a program
 waits on the peers, every tile they wait for has been claimed by a running program, which does not
-wait, even with too few resident programs or under the interpreter (programs run one at a time).
-A stored tile is counted after the program's next main loop, by when its stores have landed, but
+wait, even with too few resident programs or under the interpreter (programs run one at a time). A
+stored tile is counted after the program's next main loop, by when its stores have landed, but
 always before the program waits on anyone. A kernel whose wait timed out still computes and counts
 every peer tile, so the producer's stream waits on the counters always end.
+
+Unlike AG-GEMM's, this tile loop is not fused with the K loop into one pipeline: a fused loop
+computes the next tile's first K steps before this tile's epilogue, which would put a wait of a
+local tile ahead of the count the peers wait for. (A version with three loops, the peer tiles
+fused and claimed, the local tiles fused and round robin, compiled pipelined but ran 1.7x slower
+than this one on 2xH100: BENCHMARKS.md.)
 """
 
 import torch
@@ -29,112 +38,127 @@ import triton
 import triton.language as tl
 
 from ..epilogue import Epilogue
+from .. import schedule as sch
 from . import gemm_core as core
 from . import launch as direct
 from .flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
 
 
 @triton.jit
-def _publish(counters_ptr, slot, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
+def _publish(counters_ptr, slot, USE_TMA: tl.constexpr):
     """Count a stored peer tile (``slot < 0``: nothing to count) once its stores are in memory."""
     if slot >= 0:
         if USE_TMA:
-            drain_tma_stores(INTERPRET)
+            drain_tma_stores()
         signal_add(counters_ptr + slot, 1)
 
 
-@triton.jit(do_not_specialize=["num_tiles", "chunk_rows", "rank", "world_size", "sig_base",
+@triton.jit
+def _peer_tile(tile, valid, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending, chunk_rows,
+               a_rows, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr):
+    """Peer tile ``tile`` (a table index; when not ``valid`` it is computed but neither stored nor
+    counted) into ``partial``; counts the tile stored before it. Returns the counter slot now pending."""
+    chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
+    acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                        B_KMAJOR, False, USE_TMA)
+    if valid:
+        _publish(counters_ptr, pending, USE_TMA)
+        offs_r = tl.arange(0, BLOCK_M)
+        offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (offs_r < rows)[:, None] & (offs_n < N)[None, :]
+        core.store_tile(partial, acc.to(partial.dtype if USE_TMA else partial.dtype.element_ty), chunk, row0,
+                        j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
+        pending = slot
+    return pending
+
+
+@triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "rank", "world_size", "sig_base",
                                "claim_slot", "timeout_ns"])
 def gemm_rs_kernel(
     a_desc,        # a [M, K_local]
     b_desc,        # weight [N, K_local], or weight.T when B_KMAJOR
     out,           # [M/W, N] as [1, M/W, N]
-    bias_ptr,      # [N] or unused
+    bias_ptr,      # [N] or None
     partial,       # [W, M/W, N] this rank's partials of the peers' rows (local)
     recv,          # [W, M/W, N] the peers' partials of this rank's rows (symmetric)
     blocks_ptr,    # int32 [num_blocks, 4]: (chunk, row0, rows, slot), schedule.kernel_blocks: a peer
                    # chunk's counter, or the local chunk's flag slot of peer 0 (peer p: + p * PEER_SLOTS)
-    tiles_ptr,     # int32 [num_tiles, 2]: (block, column block) in claim order, schedule.tile_order
-    flags_ptr, sig_ptr, counters_ptr, error_ptr,
+    tiles_ptr,     # int32 [num_tiles, 2]: (block, column block), peer chunks' first, schedule.tile_order
+    flags_ptr, sig_ptr,
+    counters_ptr,  # int32 local counters, zeroed before the call: per (chunk, split), then the 2 claims
+    error_ptr,
     call_ptr,      # int32 the device's call count: this call's number, for the error record
-    num_tiles, chunk_rows, N, K, rank, world_size, sig_base, claim_slot, timeout_ns,
+    peer_tiles, num_tiles, chunk_rows, N, K, rank, world_size, sig_base,
+    claim_slot,    # the peer tiles' claim counter (schedule.claim_slot)
+    timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
     PEER_SLOTS: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     B_KMAJOR: tl.constexpr,
     USE_TMA: tl.constexpr,
-    UPCAST: tl.constexpr,
-    INTERPRET: tl.constexpr,
 ):
-    out_dtype = out.dtype if USE_TMA else out.dtype.element_ty
+    a_rows = world_size * chunk_rows
     offs_r = tl.arange(0, BLOCK_M)
     pending = tl.full((), -1, tl.int32)  # counter slot of the peer tile stored last, not yet counted
     tile = core.claim_tile(counters_ptr, claim_slot)
     while tile < num_tiles:
-        next_tile = core.claim_tile(counters_ptr, claim_slot)
-        chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
-        n0 = j * BLOCK_N
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < N
-        mask = (offs_r < rows)[:, None] & col_ok[None, :]
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = core.mainloop(acc, a_desc, b_desc, chunk * chunk_rows + row0, world_size * chunk_rows, j, N, K,
-                            BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, False, USE_TMA, UPCAST)
-        # Before any wait on the peers: never hold back what they wait for.
-        _publish(counters_ptr, pending, USE_TMA, INTERPRET)
-        pending = -1
-        if chunk != rank:
-            core.store_tile(partial, acc.to(out_dtype), chunk, row0, n0, chunk * chunk_rows, offs_r, offs_n, mask,
-                            N, BLOCK_M, BLOCK_N, USE_TMA)
-            pending = slot
+        next_tile = core.claim_tile(counters_ptr, claim_slot)  # its latency hides behind this tile
+        valid = tile < peer_tiles
+        if valid:
+            pending = _peer_tile(tile, valid, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending,
+                                 chunk_rows, a_rows, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA)
         else:
+            chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
+            acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N,
+                                BLOCK_K, B_KMAJOR, False, USE_TMA)
+            _publish(counters_ptr, pending, USE_TMA)  # before any wait: never hold back what the peers wait for
+            pending = tl.full((), -1, tl.int32)
+            n0 = j * BLOCK_N
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            col_ok = offs_n < N
+            row_ok = offs_r < rows
+            mask = row_ok[:, None] & col_ok[None, :]
             for p in range(0, world_size):
                 if p != rank:
                     wait_peer(flags_ptr, slot + p * PEER_SLOTS, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns,
-                              TIMEOUT_RS, p, chunk, INTERPRET)
-                    if USE_TMA:
-                        part = recv.load([p, row0, n0]).reshape(BLOCK_M, BLOCK_N)
-                    else:
-                        rows64 = (p * chunk_rows + row0 + offs_r).to(tl.int64)
-                        part = tl.load(recv + rows64[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
-                    acc += part.to(tl.float32)
-            acc = core.epilogue(acc, scale, bias_ptr, offs_r, offs_r < rows, bias_ptr, offs_n, col_ok, HAS_BIAS, False, 0,
-                                BLOCK_M, BLOCK_N)
-            core.store_tile(out, acc.to(out_dtype), 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N,
-                            USE_TMA)
+                              TIMEOUT_RS, p, chunk)
+                    acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
+                                          BLOCK_N, USE_TMA)
+            y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
+            core.store_tile(out, y.to(out.dtype if USE_TMA else out.dtype.element_ty), 0, row0, n0, 0, offs_r,
+                            offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
         tile = next_tile
-    _publish(counters_ptr, pending, USE_TMA, INTERPRET)
+    _publish(counters_ptr, pending, USE_TMA)
 
 
 def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
-           partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor,
+           partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor, peer_tiles: int,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor,
-           call: torch.Tensor, rank: int, world_size: int, sig_base: int, claim_slot: int, peer_slots: int,
-           timeout_s: float, ep: Epilogue, config: core.GemmConfig, cache: dict) -> None:
+           call: torch.Tensor, rank: int, world_size: int, sig_base: int, timeout_s: float, ep: Epilogue,
+           config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
-    of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; the tables and
-    flag arguments come from the call plan, ``cache`` keeps its compiled kernels; ``ep``: the
-    epilogue, a scale only (of the reduced sum, before the bias)."""
+    of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; ``peer_tiles``:
+    the tile table's leading tiles of the peers' chunks; the tables and flag arguments come from the
+    call plan, ``cache`` keeps its compiled kernels; ``ep``: the epilogue, a scale only (of the
+    reduced sum, before the bias)."""
     M, K = a.shape
     N = weight.shape[0]
     mc = M // world_size
     out3 = out.view(1, mc, N)
     use_tma = core.tma_ok(a, out3, partial, recv, weight if weight.is_contiguous() else weight.t())
-    interp = core.interpreting()
     b, b_kmajor = core.weight_operand(weight, config, use_tma)
-    tile3 = [1, config.block_m, config.block_n]
+    half = [1, config.block_m, config.block_n // 2]
     num_tiles = tiles.shape[0]
     direct.launch(
         gemm_rs_kernel, cache, core.num_programs(config, num_tiles, a.device),
-        (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, tile3, use_tma),
-         bias if bias is not None else out, core.descriptor(partial, tile3, use_tma),
-         core.descriptor(recv, tile3, use_tma), blocks, tiles, flags, sig, counters, error, call,
-         num_tiles, mc, N, K, rank, world_size, sig_base, claim_slot, int(timeout_s * 1e9), ep.scale),
-        dict(PEER_SLOTS=peer_slots, HAS_BIAS=bias is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-             BLOCK_K=config.block_k, B_KMAJOR=b_kmajor, USE_TMA=use_tma,
-             UPCAST=interp and a.dtype == torch.bfloat16, INTERPRET=interp),
+        (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, use_tma),
+         bias, core.descriptor(partial, half, use_tma), core.descriptor(recv, half, use_tma), blocks, tiles, flags,
+         sig, counters, error, call, peer_tiles, num_tiles, mc, N, K, rank, world_size, sig_base,
+         sch.claim_slot(world_size), int(timeout_s * 1e9), ep.scale),
+        dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+             B_KMAJOR=b_kmajor, USE_TMA=use_tma),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
