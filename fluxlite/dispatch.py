@@ -148,15 +148,16 @@ MEASURED_IMPLS = ("sequential", "decomposed", "fused")
 MAX_KEYS = 4096  # call signatures whose Key is remembered; past this it starts again
 
 GPU_CONFIGS: tuple[GemmConfig, ...] = (
-    GemmConfig(),  # 128x256x64, 8 warps, 3 stages, GROUP_M 8: the default (98-105% of cuBLAS)
-    GemmConfig(group_m=16),  # a wider L2 swizzle: won on two RS shapes in the GEMM sweep
-    GemmConfig(num_stages=4),  # one more stage in flight (196 KB of shared memory on sm_90)
-    GemmConfig(block_n=128, num_stages=4),  # small N or few tiles: twice the tiles to spread over the SMs
-    GemmConfig(block_m=256, block_n=128),  # tall tiles: fewer B reloads where N is short
+    GemmConfig(),  # 128x256x64, 8 warps, 3 stages, group_m 8: the default (0.97-1.06x cuBLAS on 2xH100)
+    GemmConfig(group_m=16),  # a wider L2 swizzle: the best on long K (8192x14336->8192: 1.000 against 1.031)
+    GemmConfig(num_stages=4),  # one more stage in flight: the best where N is short (16384x4096->8192)
+    GemmConfig(num_stages=4, group_m=16),
 )
 """The kernel configs measured for fused on CUDA, the default first. All fit an H100/H200 block's
-shared memory (tests/test_dispatch.py compiles them for sm_90). They may differ in ``block_m``:
-splits are part of the cross-rank protocol, and the agreement makes every rank use the same one."""
+shared memory (tests/test_dispatch.py compiles them for sm_90). 128x128 and 256x128 blocks (4 or 8
+warps, 3-5 stages) and 128-wide K steps were measured too and never won on 24 shapes on an H100
+(BENCHMARKS.md). Configs may differ in ``block_m``: splits are part of the cross-rank protocol, and
+the agreement makes every rank use the same one."""
 
 
 @dataclass(frozen=True)
