@@ -102,12 +102,13 @@ def run_ranks(fn, world_size: int, *args, timeout_s: float = 20.0, env: dict | N
 # run SCRIPT as __main__ (stdout and stderr into OUT_DIR/run{i}_rank{r}.{out,err}) and then leave the
 # interpreter the normal way; print each rank's exit code (negative: killed by that signal) as JSON.
 LAUNCHER = """
-import json, os, runpy, socket, sys
+import gc, json, os, runpy, socket, sys
 for name in json.loads(sys.argv[1]):  # once, before any rank forks
     try:
         __import__(name)
     except ImportError:
         pass
+gc.freeze()  # what is imported stays out of every rank's collections, the one at exit too: a run takes half the time
 nproc, runs, out, script, args = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
 codes = []
 for run in range(runs):

@@ -14,7 +14,7 @@ of every run must exit 0 with no ``terminate called`` on stderr. The ranks are r
 that finish as any script does (atexit, thread clean-up, interpreter finalisation), with torchrun's
 environment variables; they are forked, two per run, by a launcher that imported torch and fluxlite
 once (``tests.dist_utils.run_script``: forked before any thread or process group exists), so a run
-costs about a second instead of three interpreters' start-up.
+costs a fraction of a second instead of three interpreters' start-up.
 """
 
 from __future__ import annotations
