@@ -16,7 +16,7 @@ return_gathered=True) and auto. Each fluxlite impl is checked once against a ref
 
 Modes (docs/benchmarking.md), each a median over rounds, then the max over ranks; every
 round times every impl once in each mode, in an order that rotates from round to round. The cases
-and the timing are fluxlite-profile's (fluxlite/profile/run.py and timing.py), with fluxlite's own
+and the timing are fluxlite-profile's (fluxlite/profile/run.py and fluxlite/timing.py), with fluxlite's own
 GEMM alone and fused_keep added:
   throughput  n calls queued behind a torch.cuda._sleep, CUDA events around them, / n
   latency     barrier + sync, one call, sync: wall clock (reported) and CUDA events
