@@ -8,7 +8,7 @@ A fused call whose arguments differ from an earlier fused call's only in their d
 group, options and timeout; tensors of the same type, shape, strides, dtype and device) repeats
 that call's decisions: its checks passed for exactly these arguments, and its implementation, plan
 and workspace stand (:class:`_Repeat`). It goes straight to the fused call, so what a training
-step's repeated calls cost on the host is the call's own work (issue 10; BENCHMARKS.md).
+step's repeated calls cost on the host is the call's own work.
 """
 
 from __future__ import annotations

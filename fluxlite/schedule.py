@@ -176,7 +176,7 @@ DEFAULT_MAX_SPLITS = 4
 """The most splits :func:`default_splits` gives. Each split is a copy and a flag per peer: two nodes of
 a replayed call's graph, about 1 us of launch each. More splits help only where a chunk's copy is
 comparable to a chunk's GEMM (small chunks, which get few splits anyway); on 2xH200 the large AG
-shapes ran the same with 2 splits as with 8 (BENCHMARKS.md, first session)."""
+shapes ran the same with 2 splits as with 8 (BENCHMARKS.md, variants not kept)."""
 
 
 def default_splits(blocks_per_chunk: int, world_size: int) -> int:

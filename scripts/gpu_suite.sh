@@ -7,9 +7,9 @@
 # overlap: fluxlite-profile of the llama3-70b preset at TP=NPROC (8192 tokens), with --tune: table, JSON,
 # CSV and PNG in $OUT/overlap_llama3_70b/, and the dispatch cache it filled in $OUT/dispatch_cache/.
 # On a one-GPU machine, FLUXLITE_GPU_SHARE=1 runs the 2-rank GPU tests with both ranks on that GPU
-# (CUDA IPC; correctness only, timings mean nothing; README "Testing").
+# (CUDA IPC; correctness only, timings mean nothing; docs/testing.md).
 # Each part is bounded; `tests` runs one bounded pytest per GPU test file (GPU_TEST_FILE_S, default
-# 420 s): in shared mode on one H100 the files took about 15 minutes in all (eleventh session), more
+# 420 s): in shared mode on one H100 the files took about 15 minutes in all, more
 # than one device call allows, so give a device call a subset: GPU_TESTS="tests/test_gpu_fused.py ...".
 # The other parts take about 10 minutes on 2xH200 (at larger NPROC, run the parts one by one).
 # Carry megatron-core's cp312 wheel in .whl/ (device tool: carry [".whl"]) for the Megatron GPU tests
@@ -66,14 +66,14 @@ if want gemm; then
   status=$((status | PIPESTATUS[0]))
 fi
 if want layers; then
-  # megatron: the same block with megatron-core's layers (needs its wheel in .whl/), issue 15's baseline
-  modes=sequential,fused,auto,deferred  # deferred: issue 13's block (norms folded into QKV and fc1)
+  # megatron: the same block with megatron-core's layers (needs its wheel in .whl/), the baseline
+  modes=sequential,fused,auto,deferred  # deferred: the block with norms folded into QKV and fc1
   python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
   timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --modes "$modes" --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
 fi
-if want gpt; then  # issue 15: a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl)
+if want gpt; then  # a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl)
   if python3 -c "import megatron.core" 2>/dev/null; then
     timeout 400 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_gpt.py --out "$OUT/bench_gpt.json" 2>&1 \
       | tee "$OUT/bench_gpt.log" | grep -v '^W1' | tail -8
@@ -83,7 +83,7 @@ if want gpt; then  # issue 15: a whole GPTModel step, fluxlite's layers against 
     status=1
   fi
 fi
-if want norm; then  # issue 13: norm -> AG-GEMM -> SwiGLU, unfused vs separate vs deferred fully fused
+if want norm; then  # norm -> AG-GEMM -> SwiGLU, unfused vs separate vs deferred fully fused
   timeout 200 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_norm_linear.py --out "$OUT/bench_norm_linear.json" \
     2>&1 | tee "$OUT/bench_norm_linear.log" | grep -v '^W1' | tail -7
   status=$((status | PIPESTATUS[0]))
@@ -94,7 +94,7 @@ if want overlap; then
     | tee "$OUT/overlap_llama3_70b.log" | grep -v '^W1' | tail -16
   status=$((status | PIPESTATUS[0]))
 fi
-if want graphs; then  # issue 11: fused calls replayed from a CUDA graph vs eager vs sequential (host, latency, throughput)
+if want graphs; then  # fused calls replayed from a CUDA graph vs eager vs sequential (host, latency, throughput)
   timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_graphs.py --out "$OUT/bench_graphs.json" 2>&1 \
     | tee "$OUT/bench_graphs.log" | grep -v '^W1' | tail -10
   status=$((status | PIPESTATUS[0]))

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 
 BF16 = torch.bfloat16
 TOL = 1e-2
-# (M total rows, K, N_local) for AG; (M, K_local, N) for RS. ANCHORS.md shapes plus ragged ones.
+# (M total rows, K, N_local) for AG; (M, K_local, N) for RS. Llama-3-70B's per-rank shapes at TP=2 plus ragged ones.
 AG_SHAPES = [(8192, 8192, 14336), (8192, 8192, 5120), (4096, 8192, 14336), (16384, 8192, 4096),
              (2000, 5120, 1376), (8200, 5120, 1376), (154, 256, 200)]
 RS_SHAPES = [(8192, 14336, 8192), (8192, 5120, 8192), (4096, 14336, 8192), (16384, 4096, 8192),

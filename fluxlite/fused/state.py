@@ -1,4 +1,4 @@
-"""What the fused protocol keeps on one workspace between calls (DESIGN.md layers 2, 4 and 5): the
+"""What the fused protocol keeps on one workspace between calls (docs/protocol.md): the
 epoch counter, the failure state (poison and the GPU kernels' error record), the tile counters, the
 call plans and the producer (a worker thread on CPU; a high-priority side stream and the events that
 order it on CUDA). The workspace under it only allocates and maps peers.
@@ -333,7 +333,7 @@ class FusedState:
 
     def _warm_up(self) -> None:
         """Run every producer-side operation once while nothing spins: with lazy module loading, the
-        first launch of a kernel beside a spinning consumer can deadlock (ANCHORS.md)."""
+        first launch of a kernel beside a spinning consumer can deadlock (docs/safety.md)."""
         ws, stream = self.ws, self.producer_stream
         scratch = torch.empty(2, 64, dtype=torch.uint8, device=ws.device)
         with torch.cuda.stream(stream):

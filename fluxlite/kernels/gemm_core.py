@@ -237,7 +237,7 @@ _DEFAULT_CONFIG = INTERPRET_CONFIG if _INTERPRET else GemmConfig()
 
 
 def default_config() -> GemmConfig:
-    """128x256x64, 8 warps, 3 stages on GPU (ANCHORS.md: 98-105% of cuBLAS); tiny blocks under the
+    """128x256x64, 8 warps, 3 stages on GPU (0.97-1.06x cuBLAS on an H100: BENCHMARKS.md); tiny blocks under the
     interpreter, whose cost is per program and K step."""
     return _DEFAULT_CONFIG
 
