@@ -18,13 +18,16 @@ same ops as torch custom ops, with autograd, for torch.compile), ``fluxlite.prof
 """
 
 from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutError
-from .flags import DEFAULT_TIMEOUT_S, set_default_timeout
+from .host_flags import DEFAULT_TIMEOUT_S, set_default_timeout
 from .group import TPGroup, init, resolve_group
-from .ops import ag_gemm, gemm_rs, release_workspaces, synchronize
+from . import ops
+from .ops import OPS, release_workspaces, synchronize
 from . import library  # registers torch.ops.fluxlite.* (custom ops for torch.compile)
 from .workspace import SymmetricWorkspace, get_workspace
 
 __version__ = "0.1.0"
+
+globals().update({name: getattr(ops, name) for name in OPS})  # every op's public function: fluxlite.ag_gemm, ...
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -33,8 +36,7 @@ __all__ = [
     "FluxliteTimeoutError",
     "SymmetricWorkspace",
     "TPGroup",
-    "ag_gemm",
-    "gemm_rs",
+    *OPS,
     "get_workspace",
     "init",
     "release_workspaces",

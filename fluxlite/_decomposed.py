@@ -1,4 +1,5 @@
-"""The decomposed implementations: per-peer chunks of the collective overlapped with chunked matmuls.
+"""The decomposed implementations' transport: per-peer chunks of a collective as point-to-point steps,
+overlapped with chunked matmuls (each op's ``decomposed`` method, :mod:`fluxlite.ops`).
 
 This is what PyTorch's async-TP does where it has no symmetric memory: the collective is cut into
 ``W - 1`` point-to-point steps, and the matmul of one chunk runs while the next chunk is on the
@@ -31,9 +32,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ._sequential import epilogue_linear
-from .epilogue import PLAIN, Epilogue
-from .epilogue import apply as apply_epilogue
 from .group import TPGroup
 
 
@@ -48,7 +46,7 @@ class _CopyIn:
             dest.copy_(host)
 
 
-def _exchange(tp: TPGroup, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list:
+def exchange(tp: TPGroup, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list:
     """Issue one batch of sends ``(tensor, group rank)`` and receives; returns the works (not waited).
 
     Where gloo serves CUDA tensors (ranks sharing GPUs), the tensors go through host memory: gloo's
@@ -73,68 +71,7 @@ def _exchange(tp: TPGroup, sends: list[tuple[torch.Tensor, int]], recvs: list[tu
     return works + [_CopyIn(copy_in)] if copy_in else works
 
 
-def _wait(works: list) -> None:
+def wait_all(works: list) -> None:
+    """Wait for every work of a step (:func:`exchange`)."""
     for work in works:
         work.wait()
-
-
-def ag_gemm(tp: TPGroup, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None, ep: Epilogue = PLAIN, row_scale: torch.Tensor | None = None):
-    """``(ep(all_gather(a) @ weight.T), all_gather(a))``, the gather overlapped with the matmul.
-
-    ``a: [m, K]``, ``weight: [N, K]`` (``[2N, K]`` for SwiGLU), ``row_scale: [m]`` fp32 (gathered
-    with the rows) -> ``out: [W*m, N]``, ``gathered: [W*m, K]`` (rank-major rows).
-    """
-    W, r = tp.world_size, tp.rank
-    m = a.shape[0]
-    gathered = a.new_empty((W * m, a.shape[1]))
-    scales = None if row_scale is None else row_scale.new_empty(W * m)
-    if out is None:
-        out = a.new_empty((W * m, ep.out_features(weight.shape[0])))
-    steps = []
-    for i in range(1, W):
-        src = (r + i) % W
-        sends, recvs = [(a, (r - i) % W)], [(gathered[src * m : (src + 1) * m], src)]
-        if row_scale is not None:
-            sends.append((row_scale, (r - i) % W))
-            recvs.append((scales[src * m : (src + 1) * m], src))
-        steps.append(_exchange(tp, sends, recvs))
-    local = slice(r * m, (r + 1) * m)
-    epilogue_linear(out[local], a, weight, bias, ep, row_scale)  # overlaps every step
-    gathered[local].copy_(a)
-    if scales is not None:
-        scales[local].copy_(row_scale)
-    for i, works in enumerate(steps, start=1):
-        _wait(works)
-        rows = slice((r + i) % W * m, ((r + i) % W + 1) * m)
-        epilogue_linear(out[rows], gathered[rows], weight, bias, ep, None if scales is None else scales[rows])
-    return out, gathered
-
-
-def gemm_rs(tp: TPGroup, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None, ep: Epilogue = PLAIN) -> torch.Tensor:
-    """``ep(reduce_scatter(a @ weight.T))``, each peer's partial sent while the next is computed.
-
-    ``a: [M, K_local]``, ``weight: [N, K_local]`` -> ``[M/W, N]``: rows ``[r*M/W, (r+1)*M/W)`` of the
-    sum over ranks; ``ep.scale`` and the bias apply once, after the reduction.
-    """
-    W, r = tp.world_size, tp.rank
-    mc = a.shape[0] // W
-    N = weight.shape[0]
-    partials = a.new_empty((W, mc, N))  # [d]: our partial of rank d's rows; [r] stays here
-    received = a.new_empty((W, mc, N))  # [p]: rank p's partial of our rows
-    steps = []
-    for i in range(1, W):
-        dst, src = (r + i) % W, (r - i) % W
-        torch.matmul(a[dst * mc : (dst + 1) * mc], weight.t(), out=partials[dst])
-        steps.append(_exchange(tp, [(partials[dst], dst)], [(received[src], src)]))
-    acc = (a[r * mc : (r + 1) * mc] @ weight.t()).to(torch.promote_types(a.dtype, torch.float32))
-    for works in steps:
-        _wait(works)
-    for p in range(W):  # a fixed order on every rank
-        if p != r:
-            acc += received[p]
-    reduced = apply_epilogue(acc, ep, bias, None, a.dtype)
-    if out is None:
-        return reduced
-    return out.copy_(reduced)

@@ -1,7 +1,6 @@
-"""The reference implementations: one collective, then one matmul (or the other way round).
-
-These are the baselines every fused path is measured against, and what ``impl="auto"`` falls back
-to where fusion does not pay.
+"""The pieces of the reference implementations (each op's ``sequential`` method, :mod:`fluxlite.ops`):
+the row collectives and the GEMM with an epilogue. These are the baselines every fused path is
+measured against, and what ``impl="auto"`` falls back to where fusion does not pay.
 """
 
 from __future__ import annotations
@@ -57,27 +56,3 @@ def epilogue_linear(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Ten
     if out is None:
         return y
     return out.copy_(y)
-
-
-def ag_gemm(tp: TPGroup, a, weight, bias, out=None, ep: Epilogue = PLAIN, row_scale=None):
-    """``(ep(all_gather(a) @ weight.T), all_gather(a))``; ``a: [m, K]``, ``weight: [N_local, K]``,
-    ``row_scale: [m]`` (gathered with the rows)."""
-    gathered = all_gather_rows(a, tp)
-    scales = None if row_scale is None else all_gather_rows(row_scale, tp)
-    return epilogue_linear(out, gathered, weight, bias, ep, scales), gathered
-
-
-def gemm_rs(tp: TPGroup, a, weight, bias, out=None, ep: Epilogue = PLAIN):
-    """``ep(reduce_scatter(a @ weight.T))``; ``a: [M, K_local]``, ``weight: [N, K_local]``; the bias
-    (and ``ep.scale``) apply once, after the reduction."""
-    reduced = reduce_scatter_rows(a @ weight.t(), tp)
-    if ep != PLAIN:
-        reduced = apply_epilogue(reduced, ep, bias, None, a.dtype)
-        bias = None
-    if out is None:
-        out = reduced
-    else:
-        out.copy_(reduced)
-    if bias is not None:
-        out += bias
-    return out

@@ -94,8 +94,9 @@ def group_name_of(group: dist.ProcessGroup | None) -> str:
 
 
 def _ag_gemm_shape(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale) -> tuple[int, int]:
-    return ops.check_ag_gemm(a, weight, bias, group=_group_of(group_name).group, impl=impl, timeout=timeout,
-                             out=None, activation=activation, row_scale=row_scale, scale=scale)[-1]
+    return ops.AG.out_shape(ops.AG.check(a, weight, bias, group=_group_of(group_name).group, impl=impl,
+                                         timeout=timeout, out=None, activation=activation, row_scale=row_scale,
+                                         scale=scale))
 
 
 # ---- the ops ---------------------------------------------------------------------------------------
@@ -146,8 +147,8 @@ def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
 
 @_gemm_rs_op.register_fake
 def _(a, weight, bias, group_name, impl, timeout, scale):
-    return a.new_empty(ops.check_gemm_rs(a, weight, bias, group=_group_of(group_name).group, impl=impl,
-                                         timeout=timeout, out=None, scale=scale)[-1])
+    return a.new_empty(ops.RS.out_shape(ops.RS.check(a, weight, bias, group=_group_of(group_name).group, impl=impl,
+                                                     timeout=timeout, out=None, scale=scale)))
 
 
 # ---- communication in flight (functional collectives: async in eager, traceable under torch.compile) ----
@@ -197,12 +198,12 @@ def start_column_dgrad(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeou
                        scale: Optional[float]) -> Tensor:
     """Start ``reduce_scatter(s · g · weight)``: ``[W*m, N_local] @ [N_local, K]`` -> ``[m, K]``; :func:`wait`
     returns it. Where the GEMM-RS would run ``sequential`` (named, or ``auto``'s choice for this call:
-    :func:`fluxlite.ops.gemm_rs_impl`), the matmul runs here and its reduce-scatter is left in flight,
+    :meth:`fluxlite.ops.Op.impl_of`), the matmul runs here and its reduce-scatter is left in flight,
     so the caller's weight grad overlaps it (Megatron's order); otherwise the GEMM-RS op runs, which
     overlaps its communication itself. Under a trace ``auto`` cannot be asked now: the op decides when it runs."""
     outside = impl == "sequential" or (
         impl == "auto" and not _tracing(g)
-        and ops.gemm_rs_impl(g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "sequential")
+        and ops.RS.impl_of(g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "sequential")
     if not outside:
         return torch.ops.fluxlite.gemm_rs(g, weight.t(), None, tp.name, impl, timeout, scale)
     return start_reduce_scatter_rows(_scaled(g @ weight, scale), tp)

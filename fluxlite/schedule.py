@@ -42,6 +42,7 @@ tiles; the kernels read it as a table and derive no order of their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -140,21 +141,28 @@ def num_counters(world_size: int) -> int:
     return world_size * MAX_SPLITS + 1
 
 
-_OP_CODES = {"ag": 1, "rs": 2}
 _DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.float64: 4}
+OP_SIGNATURES: dict[int, tuple[str, tuple[str, ...]]] = {}
+"""Op code -> (op name, names of its option bits): what :func:`describe_signature` prints. Each op
+adds itself when it is defined (:class:`fluxlite.ops.op.Op`)."""
+MAX_OPTIONS = 8  # option bits of a signature's head word (bits 8-15)
 
 
-def call_signature(op: str, rows: int, K: int, N: int, dtype: torch.dtype, splits: int, keep_gathered: bool,
-                   row_scaled: bool = False) -> tuple[int, ...]:
-    """The ``SIG_WORDS`` int32 words that identify a fused call: ``(op | dtype | options | splits, rows, K, N)``.
+def call_signature(code: int, rows: int, K: int, N: int, dtype: torch.dtype, splits: int,
+                   options: tuple[bool, ...] = ()) -> tuple[int, ...]:
+    """The ``SIG_WORDS`` int32 words that identify a fused call:
+    ``(op code | dtype | option bits | splits, rows, K, N)``.
 
-    ``rows`` is AG's ``m`` (rows per rank) or RS's ``M`` (all rows). Every rank of a call must have
-    the same signature; a waiter compares a peer's with its own before it uses the peer's data. The
-    options are what changes the data exchanged: AG's ``return_gathered`` (pull or push) and
-    ``row_scaled`` (row scales travel with the rows).
+    ``code``: the op's (1-15); ``rows``: the op's row count (AG's ``m`` per rank, RS's ``M``).
+    Every rank of a call must have the same signature; a waiter compares a peer's with its own
+    before it uses the peer's data. ``options`` are what changes the data exchanged (AG: the
+    gathered rows pulled or pushed, row scales travelling with the rows), at most
+    :data:`MAX_OPTIONS`.
     """
-    head = _OP_CODES[op] | _DTYPE_CODES[dtype] << 4 | int(keep_gathered) << 8 | int(row_scaled) << 9 | splits << 16
-    return head, rows, K, N
+    if not 0 < code < 16 or len(options) > MAX_OPTIONS:
+        raise ValueError(f"an op code is 1-15 with at most {MAX_OPTIONS} options, got {code} and {len(options)}")
+    bits = sum(int(bool(o)) << i for i, o in enumerate(options))
+    return code | _DTYPE_CODES[dtype] << 4 | bits << 8 | splits << 16, rows, K, N
 
 
 def describe_signature(words) -> str:
@@ -162,13 +170,12 @@ def describe_signature(words) -> str:
     head, rows, K, N = (int(w) for w in words)
     if head == 0:
         return "no fused call (no signature written)"
-    ops = {v: k for k, v in _OP_CODES.items()}
     dtypes = {v: k for k, v in _DTYPE_CODES.items()}
-    op = {"ag": "ag_gemm", "rs": "gemm_rs"}.get(ops.get(head & 0xF, "?"), f"op code {head & 0xF}")
+    name, options = OP_SIGNATURES.get(head & 0xF, (f"op code {head & 0xF}", ()))
     dtype = str(dtypes.get(head >> 4 & 0xF, f"dtype code {head >> 4 & 0xF}")).replace("torch.", "")
-    what = f"{op}(rows={rows}, K={K}, N={N}, {dtype}"
-    if ops.get(head & 0xF) == "ag":
-        what += f", return_gathered={bool(head >> 8 & 1)}, row_scale={bool(head >> 9 & 1)}"
+    what = f"{name}(rows={rows}, K={K}, N={N}, {dtype}"
+    for i, option in enumerate(options):
+        what += f", {option}={bool(head >> (8 + i) & 1)}"
     return what + f", splits={head >> 16})"
 
 
@@ -196,7 +203,6 @@ class TileSchedule:
     ``(chunk, row0, rows, split)``: the block covers rows ``[row0, row0 + rows)`` of ``chunk``.
     """
 
-    op: str
     world_size: int
     rank: int
     chunk_rows: int
@@ -231,27 +237,17 @@ class TileSchedule:
         """Iterate ``(chunk, row0, rows, split)`` tuples in run order."""
         return (tuple(int(v) for v in row) for row in self.blocks.tolist())
 
-    def kernel_blocks(self, pull: bool = False) -> torch.Tensor:
-        """int32 ``[num_blocks, 4]`` in run order, what the kernels read: ``(chunk, row0, rows, slot)``.
-
-        ``slot`` is what the block waits on or counts into. AG: the ``(chunk, split)`` data flag
-        (``pulled`` when the rows are pulled, ``pull=True``), or -1 for the local chunk (read in
-        place, no wait). RS: a peer chunk's ``(chunk, split)`` counter, or for the local chunk the
-        data flag of ``(peer 0, split)``; peer ``p``'s is ``p * peer_slots()`` further.
-        """
-        W, r = self.world_size, self.rank
-        rows = []
-        for chunk, row0, n, split in self.rows():
-            if self.op == "ag":
-                slot = -1 if chunk == r else (pulled_slot if pull else data_slot)(W, chunk, split)
-            else:
-                slot = data_slot(W, 0, split) if chunk == r else counter_slot(chunk, split)
-            rows.append((chunk, row0, n, slot))
+    def kernel_blocks(self, slot: Callable[[int, int], int]) -> torch.Tensor:
+        """int32 ``[num_blocks, 4]`` in run order, what the kernels read: ``(chunk, row0, rows, slot)``,
+        where ``slot(chunk, split)`` is what the block waits on or counts into (the op's choice among
+        :func:`data_slot`, :func:`pulled_slot`, :func:`counter_slot`, or -1 for nothing)."""
+        rows = [(chunk, row0, n, slot(chunk, split)) for chunk, row0, n, split in self.rows()]
         return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 4)
 
     def local_tiles(self, num_n: int) -> int:
-        """Tiles of this rank's own chunk when each row block has ``num_n`` column blocks: the first
-        ones of :meth:`tile_order` for AG, the last ones for RS."""
+        """Tiles of one chunk (this rank's own among them) when each row block has ``num_n``
+        column blocks: where the chunk comes in :attr:`chunk_order` is where its tiles are in
+        :meth:`tile_order`."""
         return self.blocks_per_chunk * num_n
 
     def split_tiles(self, split: int, num_n: int) -> int:
@@ -273,9 +269,12 @@ class TileSchedule:
 
 
 @lru_cache(maxsize=256)
-def _build(op: str, world_size: int, rank: int, chunk_rows: int, block_m: int, splits: int | None) -> TileSchedule:
-    if op not in ("ag", "rs"):
-        raise ValueError(f"op must be 'ag' or 'rs', got {op!r}")
+def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int, splits: int | None = None
+          ) -> TileSchedule:
+    """The schedule of rank ``rank`` of ``world_size``: chunks of ``chunk_rows`` rows taken in the order
+    ``rank + first, rank + first + 1, ...`` (mod ``world_size``; AG-GEMM's ``first = 0`` starts on the
+    local chunk, GEMM-RS's ``1`` ends on it), cut into ``block_m``-row blocks and ``splits`` splits
+    (default: :func:`default_splits`)."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if chunk_rows < 1 or block_m < 1:
@@ -285,11 +284,7 @@ def _build(op: str, world_size: int, rank: int, chunk_rows: int, block_m: int, s
         splits = default_splits(nb, world_size)
     if not 1 <= splits <= min(MAX_SPLITS, nb):
         raise ValueError(f"splits must be in [1, {min(MAX_SPLITS, nb)}] for {nb} row blocks, got {splits}")
-    steps = range(world_size)
-    if op == "ag":
-        order = tuple((rank + i) % world_size for i in steps)
-    else:
-        order = tuple((rank + 1 + i) % world_size for i in steps)
+    order = tuple((rank + first + i) % world_size for i in range(world_size))
     split_of = [0] * nb
     for s in range(splits):
         for b in range(s * nb // splits, (s + 1) * nb // splits):
@@ -300,7 +295,7 @@ def _build(op: str, world_size: int, rank: int, chunk_rows: int, block_m: int, s
         for b in range(nb)
     ]
     blocks = torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 4)
-    return TileSchedule(op, world_size, rank, chunk_rows, block_m, splits, order, blocks)
+    return TileSchedule(world_size, rank, chunk_rows, block_m, splits, order, blocks)
 
 
 @lru_cache(maxsize=256)
@@ -314,13 +309,3 @@ def _tile_order(chunks: int, blocks_per_chunk: int, num_n: int, group_m: int) ->
             base = c * blocks_per_chunk + first
             order += [(base + i, j) for j in range(num_n) for i in range(size)]
     return torch.tensor(order, dtype=torch.int32).reshape(len(order), 2)
-
-
-def ag_schedule(world_size: int, rank: int, m: int, block_m: int, splits: int | None = None) -> TileSchedule:
-    """Schedule for AG-GEMM: ``m`` rows per rank, local chunk first."""
-    return _build("ag", world_size, rank, m, block_m, splits)
-
-
-def rs_schedule(world_size: int, rank: int, rows_per_rank: int, block_m: int, splits: int | None = None) -> TileSchedule:
-    """Schedule for GEMM-RS: ``M / W`` output rows per rank, the chunk for ``r+1`` first, local last."""
-    return _build("rs", world_size, rank, rows_per_rank, block_m, splits)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from .fused import release_workspaces, synchronize
 from .group import TPGroup
 
 MODES = ("throughput", "latency", "latency_event", "host", "enqueue")
@@ -121,8 +122,6 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
     through :meth:`Timer.max_over_ranks`), and every fluxlite workspace is released, since a failed
     fused call leaves its workspace poisoned. Returns ``({name: output}, {name: why it failed})``.
     """
-    from .ops import release_workspaces, synchronize
-
     outputs, failed = {}, {}
     for name, fn in list(fns.items()):
         why = ""

@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from . import rendezvous, schedule
 from .errors import FluxliteError
-from .flags import resolve_timeout
+from .host_flags import resolve_timeout
 from .group import TPGroup, forget_groups, resolve_group
 
 DATA_ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned

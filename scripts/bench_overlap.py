@@ -38,7 +38,8 @@ import fluxlite  # noqa: E402
 from fluxlite import schedule as sch  # noqa: E402
 from fluxlite._sequential import all_gather_rows, reduce_scatter_rows  # noqa: E402
 from fluxlite.epilogue import PLAIN  # noqa: E402
-from fluxlite.fused import prepare_ag_gemm, prepare_gemm_rs, state_of  # noqa: E402
+from fluxlite.fused import state_of  # noqa: E402
+from fluxlite.ops import AG, RS  # noqa: E402
 from fluxlite.group import resolve_group  # noqa: E402
 from fluxlite.kernels import ag_gemm as ag_kernel  # noqa: E402
 from fluxlite.kernels import gemm_rs as rs_kernel  # noqa: E402
@@ -92,9 +93,9 @@ def cases(op: str, M: int, K: int, N: int, tp, device, dtype, sets: int):
 
     inputs = [make() for _ in range(sets)]
     x0 = inputs[0]
-    prepare = prepare_ag_gemm if ag else prepare_gemm_rs
-    kwargs = dict(keep_gathered=False) if ag else {}
-    plan = prepare(state, x0["a"], x0["w"], timeout_s=TIMEOUT_S, ep=PLAIN, **kwargs)
+    op = AG if ag else RS
+    plan = op.prepare(state, op.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S,
+                                      out=None), None)
     flags = preset_flags(W, plan.signature, device)
     counters = torch.zeros(sch.num_counters(W), dtype=torch.int32, device=device)
     error = torch.zeros(16, dtype=torch.int32, device=device)

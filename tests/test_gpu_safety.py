@@ -477,7 +477,7 @@ def _missing_peer_in_replayed_backward(rank, world_size):
     """The backward of Column -> GELU -> Row after steps whose calls replay from their own graphs
     (the AG pull calls too: the Row's dgrad, which keeps the gathered grad): a peer that skips it gives
     the timeout. This backward hung the GPU in 8 of 20 runs in shared mode before the kernels' waits
-    took one timer reading per program (fluxlite.kernels.flags.program_time)."""
+    took one timer reading per program (fluxlite.kernels.device_flags.program_time)."""
     import fluxlite
     from fluxlite.fused.state import Replay
 

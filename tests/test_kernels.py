@@ -16,13 +16,14 @@ import torch
 
 from fluxlite import schedule as sch
 from fluxlite.epilogue import PLAIN
-from fluxlite.flags import exception_from_record
+from fluxlite.host_flags import exception_from_record
 from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
 from fluxlite.kernels import align as align_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
-from fluxlite.kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, MIRROR_WORD, RECORD_WORDS
+from fluxlite.ops import AG, RS
+from fluxlite.kernels.device_flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, MIRROR_WORD, RECORD_WORDS
 
 from .dist_utils import run_ranks
 
@@ -51,9 +52,9 @@ def test_plain_gemm(dtype, M, K, N, kmajor):
     _close(out, a.double() @ w.double().t() + b.double(), dtype)
 
 
-def _tables(s, N):
+def _tables(op, s, N):
     num_n = -(-N // CFG.block_n)
-    return dict(blocks=s.kernel_blocks(), tiles=s.tile_order(num_n, CFG.group_m))
+    return dict(blocks=op.kernel_blocks(s, ""), tiles=s.tile_order(num_n, CFG.group_m))
 
 
 def _slot(W, epoch, slot):
@@ -77,12 +78,12 @@ def _flags_with_signature(W, sig, parity, peers, words=None):
 
 def _ag_launch(a_local, gathered, w, flags, sig, error, epoch, timeout_s, out, rank=0):
     W = gathered.shape[0] // a_local.shape[0]
-    s = sch.ag_schedule(W, rank, a_local.shape[0], CFG.block_m, 2)
+    s = AG.schedule(W, rank, a_local.shape[0], CFG.block_m, 2)
     ag_kern.launch(a_local=a_local, gathered=gathered, weight=w, out=out, bias=None, ep=PLAIN, scale_local=None,
                    scale_gathered=None, flags=flags[sch.region_start(W, epoch % 2):],
                    sig=torch.tensor(sig, dtype=torch.int32), error=error, call=torch.tensor([epoch], dtype=torch.int32),
                    world_size=W, sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
-                   timeout_s=timeout_s, config=CFG, cache={}, **_tables(s, w.shape[0]),
+                   timeout_s=timeout_s, config=CFG, cache={}, **_tables(AG, s, w.shape[0]),
                    local_tiles=s.local_tiles(core.column_blocks(w.shape[0], CFG)))
     return s
 
@@ -91,7 +92,7 @@ def test_ag_consumer_reads_local_rows_in_place_and_every_ready_chunk():
     W, m, K, N, epoch = 3, 45, 64, 40, 5
     g = torch.Generator().manual_seed(3)
     A, w = torch.randn(W * m, K, generator=g), torch.randn(N, K, generator=g)
-    sig = sch.call_signature("ag", m, K, N, torch.float32, 2, False)
+    sig = sch.call_signature(AG.code, m, K, N, torch.float32, 2, (False, False))
     flags = _flags_with_signature(W, sig, epoch % 2, (1, 2))
     for c in (1, 2):
         for sp in range(2):
@@ -108,7 +109,7 @@ def test_ag_consumer_reads_local_rows_in_place_and_every_ready_chunk():
 def test_ag_consumer_timeout_records_and_releases_the_producer():
     W, m, K, N, epoch = 2, 40, 32, 32, 9
     A, w = torch.randn(W * m, K), torch.randn(N, K)
-    sig = sch.call_signature("ag", m, K, N, torch.float32, 2, True)
+    sig = sch.call_signature(AG.code, m, K, N, torch.float32, 2, (True, False))
     flags = _flags_with_signature(W, sig, epoch % 2, ())  # chunk 1 never comes
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     _ag_launch(A[:m], A, w, flags, sig, error, epoch, 0.01, torch.empty(W * m, N))
@@ -139,7 +140,7 @@ def _mirrored(error, mirror) -> bool:
 def test_ag_consumer_timeout_on_a_data_flag_names_the_split():
     W, m, K, N, epoch = 2, 40, 32, 32, 3
     A, w = torch.randn(W * m, K), torch.randn(N, K)
-    sig = sch.call_signature("ag", m, K, N, torch.float32, 2, False)
+    sig = sch.call_signature(AG.code, m, K, N, torch.float32, 2, (False, False))
     flags = _flags_with_signature(W, sig, epoch % 2, (1,))  # arrived, split 0 came, split 1 never
     flags[_slot(W, epoch, sch.data_slot(W, 1, 0))] = sch.SET
     error, mirror = _mirrored_record()
@@ -152,8 +153,8 @@ def test_ag_consumer_timeout_on_a_data_flag_names_the_split():
 def test_ag_consumer_records_a_peer_in_another_call():
     W, m, K, N, epoch = 2, 40, 32, 32, 4
     A, w = torch.randn(W * m, K), torch.randn(N, K)
-    sig = sch.call_signature("ag", m, K, N, torch.float32, 2, False)
-    theirs = sch.call_signature("ag", m + 8, K, N, torch.float32, 2, False)
+    sig = sch.call_signature(AG.code, m, K, N, torch.float32, 2, (False, False))
+    theirs = sch.call_signature(AG.code, m + 8, K, N, torch.float32, 2, (False, False))
     flags = _flags_with_signature(W, sig, epoch % 2, (1,), words=theirs)
     for sp in range(2):
         flags[_slot(W, epoch, sch.data_slot(W, 1, sp))] = sch.SET
@@ -168,12 +169,12 @@ def test_ag_consumer_records_a_peer_in_another_call():
 
 
 def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, r=0, W=2):
-    s = sch.rs_schedule(W, r, a.shape[0] // W, CFG.block_m, 2)
+    s = RS.schedule(W, r, a.shape[0], CFG.block_m, 2)
     rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv,
                    flags=flags[sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
                    counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=r, world_size=W,
                    sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
-                   timeout_s=1.0, ep=PLAIN, config=CFG, cache={}, **_tables(s, w.shape[0]),
+                   timeout_s=1.0, ep=PLAIN, config=CFG, cache={}, **_tables(RS, s, w.shape[0]),
                    peer_tiles=(W - 1) * s.local_tiles(core.column_blocks(w.shape[0], CFG)))
     return s
 
@@ -185,8 +186,8 @@ def test_rs_kernel_stores_partials_counts_tiles_and_reduces(mismatch):
     W, r, K, N, mc, epoch = 2, 0, 48, 40, 37, 4
     g = torch.Generator().manual_seed(5)
     a, w, b = torch.randn(W * mc, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)
-    sig = sch.call_signature("rs", W * mc, K, N, torch.float32, 2, False)
-    theirs = sch.call_signature("ag", W * mc, K, N, torch.float32, 2, False) if mismatch else None
+    sig = sch.call_signature(RS.code, W * mc, K, N, torch.float32, 2)
+    theirs = sch.call_signature(AG.code, W * mc, K, N, torch.float32, 2, (False, False)) if mismatch else None
     flags = _flags_with_signature(W, sig, epoch % 2, (1,), words=theirs)
     peer_partial = torch.randn(mc, N, generator=g)
     recv = torch.full((W, mc, N), float("nan"))

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluxlite import schedule as sch
+from fluxlite.ops import AG, RS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,7 +36,7 @@ class Stuck(Exception):
 def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int, grid: int, resident: int,
                 seed: int, order=None) -> None:
     rng = random.Random(seed)
-    scheds = [sch.rs_schedule(W, r, chunk_rows, block_m) for r in range(W)]
+    scheds = [sch.build(W, r, chunk_rows, block_m, RS.first) for r in range(W)]
     s0 = scheds[0]
     counters = [dict() for _ in range(W)]  # counter slot -> count
     flags = [set() for _ in range(W)]  # data slots set on rank r
@@ -44,7 +45,7 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
     peer_tiles = len(ran[0]) - s0.local_tiles(num_n)
     programs, producers = [], []
     for r, s in enumerate(scheds):
-        blocks = s.kernel_blocks().tolist()
+        blocks = RS.kernel_blocks(s, "").tolist()
         tiles = (order or (lambda s: s.tile_order(num_n, group_m).tolist()))(s)
         claim = iter(range(10**9))
         for pid in range(grid):
@@ -172,12 +173,13 @@ def test_the_simulation_catches_a_chunk_straddling_order():
        st.integers(1, 9), st.sampled_from([1, 2, 8]))
 def test_tile_order_covers_every_tile_once_and_never_mixes_chunks(W, rank, rows, block_m, num_n, group_m):
     rank %= W
-    for s in (sch.ag_schedule(W, rank, rows, block_m), sch.rs_schedule(W, rank, rows, block_m)):
+    for op in (AG, RS):
+        s = sch.build(W, rank, rows, block_m, op.first)
         order = s.tile_order(num_n, group_m).tolist()
         assert sorted(map(tuple, order)) == [(i, j) for i in range(s.num_blocks) for j in range(num_n)]
         chunk_pos = [i // s.blocks_per_chunk for i, _ in order]
         assert chunk_pos == sorted(chunk_pos), "a later chunk's tile comes before an earlier chunk's"
-        if s.op == "rs":
-            blocks = s.kernel_blocks().tolist()
+        if op is RS:
+            blocks = RS.kernel_blocks(s, "").tolist()
             local = [blocks[i][0] == rank for i, _ in order]
             assert local == sorted(local), "a local (waiting) tile comes before a peer tile"

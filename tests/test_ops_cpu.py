@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 import fluxlite
 from fluxlite.fused.call import CPU_BLOCK_M
+from fluxlite.ops import AG, RS
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, poison_workspace, randn, rs_reference
@@ -236,7 +237,7 @@ def _plan_reuse(rank, W):
     m, K, N = shapes[0]
     a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
     a = a_full[rank * m : (rank + 1) * m].clone()  # the same tensor in every call below
-    plan = get_plan(state, "ag", m, K, N, f32, False)
+    plan = get_plan(state, AG, m, K, N, f32)
     assert state.plan_builds == want, "the plan of a shape called above was built again"
     plan.bound.clear()
     for i in range(4):
@@ -277,11 +278,11 @@ def _config_keys(rank, W):
         a_parts = [randn(gen, W * m, K, dtype=f32) for _ in range(W)]
         with torch.no_grad():
             a = a_full[rank * m : (rank + 1) * m]
-            plan = fluxlite.fused.prepare_ag_gemm(state, a, w, timeout_s=20.0, keep_gathered=False, config=config)
-            out, _ = fluxlite.fused.ag_gemm(state, plan, a, w, None, timeout_s=20.0, keep_gathered=False)
+            args = AG.check(a, w, None, group=None, impl="fused", timeout=20.0, out=None)
+            out, _ = AG.fused(state, AG.prepare(state, args, config), args)
             check(f"ag block_m={config.block_m} rep={rep}", out, ag_reference(a_full, w, None), f32, failures)
-            plan = fluxlite.fused.prepare_gemm_rs(state, a_parts[rank], w, timeout_s=20.0, config=config)
-            out = fluxlite.fused.gemm_rs(state, plan, a_parts[rank], w, None, timeout_s=20.0)
+            args = RS.check(a_parts[rank], w, None, group=None, impl="fused", timeout=20.0, out=None)
+            out = RS.fused(state, RS.prepare(state, args, config), args)
             check(f"rs block_m={config.block_m} rep={rep}", out, rs_reference(a_parts, [w] * W, None, rank), f32,
                   failures)
         assert state.plan_builds == 2 * (configs.index(config) + 1 if rep == 0 else len(configs)), rep

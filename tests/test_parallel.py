@@ -199,14 +199,15 @@ def _dgrad_follows_dispatch(rank, W, seed):
     (:mod:`fluxlite.dispatch`), not a rule of its own. With the op's choice for the dgrad's key set to
     each impl, a fused or decomposed GEMM-RS runs; with sequential none runs (the matmul runs in the
     layer, its reduce-scatter in flight while wgrad computes). The grads match float64 each time."""
-    from fluxlite import dispatch, ops
+    from fluxlite import dispatch
     from fluxlite.group import resolve_group
+    from fluxlite.ops import RS
 
     s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
     g, weight_t = torch.empty(s * b, N // W, dtype=torch.float64), torch.empty(K, N // W, dtype=torch.float64)
     key = dispatch.Key.of("gemm_rs", resolve_group(), g, weight_t, g.shape[0])  # the dgrad's GEMM-RS
-    ran, real = [], ops._rs_run
-    ops._rs_run = lambda tp, a, w, bias, choice, **kw: ran.append(choice.impl) or real(tp, a, w, bias, choice, **kw)
+    ran, real = [], RS.run
+    RS.run = lambda choice, args, **kw: ran.append(choice.impl) or real(choice, args, **kw)  # on the op object
     try:
         for n, impl in enumerate(("fused", "decomposed", "sequential")):
             dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
@@ -214,7 +215,7 @@ def _dgrad_follows_dispatch(rank, W, seed):
             _column_case(rank, W, seed + n, True, True, False, False, "auto", dgrad=impl)
             assert ran == ([] if impl == "sequential" else [impl]), (impl, ran)
     finally:
-        ops._rs_run = real
+        del RS.run
         dispatch.clear_memory()
 
 

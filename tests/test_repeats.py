@@ -28,7 +28,7 @@ class _Counted:
 
     def __init__(self) -> None:
         self.ag = self.rs = 0
-        ag, rs = ops.check_ag_gemm, ops.check_gemm_rs
+        ag, rs = ops.AG.check, ops.RS.check
 
         def check_ag(*args, **kwargs):
             self.ag += 1
@@ -38,7 +38,7 @@ class _Counted:
             self.rs += 1
             return rs(*args, **kwargs)
 
-        ops.check_ag_gemm, ops.check_gemm_rs = check_ag, check_rs
+        ops.AG.check, ops.RS.check = check_ag, check_rs  # on the op objects (these ranks' own processes)
 
 
 def _ag(gen, rank, W, m, K, N, failures, name, *, dtype=F32, bias=False, out=False, gathered=False, transposed=False,
@@ -90,8 +90,8 @@ def _repeats(rank: int, W: int) -> None:
         _rs(gen, rank, W, m, K, N, failures, f"rs rep {rep}")
         _rs(gen, rank, W, m, K, N, failures, f"rs out rep {rep}", out=True)
         assert (counted.ag, counted.rs) == (4, 2), (rep, counted.ag, counted.rs)
-    assert ops.gemm_rs_impl(randn(gen, W * m, K, dtype=F32), randn(gen, N, K, dtype=F32), impl="fused") == "fused"
-    assert counted.rs == 2, "gemm_rs_impl of a remembered call must not check again"
+    assert ops.RS.impl_of(randn(gen, W * m, K, dtype=F32), randn(gen, N, K, dtype=F32), impl="fused") == "fused"
+    assert counted.rs == 2, "impl_of a remembered call must not check again"
     # Anything the checks read that differs takes the full path (and is right).
     variants = [dict(transposed=True), dict(dtype=torch.bfloat16), dict(scale=2.0), dict(timeout=30.0),
                 dict(impl="sequential")]
@@ -146,13 +146,13 @@ def _auto_follows_dispatch(rank: int, W: int) -> None:
     key = dispatch.Key.of("ag_gemm", tp, torch.empty(m, K), torch.empty(N, K), W * m)
     failures: list[str] = []
     calls = {"sequential": 0}
-    seq = ops._IMPL_MODULES["sequential"].ag_gemm
+    seq = ops.AG.sequential
 
     def counting_sequential(*args):
         calls["sequential"] += 1
         return seq(*args)
 
-    ops._IMPL_MODULES["sequential"] = type("Seq", (), {"ag_gemm": staticmethod(counting_sequential)})
+    ops.AG.sequential = counting_sequential  # on the op object (this rank's own process)
     # What a cache file would give (dispatch's own memory): fused for this key.
     dispatch._MEMORY[key] = dispatch.Choice("fused", source="cache")
     for rep in range(3):

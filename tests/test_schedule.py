@@ -15,21 +15,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluxlite import schedule as sch
+from fluxlite.ops import AG, OPS, RS
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @st.composite
 def schedules(draw):
-    op = draw(st.sampled_from(["ag", "rs"]))
+    op = draw(st.sampled_from([AG, RS]))
     world_size = draw(st.integers(1, 9))
     rank = draw(st.integers(0, world_size - 1))
     block_m = draw(st.sampled_from([1, 2, 7, 16, 64, 128]) | st.integers(1, 200))
     chunk_rows = draw(st.integers(1, 40 * block_m) if block_m < 50 else st.integers(1, 2000))
     nb = -(-chunk_rows // block_m)
     splits = draw(st.none() | st.integers(1, min(sch.MAX_SPLITS, nb)))
-    build = sch.ag_schedule if op == "ag" else sch.rs_schedule
-    return build(world_size, rank, chunk_rows, block_m, splits), splits
+    return sch.build(world_size, rank, chunk_rows, block_m, op.first, splits), splits
 
 
 @settings(max_examples=300, deadline=None)
@@ -64,9 +64,9 @@ def test_blocks_are_aligned_never_straddle_chunks_and_only_the_last_is_ragged(ca
 def test_chunk_order(case):
     s, _ = case
     W, r = s.world_size, s.rank
-    if s.op == "ag":  # local chunk first (no wait), then r+1, r+2, ...
+    if s.chunk_order[0] == r:  # AG's: the local chunk first (no wait), then r+1, r+2, ...
         expected = tuple((r + i) % W for i in range(W))
-    else:  # the chunk for r+1 first, ..., the local chunk last
+    else:  # RS's: the chunk for r+1 first, ..., the local chunk last
         expected = tuple((r + 1 + i) % W for i in range(W))
     assert s.chunk_order == expected
     assert s.peers() == tuple(c for c in expected if c != r) and len(s.peers()) == W - 1
@@ -139,13 +139,13 @@ def test_flag_slots_never_collide(world_size):
 
 
 def test_call_signature_round_trips_and_tells_calls_apart():
-    sig = sch.call_signature("ag", 16, 24, 40, torch.bfloat16, 3, True)
+    sig = sch.call_signature(AG.code, 16, 24, 40, torch.bfloat16, 3, (True, False))
     assert len(sig) == sch.SIG_WORDS and all(-(2**31) <= w < 2**31 for w in sig)
     assert sch.describe_signature(sig) == "ag_gemm(rows=16, K=24, N=40, bfloat16, return_gathered=True, row_scale=False, splits=3)"
-    assert sch.describe_signature(sch.call_signature("rs", 64, 8, 9, torch.float32, 1, False)) == \
+    assert sch.describe_signature(sch.call_signature(RS.code, 64, 8, 9, torch.float32, 1)) == \
         "gemm_rs(rows=64, K=8, N=9, float32, splits=1)"
-    variants = {sch.call_signature(op, rows, 24, 40, dt, sp, keep)
-                for op in ("ag", "rs") for rows in (16, 17) for dt in (torch.bfloat16, torch.float16)
+    variants = {sch.call_signature(op.code, rows, 24, 40, dt, sp, (keep,))
+                for op in (AG, RS) for rows in (16, 17) for dt in (torch.bfloat16, torch.float16)
                 for sp in (1, 2) for keep in (False, True)}
     assert len(variants) == 32, "two different calls share a signature"
 
@@ -171,12 +171,25 @@ def test_default_splits():
         ((2, 0, 100_000, 1, sch.MAX_SPLITS + 1), "splits"),
     ],
 )
-@pytest.mark.parametrize("build", [sch.ag_schedule, sch.rs_schedule])
-def test_bad_arguments_raise_value_error(build, args, match):
+@pytest.mark.parametrize("first", [AG.first, RS.first])
+def test_bad_arguments_raise_value_error(first, args, match):
+    world_size, rank, chunk_rows, block_m, *splits = args
     with pytest.raises(ValueError, match=match):
-        build(*args)
+        sch.build(world_size, rank, chunk_rows, block_m, first, *splits)
 
 
-def test_unknown_op_raises_value_error():
-    with pytest.raises(ValueError, match="op"):
-        sch._build("allreduce", 2, 0, 10, 4, None)
+def test_a_bad_op_code_or_too_many_options_raise_value_error():
+    for code, options in ((0, ()), (16, ()), (1, (False,) * (sch.MAX_OPTIONS + 1))):
+        with pytest.raises(ValueError, match="op code"):
+            sch.call_signature(code, 8, 8, 8, torch.float32, 1, options)
+
+
+def test_every_op_describes_its_signature_by_name():
+    """An op's call signatures read back as its name and its options (the mismatch errors say them)."""
+    for op in OPS.values():
+        options = tuple(i % 2 == 0 for i in range(len(op.option_bits)))
+        words = sch.call_signature(op.code, 12, 34, 56, torch.bfloat16, 3, options)
+        text = sch.describe_signature(words)
+        assert text.startswith(f"{op.name}(rows=12, K=34, N=56, bfloat16") and text.endswith("splits=3)"), text
+        for name, on in zip(op.option_bits, options):
+            assert f"{name}={on}" in text, text

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import fluxlite
-from fluxlite.flags import resolve_timeout
+from fluxlite.host_flags import resolve_timeout
 
 from .dist_utils import run_ranks
 

@@ -38,9 +38,8 @@ import torch.nn.functional as F
 
 import fluxlite
 from fluxlite import schedule as sch
-from fluxlite.fused.ag_gemm import _scales_offset
-from fluxlite.fused.ag_gemm import _steps as ag_steps
-from fluxlite.fused.gemm_rs import _steps as rs_steps
+from fluxlite.ops import AG, RS
+from fluxlite.ops.ag_gemm import PULL, _scales_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
 from fluxlite.fused.producer import COPY, FLAGS, SIGNAL, WAIT, Program, first_wait, stream_calls
@@ -215,7 +214,7 @@ def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool =
              epoch: int = 5):
     """``(ws, plan, call, steps, tensors)``: the producer program of rank ``r``'s call ``epoch``."""
     ws = _AddressMap(W, r)
-    plan = get_plan(ws, op, rows, K, N, F32, op == "ag" and not push)
+    plan = get_plan(ws, AG if op == "ag" else RS, rows, K, N, F32, PULL if op == "ag" and not push else "")
     call = Call.__new__(Call)  # the call's state without taking an epoch from a workspace
     call.ws = call.state = ws
     call.plan, call.epoch, call.parity = plan, epoch, epoch % 2
@@ -223,10 +222,10 @@ def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool =
         a, gathered = torch.empty(rows, K), torch.empty(W * rows, K)
         scales = torch.empty(rows) if row_scale else None
         scales_gathered = torch.empty(W * rows) if row_scale else None
-        steps = ag_steps(call, a, gathered, push, scales, scales_gathered)
+        steps = AG.steps(call, a, gathered, push, scales, scales_gathered)
         return ws, plan, call, steps, dict(a=a, gathered=gathered, scales=scales, scales_gathered=scales_gathered)
     partial = torch.empty(W, rows // W, N)
-    return ws, plan, call, rs_steps(call, partial), dict(partial=partial)
+    return ws, plan, call, RS.steps(call, partial), dict(partial=partial)
 
 
 def _flag(ws, e, rank: int, slot: int) -> int:
@@ -292,9 +291,9 @@ def test_ag_push_goes_to_r_minus_1_first_and_covers_each_split_once(W, consumer,
         # Peer p consumes chunks p+1, p+2, ...: each peer's k-th chunk is the k-th push its sender makes,
         # and the flag the sender sets is the one p's blocks of that chunk wait on, for the same rows.
         for p in range(W):
-            sched = sch.ag_schedule(W, p, rows, plan.sched.block_m)
+            sched = AG.schedule(W, p, rows, plan.sched.block_m)
             assert [position[(c, p)] for c in sched.peers()] == list(range(W - 1)), f"W={W} p={p}"
-            for chunk, row0, n, slot in sched.kernel_blocks().tolist():
+            for chunk, row0, n, slot in AG.kernel_blocks(sched, "").tolist():
                 if chunk != p:
                     split = sch.split_of_data_slot(W, slot)
                     lo, hi = plan.sched.split_rows(split)
@@ -324,7 +323,7 @@ def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_ord
                                      t["gathered"].data_ptr() + p * rows * row, ws.data_addr(p, e % 2), row,
                                      plan.sched.split_rows, plan.sched.splits)
             assert end == len(steps) or steps[end][0] == WAIT
-        blocks = plan.sched.kernel_blocks(pull=True).tolist()
+        blocks = AG.kernel_blocks(plan.sched, PULL).tolist()
         assert all(slot == sch.pulled_slot(W, c, sch.split_of_data_slot(W, slot)) for c, _, _, slot in blocks if c != r)
 
 
@@ -340,7 +339,7 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
             ws, plan, call, steps, t = _program("rs", W, r, W * mc, K, N, epoch=e)
             sched = plan.sched
             assert sched.chunk_order[0] == (r + 1) % W and sched.chunk_order[-1] == r, "r+1 first, local last"
-            blocks = sched.kernel_blocks().tolist()
+            blocks = RS.kernel_blocks(sched, "").tolist()
             i = first_wait(steps)
             assert i == 0, "an RS program starts with its first wait: nothing of it goes ahead of the kernel"
             assert not _announces(steps, ws, e), "the alignment step announces the call, not the producer"
@@ -363,8 +362,8 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
         # Every destination's local blocks wait on data_slot(0, s) + p * peer_slots() for each peer p:
         # exactly the slots the peers set, each set by one sender.
         for d in range(W):
-            sched = sch.rs_schedule(W, d, mc, plan.sched.block_m)
-            for chunk, _, _, slot in sched.kernel_blocks().tolist():
+            sched = RS.schedule(W, d, W * mc, plan.sched.block_m)
+            for chunk, _, _, slot in RS.kernel_blocks(sched, "").tolist():
                 if chunk == d:
                     s = sch.split_of_data_slot(W, slot)
                     assert slot == sch.data_slot(W, 0, s)

@@ -1,11 +1,11 @@
 """One fused call: its number and parity, deadline and call signature; the producer beside the consumer; the
-join; and the failure handling shared by both ops.
+join; and the failure handling shared by every op.
 
 Call agreement: before a rank sets any flag of call ``e`` on a peer, it writes the call's signature
 (:func:`fluxlite.schedule.call_signature`) into that peer's signature slots of parity ``e % 2``, in
 the alignment step that starts the call (:mod:`fluxlite.kernels.align`). A consumer that finds a
 peer's flag set compares the peer's signature with its own before it uses the data
-(:meth:`Call.wait_peer` on CPU, :func:`fluxlite.kernels.flags.wait_peer` on GPU), so ranks in
+(:meth:`Call.wait_peer` on CPU, :func:`fluxlite.kernels.device_flags.wait_peer` on GPU), so ranks in
 different calls raise :class:`~fluxlite.FluxliteCallMismatchError` instead of reading each other's
 bytes as something else. It costs a few stores per peer and call, no collective and no host
 synchronisation.
@@ -17,7 +17,7 @@ import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
@@ -25,11 +25,28 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
-from ..flags import host_wait_flag
+from ..host_flags import host_wait_flag
 from ..kernels import gemm_core
 from . import producer
 from .. import workspace as _workspace
 from .state import FusedState
+
+
+class TileProtocol(Protocol):
+    """What a plan needs of an op (:class:`fluxlite.ops.op.Op` is one): its name and signature
+    code, its schedule, its kernels' block table, its signature options and who announces its
+    arrival (see that class for each)."""
+
+    name: str
+    code: int
+
+    def schedule(self, world_size: int, rank: int, rows: int, block_m: int) -> sch.TileSchedule: ...
+
+    def kernel_blocks(self, sched: sch.TileSchedule, variant: str) -> torch.Tensor: ...
+
+    def signature_options(self, variant: str, ep: Epilogue) -> tuple[bool, ...]: ...
+
+    def ready_on_arrival(self, variant: str) -> bool: ...
 
 CPU_BLOCK_M = 64  # rows per block for the CPU torch consumer
 SHARED_GPU_FREE_SMS = 8  # SMs a fused kernel leaves to the producer's copy kernels when ranks share a GPU
@@ -88,22 +105,23 @@ class Plan:
     bound: Bindings = field(default_factory=Bindings)
 
 
-def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch.dtype, keep_gathered: bool,
+def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dtype: torch.dtype, variant: str = "",
              ep: Epilogue = PLAIN, config: gemm_core.GemmConfig | None = None) -> Plan:
-    """The cached plan of this call on ``state``'s workspace (built on first use). ``rows``: AG's
-    ``m``, RS's ``M``; ``N``: the weight's rows; ``config``: the kernel's (default:
+    """The cached plan of this call of ``op`` (:class:`fluxlite.ops.op.Op`) on ``state``'s workspace
+    (built on first use). ``rows``: what the op's signature counts; ``N``: the weight's rows;
+    ``variant``: the op's (:meth:`~fluxlite.ops.op.Op.variant`); ``config``: the kernel's (default:
     :func:`gemm_core.default_config`). Of the epilogue only what shapes the plan is in its key (the
     activation, SwiGLU's halved output, and whether row scales travel): a scale is a launch argument,
     so a new scale value builds no plan."""
     consumer = state.consumer
     config = config or gemm_core.default_config()
-    key = (op, rows, K, N, dtype, keep_gathered, ep.activation, ep.row_scaled, config, consumer)
+    key = (op.name, rows, K, N, dtype, variant, ep.activation, ep.row_scaled, config, consumer)
     plan = state.plans.get(key)
     if plan is None:
         if _workspace.capturing(state.ws.device):
             raise FluxliteError(
-                f"fluxlite: a CUDA graph is capturing a fused {op} call with a shape that never ran eagerly "
-                f"(rows={rows}, K={K}, N={N}, {str(dtype).replace('torch.', '')}, return_gathered={keep_gathered}, "
+                f"fluxlite: a CUDA graph is capturing a fused {op.name} call with a shape that never ran eagerly "
+                f"(rows={rows}, K={K}, N={N}, {str(dtype).replace('torch.', '')}, variant={variant or None}, "
                 f"activation={ep.activation}, row_scale={ep.row_scaled}): run each fused call once eagerly, with "
                 f"the shapes and options you capture, before capturing")
         ws = state.ws
@@ -112,16 +130,15 @@ def get_plan(state: FusedState, op: str, rows: int, K: int, N: int, dtype: torch
             # a persistent consumer on every SM would starve the producer's pulls until the timeout.
             config = dataclasses.replace(config, num_progs=max(1, gemm_core.sm_count(ws.device) - SHARED_GPU_FREE_SMS))
         block_m = block_m_of(consumer, config)
-        W, r = ws.world_size, ws.rank
-        sched = sch.ag_schedule(W, r, rows, block_m) if op == "ag" else sch.rs_schedule(W, r, rows // W, block_m)
+        sched = op.schedule(ws.world_size, ws.rank, rows, block_m)
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
-        signature = sch.call_signature(op, rows, K, N, dtype, sched.splits, keep_gathered, ep.row_scaled)
+        signature = sch.call_signature(op.code, rows, K, N, dtype, sched.splits, op.signature_options(variant, ep))
         dev = ws.device
         plan = Plan(sched, config, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
-                    sched.kernel_blocks(pull=op == "ag" and keep_gathered).to(dev),
+                    op.kernel_blocks(sched, variant).to(dev),
                     sched.tile_order(num_n, config.group_m).to(dev),
-                    tuple(sched.split_rows(s) for s in range(sched.splits)), not (op == "ag" and keep_gathered), {})
+                    tuple(sched.split_rows(s) for s in range(sched.splits)), op.ready_on_arrival(variant), {})
         state.plan_builds += 1
         state.plans[key] = plan
     return plan
@@ -206,7 +223,7 @@ class Call:
 
     def wait_peer(self, slot: int, *, peer: int, chunk: int, split: int, what: str) -> None:
         """CPU consumer: wait for ``peer``'s ready flag, check its call signature against ours, then
-        wait for the data flag ``slot`` (see :func:`fluxlite.kernels.flags.wait_peer`)."""
+        wait for the data flag ``slot`` (see :func:`fluxlite.kernels.device_flags.wait_peer`)."""
         ws = self.ws
         flags = self.state.region(self.parity)
         host_wait_flag(flags, sch.ready_slot(peer), sch.SET, what="its arrival at this call (ready flag)",

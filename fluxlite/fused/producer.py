@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from .. import _cuda_driver as cu
-from ..flags import host_store, host_wait
+from ..host_flags import host_store, host_wait
 
 COPY, SIGNAL, WAIT = "copy", "signal", "wait"
 

@@ -23,9 +23,9 @@ import torch.distributed as dist
 from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
-from ..flags import exception_from_record, host_store, host_wait, resolve_timeout
+from ..host_flags import exception_from_record, host_store, host_wait, resolve_timeout
 from ..kernels import align
-from ..kernels.flags import MIRROR_WORD, RECORD_WORDS
+from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..workspace import SymmetricWorkspace, wait_idle
 
@@ -62,6 +62,7 @@ class FusedState:
         # sequence without the host: the workspace may no longer grow (the graphs hold its buffers).
         self.captured = False
         self.plans: dict[tuple, object] = {}  # fluxlite.fused.call.Plan per (op, shapes, dtype, options)
+        self.closed = False  # released (fluxlite.release_workspaces): no call may use it again
         self.plan_builds = 0  # plans built so far (a cached plan is reused: tests check this)
         self._poison: BaseException | None = None
         self._poison_raised = False
@@ -84,7 +85,7 @@ class FusedState:
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
         if ws.is_cuda:
             # The record's mirror in pinned host memory, which the kernel that writes the record
-            # fills, the code word last (fluxlite.kernels.flags): check() reads the code word, and
+            # fills, the code word last (fluxlite.kernels.device_flags): check() reads the code word, and
             # the whole record once the code is set, without blocking and without a copy per call.
             self._err_host = torch.zeros(RECORD_WORDS, dtype=torch.int32, pin_memory=True)
             self._err_code = ctypes.c_int32.from_address(self._err_host.data_ptr())
@@ -220,7 +221,7 @@ class FusedState:
         if int(self.sequence[0]) != parity:
             self._null_call(1 - parity, call, timeout_s)
         for p in range(W):
-            if p != r:  # x86 keeps the order of these stores for every reader (fluxlite.flags)
+            if p != r:  # x86 keeps the order of these stores for every reader (fluxlite.host_flags)
                 ws.flags(p)[sig_at : sig_at + sch.SIG_WORDS].copy_(signature)
                 if ready:
                     host_store(ws.flag_addr(p, ready_at), sch.SET)
@@ -259,7 +260,7 @@ class FusedState:
     def check(self) -> None:
         """Raise if an earlier call (or a growth of the workspace) failed, including a failure a GPU
         kernel recorded: the kernel copies its record to a mirror in host memory, read here without
-        blocking (:mod:`fluxlite.kernels.flags`)."""
+        blocking (:mod:`fluxlite.kernels.device_flags`)."""
         if self._poison is None and self.ws.failed is not None:
             self.poison(self.ws.failed)
         if self.ws.is_cuda and self._poison is None and self._err_code.value:
@@ -369,6 +370,7 @@ class FusedState:
                 self._executor.shutdown(wait=True)  # its waits end at their deadlines
         finally:
             self.plans = {}
+            self.closed = True  # what a call kept of this state (fluxlite.ops.op.Repeat) is void
 
 
 _STATES: dict[SymmetricWorkspace, FusedState] = {}
@@ -403,3 +405,28 @@ def forget_states() -> list[FusedState]:
     states = list(_STATES.values())
     _STATES.clear()
     return states
+
+
+def synchronize(group: dist.ProcessGroup | None = None) -> None:
+    """Wait for this rank's fused work on ``group`` and raise any timeout a kernel recorded."""
+    from ..group import resolve_group
+
+    for state in states_of(resolve_group(group).group):
+        state.synchronize()
+
+
+def release_workspaces(timeout: float | None = None) -> None:
+    """Drop every cached workspace. Call it on every rank: before destroying the process group, and
+    after any fluxlite error, to recover (the next fused call builds a fresh workspace).
+
+    It first waits (bounded by ``timeout``) until no device work or producer thread of ours can
+    still touch the buffers: the fused layer's producers stop first, then the buffers go.
+    """
+    errors = []
+    for owner in (*forget_states(), *_workspace.forget_workspaces()):
+        try:
+            owner.close(timeout)
+        except BaseException as exc:  # release the rest all the same
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -7,7 +7,7 @@ Math
 ``m`` rows), where ``A_r`` is this rank's ``a: [m, K]``, read in place with no wait, and ``A_c`` for a
 peer ``c`` is rows ``[c*m, (c+1)*m)`` of ``gathered: [W*m, K]``, which the producer fills split by
 split. A row block of a peer's chunk first waits until its ``(chunk, split)`` flag is set and the
-peer's call signature matches ours (:func:`~fluxlite.kernels.flags.wait_peer`). With
+peer's call signature matches ours (:func:`~fluxlite.kernels.device_flags.wait_peer`). With
 ``world_size == 1`` nothing waits: a plain GEMM.
 
 The local chunk's tiles come first in the tile table, so the GEMM starts at once while the peers'
@@ -30,7 +30,7 @@ import triton.language as tl
 from ..epilogue import PLAIN, Epilogue
 from . import gemm_core as core
 from . import launch as direct
-from .flags import TIMEOUT_AG, wait_peer
+from .device_flags import TIMEOUT_AG, wait_peer
 
 
 @triton.jit
@@ -153,16 +153,16 @@ def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
     A one-rank AG schedule, where nothing waits. Measures the GEMM alone and checks the core.
     """
-    from ..schedule import SIG_WORDS, ag_schedule, num_flag_slots
+    from ..schedule import SIG_WORDS, build, num_flag_slots
 
     cfg = config or core.default_config()
     M, N = a.shape[0], ep.out_features(weight.shape[0])
     num_n = core.column_blocks(N, cfg, ep.gated)
     key = (M, num_n, cfg, str(a.device))
     if key not in _PLAIN:
-        sched = ag_schedule(1, 0, M, cfg.block_m, 1)
+        sched = build(1, 0, M, cfg.block_m, 0, 1)
         dev = a.device
-        _PLAIN[key] = (sched.kernel_blocks().to(dev), sched.tile_order(num_n, cfg.group_m).to(dev),
+        _PLAIN[key] = (sched.kernel_blocks(lambda chunk, split: -1).to(dev), sched.tile_order(num_n, cfg.group_m).to(dev),
                        torch.zeros(num_flag_slots(1), dtype=torch.int32, device=dev),
                        torch.zeros(SIG_WORDS, dtype=torch.int32, device=dev),
                        torch.zeros(16, dtype=torch.int32, device=dev),

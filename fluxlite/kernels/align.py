@@ -37,7 +37,7 @@ has finished the next one, which needs our arrival at the next one, sent below a
 null call is a call with no data: once it returns, every peer has finished the previous call (its
 null-call ``ready`` is sent after its own clear), so this call may write into the peers'
 parity-``P`` buffers. All ranks make the same sequence of calls, so all take the same branch. A peer
-that never arrives is recorded as :data:`~fluxlite.kernels.flags.ERR_TIMEOUT_ALIGN` after
+that never arrives is recorded as :data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_ALIGN` after
 ``timeout_ns``; every later wait then returns at once.
 
 The arrival (the signature, then ``ready``) is sent here rather than by the producer: a few stores
@@ -50,7 +50,7 @@ import triton
 import triton.language as tl
 
 from . import launch as direct
-from .flags import SIG_WORDS, TIMEOUT_ALIGN, wait_set
+from .device_flags import SIG_WORDS, TIMEOUT_ALIGN, wait_set
 
 
 @triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "num_counters", "sig_at", "ready_at",

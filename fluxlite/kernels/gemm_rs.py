@@ -41,7 +41,7 @@ from ..epilogue import Epilogue
 from .. import schedule as sch
 from . import gemm_core as core
 from . import launch as direct
-from .flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
+from .device_flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
 
 
 @triton.jit

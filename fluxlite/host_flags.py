@@ -98,8 +98,8 @@ def host_wait_flag(flags: torch.Tensor, slot: int, value: int, **kwargs) -> None
 
 
 def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout_s: float) -> FluxliteError | None:
-    """The exception for a kernel's error record (:mod:`fluxlite.kernels.flags`), or ``None`` if clear."""
-    from .kernels.flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_RS
+    """The exception for a kernel's error record (:mod:`fluxlite.kernels.device_flags`), or ``None`` if clear."""
+    from .kernels.device_flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_RS
 
     code, slot, epoch, seen, peer, chunk = rec[:6]
     if code == 0:

@@ -1,0 +1,287 @@
+"""AllGather-GEMM: ``epilogue(all_gather(a) @ weight.T)``, the whole op in one object.
+
+``a: [m, K]`` on each of ``W`` ranks, ``weight: [N, K]`` -> ``[W*m, N]`` (rank-major rows) and, with
+``return_gathered``, the gathered input ``[W*m, K]``. The epilogue is :mod:`fluxlite.epilogue`'s
+(row scale, scale, bias, activation; SwiGLU reads a ``[2N, K]`` weight).
+
+The tile protocol (rank ``r``, a call of parity ``P``: data half and flag region ``P``). Flags are
+set (``= 1``) and cleared by their owner at the start of the next call (:mod:`fluxlite.kernels.align`).
+The consumer reads its own rows in place from ``a`` and each peer's from ``gathered`` once that
+peer's (chunk, split) flag is set::
+
+    push (the caller does not keep the gathered input; ``gathered`` is our symmetric buffer):
+      align:    every peer p: p.signature[P][r] <- ours; p.ready[r] = 1
+      producer: for p in r-1, r-2, ...: p.gathered[r] <- a, split by split, p.pushed (r, s) = 1
+    pull (``gathered`` is a fresh tensor that the caller keeps, e.g. for a backward):
+      align:    every peer p: p.signature[P][r] <- ours
+      producer: staging[r] <- a;  every peer p: p.ready[r] = 1          # our rows may now be pulled
+                gathered[r] <- a                                        # for the caller
+                for p in r+1, r+2, ...: wait ready[p] >= 1
+                                        gathered[p] <- p.staging, split by split, pulled (p, s) = 1
+    consumer: for each row block (schedule order): a peer's block waits for the peer's ready flag,
+              checks its signature, waits for the (chunk, split) flag; out = epilogue(A @ W.T)
+
+With a row scale (the deferred norm's 1/sigma) each rank's ``[m]`` fp32 scales travel with its rows:
+pushed into the peers' scale area before the first split's flag, or staged beside the staged rows
+and pulled before the first split. The schedule starts on the local chunk (``first = 0``), which
+needs no wait.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .. import epilogue
+from .. import schedule as sch
+from .._decomposed import exchange, wait_all
+from .._sequential import all_gather_rows, epilogue_linear
+from ..fused import Call, FusedState, Plan, get_plan, producer
+from ..fused.producer import COPY, SIGNAL, WAIT
+from ..kernels import ag_gemm as kernel
+from ..kernels.gemm_core import GemmConfig
+from ..workspace import DATA_ALIGN
+from .op import Args, Op, check_common, finish_args
+
+PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
+
+
+def _scales_offset(rows: int, row_bytes: int) -> int:
+    """Where the row scales sit in a data half: after ``rows`` rows, aligned as a workspace view."""
+    return -(-rows * row_bytes // DATA_ALIGN) * DATA_ALIGN
+
+
+class AllGatherGemm(Op):
+    name = "ag_gemm"
+    code = 1
+    option_bits = ("return_gathered", "row_scale")
+    first = 0
+    a_layout, weight_layout = "[m, K]", "[N_local, K]"
+    tensor_options = ("row_scale",)
+
+    # ---- the call ----------------------------------------------------------------------------------
+    def check(self, a, weight, bias, *, group, impl, timeout, out, return_gathered=False, activation=None,
+              row_scale=None, scale=None) -> Args:
+        tp = check_common(self, a, weight, bias, group, impl, timeout)
+        ep = epilogue.check(self.name, activation=activation, row_scale=row_scale, scale=scale, rows=a.shape[0],
+                            weight_rows=weight.shape[0], like=a)
+        options = dict(return_gathered=bool(return_gathered), activation=activation, scale=scale,
+                       row_scale=None if row_scale is None else row_scale.contiguous())
+        return finish_args(self, tp, a, weight, bias, out, ep, timeout, options)
+
+    def out_shape(self, args: Args) -> tuple[int, int]:
+        return args.tp.world_size * args.a.shape[0], args.ep.out_features(args.weight.shape[0])
+
+    def dispatch_rows(self, a: torch.Tensor, world_size: int, options: dict) -> int:
+        return world_size * a.shape[0]
+
+    def variant(self, options: dict) -> str:
+        return PULL if options.get("return_gathered") else ""
+
+    def result(self, value, args: Args):
+        out, gathered = value
+        return (out, gathered) if args.options["return_gathered"] else out
+
+    # ---- the references ----------------------------------------------------------------------------
+    def sequential(self, args: Args):
+        """``(ep(all_gather(a) @ weight.T), all_gather(a))``; row scales gathered with the rows."""
+        row_scale = args.options["row_scale"]
+        gathered = all_gather_rows(args.a, args.tp)
+        scales = None if row_scale is None else all_gather_rows(row_scale, args.tp)
+        return epilogue_linear(args.out, gathered, args.weight, args.bias, args.ep, scales), gathered
+
+    def decomposed(self, args: Args):
+        """The gather in ``W - 1`` point-to-point steps, all issued at once; the local rows' GEMM runs
+        first, then chunk ``r + 1``, ``r + 2``, ... as each step's rows arrive."""
+        tp, a, weight, bias, ep = args.tp, args.a, args.weight, args.bias, args.ep
+        row_scale = args.options["row_scale"]
+        W, r = tp.world_size, tp.rank
+        m = a.shape[0]
+        gathered = a.new_empty((W * m, a.shape[1]))
+        scales = None if row_scale is None else row_scale.new_empty(W * m)
+        out = a.new_empty(self.out_shape(args)) if args.out is None else args.out
+        steps = []
+        for i in range(1, W):
+            src = (r + i) % W
+            sends, recvs = [(a, (r - i) % W)], [(gathered[src * m : (src + 1) * m], src)]
+            if row_scale is not None:
+                sends.append((row_scale, (r - i) % W))
+                recvs.append((scales[src * m : (src + 1) * m], src))
+            steps.append(exchange(tp, sends, recvs))
+        local = slice(r * m, (r + 1) * m)
+        epilogue_linear(out[local], a, weight, bias, ep, row_scale)  # overlaps every step
+        gathered[local].copy_(a)
+        if scales is not None:
+            scales[local].copy_(row_scale)
+        for i, works in enumerate(steps, start=1):
+            wait_all(works)
+            rows = slice((r + i) % W * m, ((r + i) % W + 1) * m)
+            epilogue_linear(out[rows], gathered[rows], weight, bias, ep, None if scales is None else scales[rows])
+        return out, gathered
+
+    # ---- the tile protocol -------------------------------------------------------------------------
+    def chunk_rows(self, rows: int, world_size: int) -> int:
+        return rows  # the signature counts m, a rank's rows
+
+    def block_slot(self, world_size: int, rank: int, chunk: int, split: int, variant: str) -> int:
+        """The local chunk is read in place (no wait); a peer's block waits for its rows: pushed into
+        our buffer, or pulled by our producer."""
+        if chunk == rank:
+            return -1
+        return (sch.pulled_slot if variant == PULL else sch.data_slot)(world_size, chunk, split)
+
+    def signature_options(self, variant: str, ep: epilogue.Epilogue) -> tuple[bool, ...]:
+        return variant == PULL, ep.row_scaled
+
+    def ready_on_arrival(self, variant: str) -> bool:
+        return variant != PULL  # pulled rows: the producer announces them once they are staged
+
+    def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
+        state.check()  # a poisoned workspace raises before it could enter a collective growth
+        a, ep = args.a, args.ep
+        m, K = a.shape
+        variant = self.variant(args.options)
+        plan = get_plan(state, self, m, K, args.weight.shape[0], a.dtype, variant, ep, config)
+        rows_here = state.ws.world_size * m if variant != PULL else m
+        row = K * a.element_size()
+        state.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0),
+                      timeout_s=args.timeout_s, signature=plan.signature)
+        return plan
+
+    def fused(self, state: FusedState, plan: Plan, args: Args):
+        """``(out [W*m, N], gathered [W*m, K] or None)`` by ``plan``: the producer program beside the
+        consumer (the GPU kernel, or per-block matmuls on CPU)."""
+        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
+        row_scale = args.options["row_scale"]
+        if row_scale is not None:
+            row_scale = row_scale.contiguous()
+        W, r = ws.world_size, ws.rank
+        m, K = a.shape
+        state.check()
+        push = self.variant(args.options) != PULL
+        row = K * a.element_size()
+        call = Call(state, self.name, plan, args.timeout_s)
+        sched = plan.sched
+        if push:  # the peers push into our data half
+            gathered, scale_gathered = call.views(lambda: (
+                ws.data(r, call.parity, (W * m, K), a.dtype),
+                ws.data(r, call.parity, (W * m,), torch.float32, offset=_scales_offset(W * m, row)) if ep.row_scaled
+                else None))
+        else:  # pulled into tensors that the caller keeps
+            gathered = a.new_empty((W * m, K))
+            scale_gathered = row_scale.new_empty(W * m) if ep.row_scaled else None
+        out = args.out if args.out is not None else a.new_empty((W * m, ep.out_features(weight.shape[0])))
+
+        def consume_torch() -> None:
+            for chunk, row0, rows, split in sched.rows():
+                rows_ = slice(chunk * m + row0, chunk * m + row0 + rows)
+                if chunk == r:
+                    scales = None if row_scale is None else row_scale[row0 : row0 + rows]
+                    epilogue_linear(out[rows_], a[row0 : row0 + rows], weight, bias, ep, scales)
+                    continue
+                slot = self.block_slot(W, r, chunk, split, self.variant(args.options))
+                call.wait_peer(slot, peer=chunk, chunk=chunk, split=split, what="gathered rows")
+                scales = None if scale_gathered is None else scale_gathered[rows_]
+                epilogue_linear(out[rows_], gathered[rows_], weight, bias, ep, scales)
+
+        def consume_triton() -> None:
+            kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
+                          scale_local=row_scale, scale_gathered=scale_gathered,
+                          local_tiles=sched.local_tiles(plan.num_n), **call.kernel_args())
+
+        # The producer's own tensors (not the workspace's, whose buffers change only with its
+        # generation, which drops every program and graph): what its program and a replay's check
+        # depend on.
+        own = (a, row_scale) if push else (a, gathered, row_scale, scale_gathered)
+        copied = tuple(t.data_ptr() for t in own if t is not None)
+
+        def program() -> producer.Program:
+            return call.program(copied, lambda: self.steps(call, a, gathered, push, row_scale, scale_gathered))
+
+        call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
+                 call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale), copied)
+        return out, (None if push else gathered)
+
+    def steps(self, call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
+              scale_gathered: torch.Tensor | None) -> list:
+        """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
+        the data half and the addresses of ``a``, ``gathered`` and the scales, not on the call."""
+        ws, plan, parity = call.ws, call.plan, call.parity
+        W, r = ws.world_size, ws.rank
+        m = a.shape[0]
+        row = a.shape[1] * a.element_size()
+        src = a.data_ptr()
+        if push:
+            steps = []
+            # Peer p reads our chunk after its own: p = r-1 reaches it first, then r-2, ...
+            for p in sorted(plan.sched.peers(), key=lambda p: (r - p) % W):
+                dest = ws.data_addr(p, parity) + r * m * row
+                if row_scale is not None:  # before the first split's flag, which orders it for the peer
+                    steps.append((COPY, ws.data_addr(p, parity) + _scales_offset(W * m, row) + 4 * r * m,
+                                  row_scale.data_ptr(), 4 * m))
+                for s, (lo, hi) in enumerate(plan.split_rows):
+                    steps += [(COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
+                              (SIGNAL, call.flag_addr(p, sch.data_slot(W, r, s)), sch.SET)]
+            return steps
+        dst = gathered.data_ptr()
+        staged_scales = _scales_offset(m, row)
+        steps = [(COPY, ws.data_addr(r, parity), src, m * row)]  # staged for the peers to pull
+        if row_scale is not None:
+            steps.append((COPY, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
+        steps += [(SIGNAL, call.flag_addr(p, sch.ready_slot(r)), sch.SET) for p in plan.sched.peers()]
+        steps.append((COPY, dst + r * m * row, src, m * row))  # only for the caller: nothing waits on it
+        for p in plan.sched.peers():
+            steps.append((WAIT, call.flag_addr(r, sch.ready_slot(p)), sch.SET, dict(what="staged rows", peer=p, chunk=p)))
+            staged = ws.data_addr(p, parity)
+            if row_scale is not None:
+                steps.append((COPY, scale_gathered.data_ptr() + 4 * p * m, staged + staged_scales, 4 * m))
+            for s, (lo, hi) in enumerate(plan.split_rows):
+                steps += [(COPY, dst + (p * m + lo) * row, staged + lo * row, (hi - lo) * row),
+                          (SIGNAL, call.flag_addr(r, sch.pulled_slot(W, p, s)), sch.SET)]
+        return steps
+
+
+AG = AllGatherGemm.define()
+
+
+def ag_gemm(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    group: dist.ProcessGroup | None = None,
+    impl: str = "auto",
+    return_gathered: bool = False,
+    timeout: float | None = None,
+    out: torch.Tensor | None = None,
+    activation: str | None = None,
+    row_scale: torch.Tensor | None = None,
+    scale: float | None = None,
+):
+    """All-gather rows of ``a`` across the group, multiply by ``weight.T``, apply the epilogue:
+    ``act(scale * row_scale[i] * (all_gather(a) @ weight.T)[i] + bias)`` (:mod:`fluxlite.epilogue`).
+
+    A collective: every rank of the group calls it in the same order with the same shapes. It
+    computes under ``torch.no_grad()``; :mod:`fluxlite.library` has it as a differentiable op.
+
+    Args:
+        a: ``[m, K]``, this rank's rows.
+        weight: ``[N_local, K]`` (``nn.Linear`` layout), this rank's output columns; ``[2*N_local, K]``
+            (gate rows, then up rows) for ``activation="swiglu"``.
+        bias: ``[weight.shape[0]]`` or ``None``.
+        group: the TP group (default: the default process group).
+        impl: ``"sequential"`` (collective, then matmul), ``"decomposed"`` (per-peer chunks of the
+            collective overlapped with chunked matmuls), ``"fused"`` (tile protocol) or ``"auto"``
+            (measured per shape: :mod:`fluxlite.dispatch`).
+        return_gathered: also return the gathered input ``[W*m, K]`` (rank-major rows).
+        timeout: seconds any flag wait may take (default: ``FLUXLITE_TIMEOUT_S`` or 120).
+        out: optional ``[W*m, N_local]`` tensor to write the result into.
+        activation: ``None``, ``"gelu"``, ``"gelu_tanh"``, ``"silu"`` or ``"swiglu"``.
+        row_scale: ``[m]`` fp32 scales of this rank's rows (gathered with them), or ``None``.
+        scale: a scalar multiplier of the product, or ``None`` (1).
+
+    Returns:
+        ``[W*m, N_local]`` in ``a.dtype``, or ``(out, gathered)`` when ``return_gathered``.
+    """
+    return AG(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, return_gathered=return_gathered,
+              activation=activation, row_scale=row_scale, scale=scale)

@@ -1,0 +1,218 @@
+"""GEMM-ReduceScatter: ``scale * reduce_scatter(a @ weight.T) + bias``, the whole op in one object.
+
+``a: [M, K_local]`` on each of ``W`` ranks, ``weight: [N, K_local]`` -> this rank's ``[M/W, N]`` rows
+of the sum over ranks; the scale and the bias apply once, after the reduction.
+
+The tile protocol (rank ``r``, a call of parity ``P``, ``mc = M / W`` rows per chunk; ``recv: [W, mc,
+N]`` is symmetric, data half ``P``; flags are those of region ``P``, set to 1 and cleared by their
+owner)::
+
+    align:    every peer d: d.signature[P][r] <- ours; d.ready[r] = 1       (fluxlite.kernels.align)
+    consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
+              blocks of our chunk: for every peer p: wait ready[p], check its signature, wait (p, s);
+                                   out = scale * (A @ W.T + sum_p recv[p]) + b      (fp32, fixed peer order)
+    producer: for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
+                                             d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
+
+The producer only ever waits on this rank's own counters, which the consumer always completes (a
+kernel whose own wait timed out still computes and counts every peer tile). The schedule starts on
+the next rank's chunk and ends on the local one (``first = 1``), so each destination's partials
+leave as early as possible and the tiles that wait come last.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .. import epilogue
+from .. import schedule as sch
+from .._decomposed import exchange, wait_all
+from .._sequential import reduce_scatter_rows
+from .._validate import check_rows_divisible
+from ..epilogue import apply as apply_epilogue
+from ..host_flags import host_set_flag
+from ..fused import Call, FusedState, Plan, get_plan, producer
+from ..fused.producer import COPY, SIGNAL, WAIT
+from ..kernels import gemm_rs as kernel
+from ..kernels.gemm_core import GemmConfig
+from .op import Args, Op, check_common, finish_args
+
+
+class GemmReduceScatter(Op):
+    name = "gemm_rs"
+    code = 2
+    first = 1
+    a_layout, weight_layout = "[M, K_local]", "[N, K_local]"
+
+    # ---- the call ----------------------------------------------------------------------------------
+    def check(self, a, weight, bias, *, group, impl, timeout, out, scale=None) -> Args:
+        tp = check_common(self, a, weight, bias, group, impl, timeout)
+        ep = epilogue.check(self.name, activation=None, row_scale=None, scale=scale, rows=a.shape[0],
+                            weight_rows=weight.shape[0], like=a)
+        check_rows_divisible(self.name, a.shape[0], tp.world_size)
+        return finish_args(self, tp, a, weight, bias, out, ep, timeout, dict(scale=scale))
+
+    def out_shape(self, args: Args) -> tuple[int, int]:
+        return args.a.shape[0] // args.tp.world_size, args.weight.shape[0]
+
+    def dispatch_rows(self, a: torch.Tensor, world_size: int, options: dict) -> int:
+        return a.shape[0]
+
+    # ---- the references ----------------------------------------------------------------------------
+    def sequential(self, args: Args) -> torch.Tensor:
+        """The GEMM, the reduce-scatter, then the epilogue once."""
+        a, bias, ep, out = args.a, args.bias, args.ep, args.out
+        reduced = reduce_scatter_rows(a @ args.weight.t(), args.tp)
+        if ep != epilogue.PLAIN:
+            reduced = apply_epilogue(reduced, ep, bias, None, a.dtype)
+            bias = None
+        if out is None:
+            out = reduced
+        else:
+            out.copy_(reduced)
+        if bias is not None:
+            out += bias
+        return out
+
+    def decomposed(self, args: Args) -> torch.Tensor:
+        """The partial of chunk ``r + 1`` is computed first and sent while the partial of ``r + 2`` is
+        computed, and so on; the local partial last. The received partials are summed in fp32 (fp64
+        stays fp64), in a fixed order, and the epilogue is applied once."""
+        tp, a, weight = args.tp, args.a, args.weight
+        W, r = tp.world_size, tp.rank
+        mc = a.shape[0] // W
+        N = weight.shape[0]
+        partials = a.new_empty((W, mc, N))  # [d]: our partial of rank d's rows; [r] stays here
+        received = a.new_empty((W, mc, N))  # [p]: rank p's partial of our rows
+        steps = []
+        for i in range(1, W):
+            dst, src = (r + i) % W, (r - i) % W
+            torch.matmul(a[dst * mc : (dst + 1) * mc], weight.t(), out=partials[dst])
+            steps.append(exchange(tp, [(partials[dst], dst)], [(received[src], src)]))
+        acc = (a[r * mc : (r + 1) * mc] @ weight.t()).to(torch.promote_types(a.dtype, torch.float32))
+        for works in steps:
+            wait_all(works)
+        for p in range(W):  # a fixed order on every rank
+            if p != r:
+                acc += received[p]
+        reduced = apply_epilogue(acc, args.ep, args.bias, None, a.dtype)
+        return reduced if args.out is None else args.out.copy_(reduced)
+
+    # ---- the tile protocol -------------------------------------------------------------------------
+    def chunk_rows(self, rows: int, world_size: int) -> int:
+        return rows // world_size  # the signature counts M, all rows
+
+    def block_slot(self, world_size: int, rank: int, chunk: int, split: int, variant: str) -> int:
+        """A peer chunk's block counts into its (chunk, split) counter; a local block waits for the
+        data flag of ``(peer 0, split)`` (peer ``p``'s is ``p * peer_slots()`` further)."""
+        return sch.data_slot(world_size, 0, split) if chunk == rank else sch.counter_slot(chunk, split)
+
+    def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
+        state.check()
+        M, K = args.a.shape
+        N = args.weight.shape[0]
+        plan = get_plan(state, self, M, K, N, args.a.dtype, "", args.ep, config)
+        state.reserve(M * N * args.a.element_size(), timeout_s=args.timeout_s, signature=plan.signature)
+        return plan
+
+    def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
+        """``[M/W, N]`` by ``plan``: the producer program beside the consumer (the GPU kernel, or
+        per-block matmuls on CPU)."""
+        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
+        W, r = ws.world_size, ws.rank
+        M, K = a.shape
+        N = weight.shape[0]
+        mc = M // W
+        state.check()
+        call = Call(state, self.name, plan, args.timeout_s)
+        sched = plan.sched
+        recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # slot p: rank p's partial of our rows
+        partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
+        out = args.out if args.out is not None else a.new_empty((mc, N))
+        acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
+
+        def consume_torch() -> None:
+            done = [0] * state.counters.numel()
+            for chunk, row0, rows, split in sched.rows():
+                src = a[chunk * mc + row0 : chunk * mc + row0 + rows]
+                if chunk != r:
+                    torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
+                    slot = sch.counter_slot(chunk, split)
+                    done[slot] += 1
+                    host_set_flag(state.counters, slot, done[slot])
+                    continue
+                acc = (src @ weight.t()).to(acc_dtype)
+                for p in sched.peers():
+                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
+                    acc += recv[p, row0 : row0 + rows]
+                out[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, out.dtype)
+
+        def consume_triton() -> None:
+            kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
+                          peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
+                          rank=r, ep=ep, **call.kernel_args())
+
+        copied = (partial.data_ptr(),)
+
+        def program() -> producer.Program:
+            return call.program(copied, lambda: self.steps(call, partial))
+
+        call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
+                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
+        return out
+
+    def steps(self, call: Call, partial: torch.Tensor) -> list:
+        """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
+        the data half and the address of ``partial``, not on the call."""
+        ws, plan, parity = call.ws, call.plan, call.parity
+        W, r = ws.world_size, ws.rank
+        _, mc, N = partial.shape
+        row = N * partial.element_size()
+        counters = call.state.counters.data_ptr()
+        steps = []
+        for d in plan.sched.peers():
+            dest = ws.data_addr(d, parity) + r * mc * row  # d's recv[r]
+            src = partial.data_ptr() + d * mc * row  # our partial[d]
+            for s, (lo, hi) in enumerate(plan.split_rows):
+                steps += [
+                    (WAIT, counters + 4 * sch.counter_slot(d, s), plan.sched.split_tiles(s, plan.num_n),
+                     dict(what="local partial tiles", peer=r, chunk=d, split=s)),
+                    (COPY, dest + lo * row, src + lo * row, (hi - lo) * row),
+                    (SIGNAL, call.flag_addr(d, sch.data_slot(W, r, s)), sch.SET),
+                ]
+        return steps
+
+
+RS = GemmReduceScatter.define()
+
+
+def gemm_rs(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    group: dist.ProcessGroup | None = None,
+    impl: str = "auto",
+    timeout: float | None = None,
+    out: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Multiply ``a`` by ``weight.T``, reduce-scatter the rows across the group, then
+    ``scale * reduced + bias`` (once, after the reduction).
+
+    A collective: every rank of the group calls it in the same order with the same shapes. It
+    computes under ``torch.no_grad()``; :mod:`fluxlite.library` has it as a differentiable op.
+
+    Args:
+        a: ``[M, K_local]``, this rank's slice of the reduction dim; ``M`` divisible by the group size.
+        weight: ``[N, K_local]`` (``nn.Linear`` layout).
+        bias: ``[N]`` or ``None``; added once, after the reduction.
+        group, impl, timeout: as in :func:`fluxlite.ag_gemm`.
+        out: optional ``[M/W, N]`` tensor to write the result into.
+        scale: a scalar multiplier of the reduced product, or ``None`` (1).
+
+    Returns:
+        ``[M/W, N]`` in ``a.dtype``: rows ``[r*M/W, (r+1)*M/W)`` of the summed product.
+    """
+    return RS(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, scale=scale)

@@ -1,0 +1,311 @@
+"""An op is one object: everything fluxlite knows about one collective GEMM, in one subclass of
+:class:`Op` (one module of this package each), and the call path every op shares.
+
+What an op brings (the methods a subclass defines):
+
+- **its call**: :meth:`Op.check` (every input check, before any communication: a
+  :class:`Args` with the operands as the op uses them), :meth:`Op.dispatch_rows` and
+  :meth:`Op.variant` (its dispatch key), :meth:`Op.result` (what the public function returns);
+- **its references**: :meth:`Op.sequential` (the collective, then the GEMM) and
+  :meth:`Op.decomposed` (the collective cut into point-to-point steps beside chunked GEMMs);
+- **its tile protocol** (:mod:`fluxlite.fused`): :attr:`Op.first` (the schedule's chunk order),
+  :meth:`Op.chunk_rows`, :meth:`Op.block_slot` (which flag or counter each row block waits on or
+  counts into), :meth:`Op.signature_options`, :meth:`Op.ready_on_arrival`, :meth:`Op.prepare` (its
+  plan and workspace) and :meth:`Op.fused` (its producer program beside its consumer: the CPU
+  consumer or the GPU kernel).
+
+The shared call path (:meth:`Op.__call__`) checks, picks the implementation (an explicit ``impl``,
+or :mod:`fluxlite.dispatch`), runs it, and remembers a fused call's decisions for its repeats. A
+fused call whose arguments differ from an earlier fused call's only in their data (the same group,
+options and timeout; tensors of the same type, shape, strides, dtype and device) repeats that
+call's decisions: its checks passed for exactly these arguments, and its implementation, plan and
+workspace stand. It goes straight to the fused call, so what a training step's repeated calls cost
+on the host is the call's own work. Nothing here, in :mod:`fluxlite.fused` or in
+:mod:`fluxlite.dispatch` branches on an op's name: docs/adding_an_op.md says what a new op adds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+from .. import dispatch, epilogue, fused
+from .. import schedule as sch
+from .._validate import check_impl, check_operands, check_out, check_timeout, operands_as_used
+from ..dispatch import Choice
+from ..host_flags import resolve_timeout
+from ..group import TPGroup, resolve_group
+from ..workspace import get_workspace
+
+GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
+
+OPS: dict[str, "Op"] = {}
+"""Every op by name, in the order they were defined."""
+
+
+@dataclasses.dataclass
+class Args:
+    """A call's arguments as the op uses them: checked, ``a`` and ``bias`` contiguous, the weight in
+    ``nn.Linear`` layout or its transpose, all detached. ``options``: the op's own (by keyword)."""
+
+    tp: TPGroup
+    a: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    out: torch.Tensor | None
+    ep: epilogue.Epilogue
+    timeout_s: float
+    options: dict[str, Any]
+
+
+class Repeat(NamedTuple):
+    """What a fused call decided before it ran, kept for the calls whose key equals its own: the
+    group, the checked epilogue, the timeout, the fused state and plan; for ``impl="auto"``, the
+    dispatch key and choice, in force while :func:`fluxlite.dispatch.remembered` still gives it."""
+
+    tp: TPGroup
+    state: fused.FusedState
+    plan: fused.Plan
+    ep: epilogue.Epilogue
+    timeout_s: float
+    auto: tuple[dispatch.Key, Choice] | None
+
+    def in_force(self) -> bool:
+        return not self.state.closed and (self.auto is None or dispatch.remembered(self.auto[0]) is self.auto[1])
+
+
+MAX_REPEATS = 1024  # distinct fused calls remembered; past this it starts again
+_REPEATABLE_IMPLS = ("fused", "auto")  # an explicit sequential or decomposed call never runs fused
+
+
+class Op:
+    """One collective GEMM (module docstring). Subclasses set the class attributes and define the
+    methods below; defining a subclass registers its one instance (:meth:`define`)."""
+
+    name: ClassVar[str]  # the public function's name, the dispatch key's op, and what errors call it
+    code: ClassVar[int]  # its call signatures' op code (fluxlite.schedule.call_signature), 1-15
+    option_bits: ClassVar[tuple[str, ...]] = ()  # names of its signature's option bits (signature_options)
+    first: ClassVar[int]  # the schedule's first chunk, from this rank (fluxlite.schedule.build)
+    a_layout: ClassVar[str]  # how the docs write a and weight, for messages: "[m, K]"
+    weight_layout: ClassVar[str]
+    tensor_options: ClassVar[tuple[str, ...]] = ()  # options that are tensors (a repeat keys their layout)
+
+    def __init__(self) -> None:
+        self.repeats: dict[tuple, Repeat] = {}
+        # The op's own options and their defaults, from its check's keyword arguments: a call that
+        # leaves one out has the same repeat key as a call that gives its default.
+        common = {"group", "impl", "timeout", "out"}
+        self.option_defaults = {name: p.default for name, p in inspect.signature(self.check).parameters.items()
+                                if p.kind is p.KEYWORD_ONLY and name not in common}
+
+    @classmethod
+    def define(cls) -> "Op":
+        """Make the op's instance and register it (by name in :data:`OPS`, by code for signatures)."""
+        op = cls()
+        if cls.name in OPS or cls.code in sch.OP_SIGNATURES:
+            raise ValueError(f"an op named {cls.name!r} or with code {cls.code} is defined already")
+        OPS[cls.name] = op
+        sch.OP_SIGNATURES[cls.code] = (cls.name, cls.option_bits)
+        return op
+
+    # ---- what each op defines ------------------------------------------------------------------
+    def check(self, a, weight, bias, *, group, impl, timeout, out, **options) -> Args:
+        """Every check of a call, before any communication; the arguments as the op uses them."""
+        raise NotImplementedError
+
+    def out_shape(self, args: Args) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def dispatch_rows(self, a: torch.Tensor, world_size: int, options: dict) -> int:
+        """The GEMM's rows on each rank (``a @ weight.T`` per row: 2·K·N FLOPs), for dispatch."""
+        raise NotImplementedError
+
+    def variant(self, options: dict) -> str:
+        """What of the options makes a different fused call (its plan, its dispatch key): ``""`` if none."""
+        return ""
+
+    def result(self, value, args: Args):
+        """What the public function returns, from what the implementations return."""
+        return value
+
+    def sequential(self, args: Args):
+        raise NotImplementedError
+
+    def decomposed(self, args: Args):
+        raise NotImplementedError
+
+    def chunk_rows(self, rows: int, world_size: int) -> int:
+        """Rows of one chunk when a call's signature counts ``rows``."""
+        raise NotImplementedError
+
+    def block_slot(self, world_size: int, rank: int, chunk: int, split: int, variant: str) -> int:
+        """What a row block of ``(chunk, split)`` waits on or counts into (fluxlite.schedule's slots), -1: nothing."""
+        raise NotImplementedError
+
+    def signature_options(self, variant: str, ep: epilogue.Epilogue) -> tuple[bool, ...]:
+        """The call signature's option bits (named by :attr:`option_bits`)."""
+        return ()
+
+    def ready_on_arrival(self, variant: str) -> bool:
+        """Whether the alignment step sets this rank's ``ready`` flag on the peers (else the producer does)."""
+        return True
+
+    def prepare(self, state: fused.FusedState, args: Args, config) -> fused.Plan:
+        """The plan of a fused call of these arguments' shapes, with room for it in the workspace."""
+        raise NotImplementedError
+
+    def fused(self, state: fused.FusedState, plan: fused.Plan, args: Args):
+        """The fused call by ``plan``: its producer program beside its consumer."""
+        raise NotImplementedError
+
+    # ---- the tile protocol, from the above -------------------------------------------------------
+    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None
+                 ) -> sch.TileSchedule:
+        """This op's schedule for a call whose signature counts ``rows``."""
+        return sch.build(world_size, rank, self.chunk_rows(rows, world_size), block_m, self.first, splits)
+
+    def kernel_blocks(self, sched: sch.TileSchedule, variant: str) -> torch.Tensor:
+        """The kernels' block table (:meth:`fluxlite.schedule.TileSchedule.kernel_blocks`)."""
+        return sched.kernel_blocks(lambda chunk, split: self.block_slot(sched.world_size, sched.rank, chunk, split,
+                                                                        variant))
+
+    # ---- the call path every op shares -----------------------------------------------------------
+    def __call__(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, out=None, **options):
+        """The public call (each op's module wraps it with its signature and docs)."""
+        key, repeat = self._repeat(group, timeout, impl, options, (a, weight, bias, out))
+        if repeat is not None:
+            args = self.as_used(repeat, a, weight, bias, out, options)
+            with torch.no_grad():
+                return self.result(self.fused(repeat.state, repeat.plan, args), args)
+        args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, **options)
+        choice, dispatch_key = self.choose(impl, args)
+        if choice.impl == "fused":
+            check_fused_dtype(self.name, args.a)
+        return self.result(self.run(choice, args, remember=(key, dispatch_key)), args)
+
+    def impl_of(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, **options) -> str:
+        """The implementation a call with these arguments runs, without running it: ``impl`` if it
+        names one, else what ``auto`` chooses, by the same step as the call (it may agree with the
+        peers and measure, so every rank must ask together); ``"sequential"`` where no communication
+        is needed (one rank, no rows)."""
+        if self._repeat(group, timeout, impl, options, (a, weight, bias, None))[1] is not None:
+            return "fused"
+        args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=None, **options)
+        return impl_of(self.choose(impl, args)[0], args)
+
+    def as_used(self, repeat: Repeat, a, weight, bias, out, options: dict) -> Args:
+        """The arguments of a repeated call as the op uses them (their checks passed before)."""
+        a, weight, bias = operands_as_used(a, weight, bias, gated=repeat.ep.gated)
+        return Args(repeat.tp, a, weight, bias, out, repeat.ep, repeat.timeout_s, options)
+
+    def choose(self, impl: str, args: Args) -> tuple[Choice, dispatch.Key | None]:
+        """``(choice, dispatch key)``: an explicit ``impl``'s choice (no key), or what dispatch picks."""
+        if impl in dispatch.EXPLICIT:
+            return dispatch.EXPLICIT[impl], None
+        rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
+        key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
+        flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
+        return dispatch.choose(key, args.tp, args.a, flops, lambda c: self.run(c, args, measuring=True),
+                               args.timeout_s), key
+
+    def dispatch_op(self, variant: str) -> str:
+        """The op of a dispatch key: the name, and the variant after a ``+`` (``ag_gemm+gathered``)."""
+        return f"{self.name}+{variant}" if variant else self.name
+
+    def run(self, choice: Choice, args: Args, *, remember=None, measuring: bool = False):
+        """This call by ``choice``; a fused call's state and plan are remembered for its repeats
+        under ``remember`` (the call's own run, not a dispatch measurement's)."""
+        impl = impl_of(choice, args)
+        with torch.no_grad():
+            if impl != "fused":
+                return getattr(self, impl)(args)
+            state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s), args.timeout_s)
+            plan = self.prepare(state, args, choice.config)
+            value = self.fused(state, plan, args)
+            if remember is not None and not measuring:
+                self._remember(*remember, choice, args, state, plan)
+            return value
+
+    def _repeat(self, group, timeout, impl, options: dict, tensors: tuple) -> tuple[tuple | None, Repeat | None]:
+        """``(key, repeat)``: the key of a call's arguments as the checks read them (not the tensors'
+        data), and the earlier fused call with that key if it is still in force. The key is ``None``
+        when an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks
+        then say what is wrong. Options hold their types too, so ``True`` is not taken for ``1.0``.
+        Only ``"fused"`` or ``"auto"`` can repeat: other calls build no key, nor does ``auto`` unless
+        dispatch's choice for the call is fused now (a call that becomes fused is then not
+        remembered: its first repeat is planned in full)."""
+        if impl not in _REPEATABLE_IMPLS:
+            return None, None
+        options = {**self.option_defaults, **options}
+        try:
+            a, weight = tensors[0], tensors[1]
+            if impl == "auto" and not self._auto_runs_fused(group, options, a, weight):
+                return None, None
+            device = a.get_device()
+            plain = tuple((k, type(v), v) for k, v in sorted(options.items()) if k not in self.tensor_options)
+            layouts = tuple(_tensor_key(options.get(k)) for k in self.tensor_options)
+            key = (dist.group.WORLD if group is None else group, resolve_timeout(timeout), type(timeout),
+                   torch.cuda.current_device() if device >= 0 else -1, impl, plain, *map(_tensor_key, tensors), *layouts)
+            repeat = self.repeats.get(key)
+        except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
+            return None, None
+        return key, (repeat if repeat is not None and repeat.in_force() else None)
+
+    def _auto_runs_fused(self, group, options: dict, a: torch.Tensor, weight: torch.Tensor) -> bool:
+        """Whether dispatch remembers a fused choice for this ``auto`` call in its mode now: only then
+        can it repeat a fused call's decisions. Dictionary look-ups; none while no choice is fused."""
+        if not dispatch.fused_remembered():
+            return False
+        W = (dist.group.WORLD if group is None else group).size()
+        rows = self.dispatch_rows(a, W, options)
+        choice = dispatch.remembered(dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight, rows))
+        return choice is not None and choice.impl == "fused"
+
+    def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, args: Args,
+                  state: fused.FusedState, plan: fused.Plan) -> None:
+        """Keep a fused call's decisions for its repeats: an explicit ``impl="fused"`` always; ``auto``
+        while the choice is the one dispatch remembers (not a rule it applies afresh on every call)."""
+        if key is None or (dispatch_key is not None and dispatch.remembered(dispatch_key) is not choice):
+            return
+        if len(self.repeats) >= MAX_REPEATS:
+            self.repeats.clear()
+        self.repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s,
+                                   None if dispatch_key is None else (dispatch_key, choice))
+
+
+def _tensor_key(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def impl_of(choice: Choice, args: Args) -> str:
+    """A world of one, or no rows, needs no communication: every impl computes locally."""
+    return "sequential" if args.tp.world_size == 1 or args.a.shape[0] == 0 else choice.impl
+
+
+def check_fused_dtype(op: str, a: torch.Tensor) -> None:
+    if a.device.type == "cuda" and a.dtype not in GPU_FUSED_DTYPES:
+        raise TypeError(
+            f"fluxlite.{op}(impl='fused') on CUDA supports a.dtype in {GPU_FUSED_DTYPES}, got {a.dtype}; "
+            f"use impl='sequential' (or 'auto') for {a.dtype}"
+        )
+
+
+def check_common(op: Op, a, weight, bias, group, impl, timeout) -> TPGroup:
+    """The checks every op makes first; returns the group."""
+    check_impl(impl)
+    check_timeout(timeout)
+    tp = resolve_group(group)
+    check_operands(op.name, tp, a, weight, bias, op.a_layout, op.weight_layout)
+    return tp
+
+
+def finish_args(op: Op, tp: TPGroup, a, weight, bias, out, ep, timeout, options: dict) -> Args:
+    """The checked call's :class:`Args`, ``out`` checked against the op's shape."""
+    a, weight, bias = operands_as_used(a, weight, bias, gated=ep.gated)
+    args = Args(tp, a, weight, bias, out, ep, resolve_timeout(timeout), options)
+    check_out(op.name, out, op.out_shape(args), a)
+    return args
