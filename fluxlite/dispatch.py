@@ -123,6 +123,7 @@ from . import workspace as _workspace
 from .errors import FluxliteCallMismatchError, FluxliteError
 from .group import TPGroup
 from .kernels.gemm_core import GemmConfig
+from .process import PROCESS
 from .timing import Timer, run_each_once, time_samples
 
 RULE_MIN_FLOPS = 5e11
@@ -555,11 +556,9 @@ class _State:
         self.mode = self.auto = None
 
 
-_STATE = _State()
+PROCESS.dispatch = _STATE = _State()  # this process's dispatch caches (fluxlite.process)
 _MEMORY = _STATE.memory
 _TUNING: contextvars.ContextVar[set | None] = contextvars.ContextVar("fluxlite_tuning", default=None)
-_ROUNDS: dict[str, itertools.count] = {}  # agreement steps per group: never cleared (store keys)
-_TIMERS: dict = {}
 
 
 def cache_dir() -> Path:
@@ -741,7 +740,7 @@ def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
 
 def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool) -> Choices:
     """The agreement step of a first sight (module docstring); every rank returns the same choices."""
-    n = next(_ROUNDS.setdefault(tp.name, itertools.count()))
+    n = next(PROCESS.agreement_rounds.setdefault(tp.name, itertools.count()))  # store keys: never reset
     cached = None if retune else _choices_from(_disk_entries(cache_path()).get(key.text), "cache")
     mine = dict(key=key.text, cached=None if cached is None else cached.to_json(),
                 fused=fused_supported(a.device, a.dtype), host=socket.gethostname())
@@ -763,9 +762,9 @@ def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune
 
 
 def _timer(tp: TPGroup, device: torch.device) -> Timer:
-    timer = _TIMERS.get((tp.name, str(device)))
+    timer = PROCESS.dispatch_timers.get((tp.name, str(device)))
     if timer is None or timer.tp.group is not tp.group:
-        timer = _TIMERS[(tp.name, str(device))] = Timer(tp, device)
+        timer = PROCESS.dispatch_timers[(tp.name, str(device))] = Timer(tp, device)
     return timer
 
 

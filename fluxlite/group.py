@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .process import PROCESS
+
 # Which device types each c10d backend moves tensors of.
 _BACKEND_DEVICES = {"gloo": "cpu", "nccl": "cuda"}
 
@@ -43,14 +45,11 @@ def _backends(group: dist.ProcessGroup) -> dict[str, str]:
     return backends
 
 
-_RESOLVED: dict[str, TPGroup] = {}
-
-
 def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
     """The TP group: ``group`` if given, else the default process group.
 
     Raises ``ValueError`` if torch.distributed is not initialised. The answer is cached per group
-    (each call of an op resolves its group); :func:`forget_groups` drops the cache.
+    (each call of an op resolves its group) in :data:`fluxlite.process.PROCESS`.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError(
@@ -64,7 +63,7 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
     # By name, not id(): Dynamo traces a group's name (the layers resolve groups inside compiled
     # forwards) but not id() of it. A name comes back after destroy_process_group: hence the identity check.
-    tp = _RESOLVED.get(group.group_name)
+    tp = PROCESS.groups.get(group.group_name)
     if tp is not None and tp.group is group:
         return tp
     backends = _backends(group)
@@ -75,15 +74,10 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
         device_types=frozenset(backends),
         gloo_serves_cuda=backends.get("cuda") == "gloo",
     )
-    _RESOLVED[group.group_name] = tp
+    PROCESS.groups[group.group_name] = tp
     if "cpu" in tp.device_types:
         _drain_gloo_at_exit()
     return tp
-
-
-def forget_groups() -> None:
-    """Drop the cached group resolutions (the cache holds the groups alive)."""
-    _RESOLVED.clear()
 
 
 # A c10d gloo worker thread lets go of a finished collective only after the caller's wait() has

@@ -19,24 +19,23 @@ import time
 import torch
 
 from . import schedule as sch
+from .process import PROCESS
 from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutError
 
 DEFAULT_TIMEOUT_S = 120.0
-_timeout_override: float | None = None
 
 
 def set_default_timeout(seconds: float | None) -> None:
     """Set the process-wide default flag timeout (``None`` goes back to env/default)."""
-    global _timeout_override
     if seconds is not None and not seconds > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {seconds}")
-    _timeout_override = seconds
+    PROCESS.timeout_override = seconds
 
 
 def resolve_timeout(timeout: float | None) -> float:
     """The timeout in seconds: the argument, else the override, else ``FLUXLITE_TIMEOUT_S``, else default."""
     if timeout is None:
-        timeout = _timeout_override
+        timeout = PROCESS.timeout_override
     if timeout is None:
         env = os.environ.get("FLUXLITE_TIMEOUT_S")
         if not env:

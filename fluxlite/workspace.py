@@ -28,7 +28,6 @@ one per workspace.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import tempfile
@@ -43,7 +42,8 @@ import torch.distributed as dist
 from . import rendezvous, schedule
 from .errors import FluxliteError
 from .host_flags import resolve_timeout
-from .group import TPGroup, forget_groups, resolve_group
+from .group import TPGroup, resolve_group
+from .process import PROCESS
 
 DATA_ALIGN = 256  # bytes; TMA wants 16-byte aligned bases, and 256 keeps every region line-aligned
 
@@ -342,15 +342,6 @@ def _numel(shape) -> int:
     return n
 
 
-_WORKSPACES: dict[tuple[int, str], SymmetricWorkspace] = {}
-# Keys of the store-based collectives: ``s{release count}/{device type}/w{workspaces made}``. Every
-# rank follows the same sequence of builds and releases, so the keys agree without communication,
-# and a failed build never leaves a key that a later build could mistake for an arrival.
-_SESSION = itertools.count()
-_session = next(_SESSION)
-_BUILT: dict[tuple[str, str], int] = {}
-
-
 def _check_device(tp: TPGroup, device) -> torch.device:
     try:
         device = torch.device(device)
@@ -377,34 +368,32 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
     first use. ``device`` defaults to the current CUDA device when the group serves CUDA, else CPU."""
     tp = resolve_group(group)
     if isinstance(device, torch.device) and device.index is not None or device == "cpu":
-        ws = _WORKSPACES.get((id(tp.group), str(device)))  # the ops' path: a tensor's device, already checked
+        ws = PROCESS.workspaces.get((id(tp.group), str(device)))  # the ops' path: a tensor's device, already checked
         if ws is not None:
             return ws
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if "cuda" in tp.device_types and torch.cuda.is_available() else torch.device("cpu")
     device = _check_device(tp, device)
     key = (id(tp.group), str(device))
-    ws = _WORKSPACES.get(key)
+    ws = PROCESS.workspaces.get(key)
     if ws is None:
         if capturing(device):
             raise FluxliteError(
                 "fluxlite: a CUDA graph is capturing a fused call before its workspace exists (building one is a "
                 "collective with allocations and synchronisations): run each fused call once eagerly, with the "
                 "shapes you capture, before capturing")
-        n = _BUILT.get((tp.name, device.type), 0)
-        _BUILT[(tp.name, device.type)] = n + 1
-        ws = SymmetricWorkspace(tp, device, f"s{_session}/{device.type}/w{n}", resolve_timeout(timeout))
-        _WORKSPACES[key] = ws
+        # Keys of the store-based collectives: ``s{release count}/{device type}/w{workspaces made}``.
+        # Every rank follows the same sequence of builds and releases, so the keys agree without
+        # communication, and a failed build never leaves a key that a later build could mistake for
+        # an arrival.
+        n = PROCESS.workspace_builds.get((tp.name, device.type), 0)
+        PROCESS.workspace_builds[(tp.name, device.type)] = n + 1
+        ws = SymmetricWorkspace(tp, device, f"s{PROCESS.session}/{device.type}/w{n}", resolve_timeout(timeout))
+        PROCESS.workspaces[key] = ws
     return ws
 
 
 def forget_workspaces() -> list[SymmetricWorkspace]:
     """Forget every cached workspace (and the groups resolved for them); returns them for
     :func:`fluxlite.release_workspaces` to close, after the fused layer's producers."""
-    global _session
-    workspaces = list(_WORKSPACES.values())
-    _WORKSPACES.clear()
-    _BUILT.clear()
-    forget_groups()
-    _session = next(_SESSION)
-    return workspaces
+    return PROCESS.forget_workspaces()

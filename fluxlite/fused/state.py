@@ -27,6 +27,7 @@ from ..host_flags import exception_from_record, host_store, host_wait, resolve_t
 from ..kernels import align
 from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
+from ..process import PROCESS
 from ..workspace import SymmetricWorkspace, wait_idle
 
 
@@ -373,9 +374,6 @@ class FusedState:
             self.closed = True  # what a call kept of this state (fluxlite.ops.op.Repeat) is void
 
 
-_STATES: dict[SymmetricWorkspace, FusedState] = {}
-
-
 def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedState:
     """The fused state of ``ws``, made on first use (CUDA: its producer operations are warmed up
     then, bounded by ``timeout_s``) with the options the environment gives at that moment."""
@@ -383,13 +381,13 @@ def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedSta
         # Before any CUDA call of the fused layer: a thread that never made one (autograd's backward
         # thread) may have no context current, and driver calls (or a launch) then fail or crash.
         cu.ensure_context(ws.device.index)
-    state = _STATES.get(ws)
+    state = PROCESS.fused_states.get(ws)
     if state is None:
         if _workspace.capturing(ws.device):
             raise FluxliteError(
                 "fluxlite: a fused call is being captured in a CUDA graph before any fused call ran on this "
                 "workspace: run each fused call once eagerly (with the shapes you capture) before capturing")
-        state = _STATES[ws] = FusedState(
+        state = PROCESS.fused_states[ws] = FusedState(
             ws, resolve_timeout(timeout_s), consumer=os.environ.get("FLUXLITE_CPU_CONSUMER", "torch"),
             blocking=os.environ.get("FLUXLITE_BLOCKING", "0") not in ("", "0"))
     return state
@@ -397,13 +395,13 @@ def state_of(ws: SymmetricWorkspace, timeout_s: float | None = None) -> FusedSta
 
 def states_of(group: dist.ProcessGroup) -> list[FusedState]:
     """The fused states of ``group``'s workspaces (one per device that ran a fused call)."""
-    return [state for ws, state in _STATES.items() if ws.tp.group is group]
+    return [state for ws, state in PROCESS.fused_states.items() if ws.tp.group is group]
 
 
 def forget_states() -> list[FusedState]:
     """Forget every fused state; returns them for :func:`fluxlite.release_workspaces` to close."""
-    states = list(_STATES.values())
-    _STATES.clear()
+    states = list(PROCESS.fused_states.values())
+    PROCESS.fused_states.clear()
     return states
 
 

@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from ..epilogue import PLAIN, Epilogue
+from ..process import PROCESS
 from . import gemm_core as core
 from . import launch as direct
 from .device_flags import TIMEOUT_AG, wait_peer
@@ -141,10 +142,6 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
     )
 
 
-_PLAIN: dict[tuple, tuple[torch.Tensor, ...]] = {}
-_COMPILED: dict = {}
-
-
 def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, ep: Epilogue = PLAIN,
          row_scale: torch.Tensor | None = None, config: core.GemmConfig | None = None,
          out: torch.Tensor | None = None) -> torch.Tensor:
@@ -158,19 +155,20 @@ def gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     cfg = config or core.default_config()
     M, N = a.shape[0], ep.out_features(weight.shape[0])
     num_n = core.column_blocks(N, cfg, ep.gated)
+    cache = PROCESS.plain_gemm  # (M, column blocks, config, device) -> tables; "kernels": compiled kernels
     key = (M, num_n, cfg, str(a.device))
-    if key not in _PLAIN:
+    if key not in cache:
         sched = build(1, 0, M, cfg.block_m, 0, 1)
         dev = a.device
-        _PLAIN[key] = (sched.kernel_blocks(lambda chunk, split: -1).to(dev), sched.tile_order(num_n, cfg.group_m).to(dev),
+        cache[key] = (sched.kernel_blocks(lambda chunk, split: -1).to(dev), sched.tile_order(num_n, cfg.group_m).to(dev),
                        torch.zeros(num_flag_slots(1), dtype=torch.int32, device=dev),
                        torch.zeros(SIG_WORDS, dtype=torch.int32, device=dev),
                        torch.zeros(16, dtype=torch.int32, device=dev),
                        torch.ones(1, dtype=torch.int32, device=dev))
-    blocks, tiles, flags, sig, error, call = _PLAIN[key]
+    blocks, tiles, flags, sig, error, call = cache[key]
     if out is None:
         out = a.new_empty((M, N))
     launch(a_local=a, gathered=a, weight=weight, out=out, bias=bias, ep=ep, scale_local=row_scale,
            scale_gathered=row_scale, blocks=blocks, tiles=tiles, local_tiles=tiles.shape[0], flags=flags, sig=sig,
-           error=error, call=call, world_size=1, sig_base=0, timeout_s=1.0, config=cfg, cache=_COMPILED)
+           error=error, call=call, world_size=1, sig_base=0, timeout_s=1.0, config=cfg, cache=cache.setdefault("kernels", {}))
     return out

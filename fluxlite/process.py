@@ -1,0 +1,58 @@
+"""What fluxlite keeps in one process between calls, on one object: :data:`PROCESS`.
+
+Every cache of the runtime that outlives a call hangs off it (the ops' repeated calls hang off the
+op objects, :mod:`fluxlite.ops`), so one place says what a process remembers, and
+:meth:`Process.reset` forgets it (tests; after :func:`fluxlite.release_workspaces` has let the
+buffers go). Nothing here is shared with other processes: each rank has its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Process:
+    """This process's caches (fields are filled by the modules named in their comments)."""
+
+    groups: dict[str, Any] = field(default_factory=dict)  # group name -> TPGroup (fluxlite.group)
+    workspaces: dict[tuple[int, str], Any] = field(default_factory=dict)  # (id(group), device) -> SymmetricWorkspace
+    workspace_builds: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, device type) -> built
+    fused_states: dict[Any, Any] = field(default_factory=dict)  # SymmetricWorkspace -> FusedState (fluxlite.fused)
+    timeout_override: float | None = None  # fluxlite.set_default_timeout
+    dispatch: Any = None  # fluxlite.dispatch's caches (its _State), made when it is imported
+    dispatch_timers: dict = field(default_factory=dict)  # (group, device) -> Timer for auto's measurements
+    plain_gemm: dict = field(default_factory=dict)  # fluxlite.kernels.ag_gemm.gemm: tables and kernels
+    # Counters whose values name keys in the process group's store: they only ever go up, and
+    # reset() keeps them, so a key is never used twice in a process.
+    releases: Any = field(default_factory=itertools.count)  # workspace releases (fluxlite.workspace)
+    session: int = 0  # the current release count: the prefix of the workspaces' store keys
+    agreement_rounds: dict[str, Any] = field(default_factory=dict)  # group -> count of auto's agreements
+
+    def __post_init__(self) -> None:
+        self.session = next(self.releases)
+
+    def forget_workspaces(self) -> list:
+        """Forget the workspaces (and the groups resolved for them) and start a new session of store
+        keys; returns the workspaces for their owner to close."""
+        workspaces = list(self.workspaces.values())
+        self.workspaces.clear()
+        self.workspace_builds.clear()
+        self.groups.clear()
+        self.session = next(self.releases)
+        return workspaces
+
+    def reset(self) -> None:
+        """Forget every cache (the store-key counters go on)."""
+        self.forget_workspaces()
+        self.fused_states.clear()
+        self.timeout_override = None
+        if self.dispatch is not None:
+            self.dispatch.clear()
+        self.dispatch_timers.clear()
+        self.plain_gemm.clear()
+
+
+PROCESS = Process()
