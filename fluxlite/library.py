@@ -6,6 +6,7 @@ Ops (namespace ``fluxlite``; every output is a fresh tensor, no argument is muta
     ag_gemm(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale) -> out
     ag_gemm_gathered(<the same>)                                 -> (out, gathered)
     gemm_rs(a, weight, bias, group_name, impl, timeout, scale)   -> out
+    gemm_ar(a, weight, bias, group_name, impl, timeout, scale)   -> out
 
 with ``W`` the size of the group named ``group_name`` and the epilogue of :mod:`fluxlite.epilogue`::
 
@@ -14,6 +15,8 @@ with ``W`` the size of the group named ``group_name`` and the epilogue of :mod:`
               (SwiGLU: weight [2*N_local, K], gate rows then up rows; out [W*m, N_local])
     gemm_rs:  a: [M, K_local], weight: [N, K_local], bias: [N]   ->  out: [M/W, N]
               out = scale * reduce_scatter(a @ weight.T) + bias  (bias added once, after the reduction)
+    gemm_ar:  a: [M, K_local], weight: [N, K_local], bias: [N]   ->  out: [M, N] on every rank
+              out = scale * all_reduce(a @ weight.T) + bias      (bias added once, after the reduction)
 
 The real implementations are :func:`fluxlite.ag_gemm` / :func:`fluxlite.gemm_rs`. The fake ones run
 the same input checks (:mod:`fluxlite._validate`, :func:`fluxlite.epilogue.check`) and take ``W``
@@ -30,6 +33,9 @@ functions below), with ``g`` the output's gradient and ``s`` the scale (1 when `
     gemm_rs:  grad_a, g_all = ag_gemm_gathered(g, weight.T, scale=s)   [M, N] @ [N, K_local] -> [M, K_local]
               grad_w = s * g_all.T @ a
               grad_b = sum_rows g             (this rank's rows only: a partial sum, as in the layers)
+    gemm_ar:  grad_a = s * g @ weight         (g is the same on every rank: no communication)
+              grad_w = s * g.T @ a
+              grad_b = sum_rows g
 
 Where ``grad_a``'s GEMM-RS runs ``sequential`` (named, or ``auto``'s choice for the call), its matmul
 runs first and its reduce-scatter stays in flight while ``grad_w`` computes (Megatron's order:
@@ -134,6 +140,13 @@ def _gemm_rs_op(a: Tensor, weight: Tensor, bias: Optional[Tensor], group_name: s
     return ops.gemm_rs(a, weight, bias, group=tp.group, impl=impl, timeout=timeout, scale=scale)
 
 
+@torch.library.custom_op("fluxlite::gemm_ar", mutates_args=())
+def _gemm_ar_op(a: Tensor, weight: Tensor, bias: Optional[Tensor], group_name: str, impl: str,
+                timeout: Optional[float], scale: Optional[float]) -> Tensor:
+    tp = _group_of(group_name)
+    return ops.gemm_ar(a, weight, bias, group=tp.group, impl=impl, timeout=timeout, scale=scale)
+
+
 @_ag_gemm_op.register_fake
 def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
     return a.new_empty(_ag_gemm_shape(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale))
@@ -148,6 +161,12 @@ def _(a, weight, bias, group_name, impl, timeout, activation, row_scale, scale):
 @_gemm_rs_op.register_fake
 def _(a, weight, bias, group_name, impl, timeout, scale):
     return a.new_empty(ops.RS.out_shape(ops.RS.check(a, weight, bias, group=_group_of(group_name).group, impl=impl,
+                                                     timeout=timeout, out=None, scale=scale)))
+
+
+@_gemm_ar_op.register_fake
+def _(a, weight, bias, group_name, impl, timeout, scale):
+    return a.new_empty(ops.AR.out_shape(ops.AR.check(a, weight, bias, group=_group_of(group_name).group, impl=impl,
                                                      timeout=timeout, out=None, scale=scale)))
 
 
@@ -343,7 +362,19 @@ def _backward_gemm_rs(ctx, grad_out: Tensor):
     return *grads, None, None, None, None
 
 
+def _backward_gemm_ar(ctx, grad_out: Tensor):
+    """``g: [M, N]`` (the same on every rank) -> grads of ``(a [M, K_local], weight [N, K_local], bias [N])``."""
+    a, weight = ctx.saved_tensors
+    g = grad_out.contiguous()
+    grads = linear_backward(g, weight, a, regather=None,
+                            start_dgrad=(lambda g: _scaled(g @ weight, ctx.scale)) if ctx.needs_input_grad[0] else None,
+                            weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
+                            bias_grad=ctx.has_bias and ctx.needs_input_grad[2])
+    return *grads, None, None, None, None
+
+
 _ag_gemm_op.register_autograd(_backward_ag_gemm, setup_context=_setup_ag_gemm)
+_gemm_ar_op.register_autograd(_backward_gemm_ar, setup_context=_setup_gemm_rs)
 _ag_gemm_gathered_op.register_autograd(_backward_ag_gemm, setup_context=_setup_ag_gemm)
 _gemm_rs_op.register_autograd(_backward_gemm_rs, setup_context=_setup_gemm_rs)
 
@@ -382,3 +413,13 @@ def gemm_rs(a: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, group: 
     """
     timeout = _check_attributes(impl, timeout)
     return torch.ops.fluxlite.gemm_rs(a, weight, bias, group_name_of(group), impl, timeout, scale)
+
+
+def gemm_ar(a: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, group: dist.ProcessGroup | None = None,
+            impl: str = "auto", timeout: float | None = None, scale: float | None = None) -> Tensor:
+    """:func:`fluxlite.gemm_ar` as a differentiable, traceable custom op (no ``out=``: the output is fresh).
+
+    ``a: [M, K_local]``, ``weight: [N, K_local]``, ``bias: [N]`` -> ``[M, N]`` on every rank.
+    """
+    timeout = _check_attributes(impl, timeout)
+    return torch.ops.fluxlite.gemm_ar(a, weight, bias, group_name_of(group), impl, timeout, scale)

@@ -66,12 +66,12 @@ kernels, which take their call's region as a pointer, see one specialisation, no
 
 def region_slots(world_size: int) -> int:
     """Slots of one parity region: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``,
-    padded to :data:`REGION_ALIGN`.
+    ``finished[W]``, padded to :data:`REGION_ALIGN`.
 
-    :func:`ready_slot`, :func:`data_slot` and :func:`pulled_slot` are offsets into a region; the
-    kernels get the region of their call's parity as their flag array.
+    :func:`ready_slot`, :func:`data_slot`, :func:`pulled_slot` and :func:`finished_slot` are offsets
+    into a region; the kernels get the region of their call's parity as their flag array.
     """
-    return -(-(world_size + 2 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
+    return -(-(2 * world_size + 2 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
 
 
 def region_start(world_size: int, parity: int) -> int:
@@ -108,6 +108,12 @@ def pulled_slot(world_size: int, src: int, split: int) -> int:
     """AG with ``return_gathered``: region offset of the flag that rank ``r``'s own producer sets
     once it pulled split ``split`` of peer ``src``'s staged rows into the gathered tensor."""
     return world_size + world_size * MAX_SPLITS + src * MAX_SPLITS + split
+
+
+def finished_slot(world_size: int, src: int) -> int:
+    """Region offset of the flag that peer ``src``'s producer sets on rank ``r`` once src's consumer
+    has finished the call and its output chunk may be read (GEMM-AllReduce's gather phase)."""
+    return world_size + 2 * world_size * MAX_SPLITS + src
 
 
 def signature_slot(world_size: int, parity: int, src: int) -> int:

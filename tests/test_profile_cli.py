@@ -95,7 +95,7 @@ def test_profile_two_cpu_ranks_end_to_end(profiled):
     assert meta["git_commit"] == cli.git_commit()
     rows = data["rows"]
     assert [(r["op"], r["M"], r["K"], r["N"]) for r in rows] == [
-        ("ag_gemm", 64, 32, 48), ("gemm_rs", 64, 32, 48), ("gemm_rs", 96, 40, 24)]
+        ("ag_gemm", 64, 32, 48), ("gemm_rs", 64, 32, 48), ("gemm_ar", 64, 32, 48), ("gemm_rs", 96, 40, 24)]
     cached = dispatch.load_cache(profiled / "cache" / "dispatch.json")
     for row in rows:
         _check_row(row, CPU_IMPLS)
@@ -106,11 +106,11 @@ def test_profile_two_cpu_ranks_end_to_end(profiled):
         assert not row["failed"], row["failed"]
         assert all(e < 1e-5 for e in row["rel_err"].values()) and set(row["rel_err"]) >= {"decomposed", "fused"}
         assert row["auto"]["source"] == "measured" and row["auto"]["impl"] in ("sequential", "decomposed", "fused")
-    assert len(cached) == 3 and {e["impl"] for e in cached.values()} <= {"sequential", "decomposed", "fused"}
+    assert len(cached) == len(rows) and {e["impl"] for e in cached.values()} <= {"sequential", "decomposed", "fused"}
 
     with (profiled / "profile.csv").open() as f:
         lines = list(csv.DictReader(f))
-    assert tuple(lines[0]) == report.CSV_FIELDS and len(lines) == 3 * len(CPU_IMPLS)
+    assert tuple(lines[0]) == report.CSV_FIELDS and len(lines) == len(rows) * len(CPU_IMPLS)
     assert {"limit_ms", "efficiency", "vs_limit"} <= set(report.CSV_FIELDS)
     fused = [ln for ln in lines if ln["impl"] == "fused"]
     for ln, row in zip(fused, rows):
@@ -329,7 +329,10 @@ def test_presets_derive_the_anchor_shapes():
         ("ag_gemm", 8192, 8192, 5120): ("qkv.fwd",), ("gemm_rs", 8192, 5120, 8192): ("qkv.dgrad",),
         ("gemm_rs", 8192, 4096, 8192): ("proj.fwd",), ("ag_gemm", 8192, 8192, 4096): ("proj.dgrad",),
         ("ag_gemm", 8192, 8192, 28672): ("fc1.fwd",), ("gemm_rs", 8192, 28672, 8192): ("fc1.dgrad",),
-        ("gemm_rs", 8192, 14336, 8192): ("fc2.fwd",), ("ag_gemm", 8192, 8192, 14336): ("fc2.dgrad",)}
+        ("gemm_rs", 8192, 14336, 8192): ("fc2.fwd",), ("ag_gemm", 8192, 8192, 14336): ("fc2.dgrad",),
+        # without sequence parallelism: the Column dgrad and the Row forward all-reduce
+        ("gemm_ar", 8192, 5120, 8192): ("qkv.dgrad.no_sp",), ("gemm_ar", 8192, 4096, 8192): ("proj.fwd.no_sp",),
+        ("gemm_ar", 8192, 28672, 8192): ("fc1.dgrad.no_sp",), ("gemm_ar", 8192, 14336, 8192): ("fc2.fwd.no_sp",)}
 
 
 def _gpu_profile(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:

@@ -81,6 +81,8 @@ MISMATCHES = [
     ("rs dtype", RS_BASE, _with(RS_BASE, dtype=BF16)),
     ("op ag_gemm vs gemm_rs", ("ag", dict(m=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
     ("op gemm_rs vs ag_gemm", ("rs", dict(M=48, K=24, N=16)), ("ag", dict(m=48, K=24, N=16))),
+    ("ar M", ("ar", dict(M=47, K=24, N=16)), ("ar", dict(M=45, K=24, N=16))),
+    ("op gemm_ar vs gemm_rs", ("ar", dict(M=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
 ]
 
 
@@ -145,6 +147,8 @@ def _call(spec, timeout: float, seed: int = 0):
         a, w = randn(gen, p["m"], p["K"], dtype=dtype), randn(gen, p["N"], p["K"], dtype=dtype)
         return fluxlite.ag_gemm(a, w, impl="fused", return_gathered=p.get("gathered", False), timeout=timeout)
     a, w = randn(gen, p["M"], p["K"], dtype=dtype), randn(gen, p["N"], p["K"], dtype=dtype)
+    if op == "ar":
+        return fluxlite.gemm_ar(a, w, impl="fused", timeout=timeout)
     return fluxlite.gemm_rs(a, w, impl="fused", timeout=timeout)
 
 
@@ -397,6 +401,11 @@ def _missing_peer_worker(rank: int, W: int) -> None:
             big = ("rs", dict(M=_rows_to_grow(fluxlite.get_workspace().capacity, 64 * 4, W), K=24, N=64))
         _missing_peer(ctx, f"missing peer during growth ({op}, {big[1]})", lambda: _call(big, PEER_TIMEOUT_S),
                       skipper=skipper, step_is_flag=False)
+    # (c) GEMM-AllReduce in steady state: a call every rank makes, then one a rank skips (a flag wait).
+    ar = ("ar", dict(M=4 * W + 1, K=24, N=16))
+    _call(ar, PEER_TIMEOUT_S)
+    _missing_peer(ctx, "missing peer in a gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
+                  step_is_flag=True)
     ctx.report()
 
 

@@ -272,12 +272,14 @@ class Call:
                 state.synchronize()
             return
         self.align()
+        state.consumed[0] = 0
         future = state.submit(self._produce_on_thread, program().steps)
         try:
             consume()
             if self.plan.consumer == "triton":
                 state.read_kernel_error(self.timeout_s)  # the interpreted kernel's record, at once
                 state.check()
+            state.consumed[0] = 1  # the producer's JOIN: the consumer's output is complete
         except BaseException as exc:
             self.failed = self.failed or exc
             future.exception()  # the producer's waits end at the deadline, or at once now
@@ -314,7 +316,9 @@ class Call:
         before, after = program.on_stream
         producer.enqueue_on_stream(before, side)
         consume()
-        producer.enqueue_on_stream(after, side)
+        if program.joins:  # the producer's JOIN waits for the consumer's work so far
+            cu.event_record(state.consumer_done.cuda_event, main)
+        producer.enqueue_on_stream(after, side, state.consumer_done.cuda_event)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
 
@@ -360,7 +364,7 @@ class Call:
 
     def _produce_on_thread(self, steps: list) -> None:
         try:
-            producer.run_on_thread(steps, **self.wait_info())
+            producer.run_on_thread(steps, self.state.consumed.data_ptr(), **self.wait_info())
         except BaseException as exc:
             self.failed = self.failed or exc
             raise

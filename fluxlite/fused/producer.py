@@ -10,8 +10,10 @@ beside the consumer GEMM. One program, two devices:
   No SM is needed, so a persistent GEMM that holds every SM can never starve its own producer.
 
 A program is a list of steps on raw addresses (so a step costs a driver call, not a tensor view
-and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)`` and
-``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages). No
+and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)``,
+``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages), and
+``(JOIN,)``: wait until this call's consumer has finished (CPU: the consumer sets the state's
+``consumed`` word; CUDA: an event recorded after the kernel), for work on the consumer's output. No
 value depends on the call (flags are set to :data:`fluxlite.schedule.SET` and cleared by their
 owner; the call's signature and ``ready`` flag go out in its alignment step, not here), so one
 program, built once per plan, data half and addresses of the call's own tensors, serves every call,
@@ -28,12 +30,12 @@ import torch
 from .. import _cuda_driver as cu
 from ..host_flags import host_store, host_wait
 
-COPY, SIGNAL, WAIT = "copy", "signal", "wait"
+COPY, SIGNAL, WAIT, JOIN = "copy", "signal", "wait", "join"
 
 
 def first_wait(steps: list) -> int:
-    """Index of the first WAIT step (``len(steps)`` if none)."""
-    return next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
+    """Index of the first WAIT or JOIN step (``len(steps)`` if none)."""
+    return next((i for i, step in enumerate(steps) if step[0] in (WAIT, JOIN)), len(steps))
 
 
 FLAGS = "flags"  # a stream call: a run of signals and waits as one memop batch
@@ -50,7 +52,7 @@ def stream_calls(steps: list) -> list:
             run.clear()
 
     for step in steps:
-        if step[0] == COPY:
+        if step[0] in (COPY, JOIN):
             end_run()
             calls.append(step)
             continue
@@ -68,30 +70,41 @@ class Program(NamedTuple):
     steps: list
     first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
     on_stream: tuple[list, list] | None = None
+    joins: bool = False  # it waits for the consumer to finish (a JOIN step)
 
     @classmethod
     def of(cls, steps: list, cuda: bool = False) -> "Program":
         at = first_wait(steps)
-        return cls(steps, at, (stream_calls(steps[:at]), stream_calls(steps[at:])) if cuda else None)
+        return cls(steps, at, (stream_calls(steps[:at]), stream_calls(steps[at:])) if cuda else None,
+                   any(step[0] == JOIN for step in steps))
 
 
-def run_on_thread(steps: list, **wait_info) -> None:
+def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
     """Run ``steps`` here (the CPU producer thread); every wait bounded by ``wait_info['deadline']``
-    (``wait_info['epoch']`` names the call in a timeout)."""
+    (``wait_info['epoch']`` names the call in a timeout); a JOIN waits for the int32 at ``consumed``."""
     with torch.no_grad():
         for step in steps:
             if step[0] == COPY:
                 ctypes.memmove(step[1], step[2], step[3])
             elif step[0] == SIGNAL:
                 host_store(step[1], step[2])
+            elif step[0] == JOIN:
+                # The consumer's own waits end at the deadline and fail the call (the abort ends this
+                # wait then): a second bound here, later, so that the consumer's error, which names
+                # the peer it waited for, is the one raised.
+                host_wait(consumed, 1, what="this rank's own consumer", peer=wait_info["rank"], chunk=-1,
+                          **{**wait_info, "deadline": wait_info["deadline"] + wait_info["timeout_s"]})
             else:
                 host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def enqueue_on_stream(calls: list, stream: int) -> None:
-    """Enqueue ``calls`` (:func:`stream_calls`) on the raw CUDA ``stream`` handle; returns at once."""
+def enqueue_on_stream(calls: list, stream: int, consumer_done: int = 0) -> None:
+    """Enqueue ``calls`` (:func:`stream_calls`) on the raw CUDA ``stream`` handle; returns at once. A
+    JOIN waits for the raw event ``consumer_done``, recorded after the consumer."""
     for call in calls:
         if call[0] == COPY:
             cu.memcpy_async(stream, call[1], call[2], call[3])
+        elif call[0] == JOIN:
+            cu.stream_wait_event(stream, consumer_done)
         else:
             cu.stream_batch_mem_op(stream, call[1])

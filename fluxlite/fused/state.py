@@ -73,7 +73,8 @@ class FusedState:
             self.producer_handle = self.producer_stream.cuda_stream
             # Reused by every call to order the producer stream after the caller's and back.
             self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
-            for event in (self.call_start, self.call_end):
+            self.consumer_done = torch.cuda.Event()  # after the consumer, for a producer's JOIN
+            for event in (self.call_start, self.call_end, self.consumer_done):
                 event.record(self.producer_stream)  # creates the event, so it has a raw handle
             # Eager calls replayed from graphs (fluxlite.fused.call.Call.run): captured on a stream of
             # their own, into one memory pool (what a launch allocates: Triton's scratch). Calls on
@@ -83,6 +84,7 @@ class FusedState:
             self._graph_pool: tuple | None = None  # made by capture(); (pool handle, workspace generation)
         else:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fluxlite-producer")
+            self.consumed = torch.zeros(1, dtype=torch.int32)  # set once a call's consumer is done (a JOIN)
         self.error = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=ws.device)  # a kernel's failure record
         if ws.is_cuda:
             # The record's mirror in pinned host memory, which the kernel that writes the record

@@ -73,7 +73,7 @@ def _peer_tile(tile, valid, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, coun
     return pending
 
 
-@triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "rank", "world_size", "sig_base",
+@triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "a_rows", "rank", "world_size", "sig_base",
                                "claim_slot", "timeout_ns"])
 def gemm_rs_kernel(
     a_desc,        # a [M, K_local]
@@ -89,7 +89,9 @@ def gemm_rs_kernel(
     counters_ptr,  # int32 local counters, zeroed before the call: per (chunk, split), then the 2 claims
     error_ptr,
     call_ptr,      # int32 the device's call count: this call's number, for the error record
-    peer_tiles, num_tiles, chunk_rows, N, K, rank, world_size, sig_base,
+    peer_tiles, num_tiles, chunk_rows,
+    a_rows,        # a's rows: W * chunk_rows, or fewer (a last chunk cut short: its rows past a read as 0)
+    N, K, rank, world_size, sig_base,
     claim_slot,    # the peer tiles' claim counter (schedule.claim_slot)
     timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
@@ -100,7 +102,6 @@ def gemm_rs_kernel(
     B_KMAJOR: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
-    a_rows = world_size * chunk_rows
     offs_r = tl.arange(0, BLOCK_M)
     pending = tl.full((), -1, tl.int32)  # counter slot of the peer tile stored last, not yet counted
     tile = core.claim_tile(counters_ptr, claim_slot)
@@ -140,13 +141,14 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
            call: torch.Tensor, rank: int, world_size: int, sig_base: int, timeout_s: float, ep: Epilogue,
            config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
-    of a row-major ``[K, N]``), ``out: [M/W, N]``, ``partial``/``recv: [W, M/W, N]``; ``peer_tiles``:
+    of a row-major ``[K, N]``), ``out: [mc, N]``, ``partial``/``recv: [W, mc, N]`` with ``mc`` rows
+    per chunk (``M / W``, or ``ceil(M / W)`` when the last chunk is cut short); ``peer_tiles``:
     the tile table's leading tiles of the peers' chunks; the tables and flag arguments come from the
     call plan, ``cache`` keeps its compiled kernels; ``ep``: the epilogue, a scale only (of the
     reduced sum, before the bias)."""
     M, K = a.shape
     N = weight.shape[0]
-    mc = M // world_size
+    mc = partial.shape[1]
     out3 = out.view(1, mc, N)
     use_tma = core.tma_ok(a, out3, partial, recv, weight if weight.is_contiguous() else weight.t())
     b, b_kmajor = core.weight_operand(weight, config, use_tma)
@@ -156,7 +158,7 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
         gemm_rs_kernel, cache, core.num_programs(config, num_tiles, a.device),
         (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, use_tma),
          bias, core.descriptor(partial, half, use_tma), core.descriptor(recv, half, use_tma), blocks, tiles, flags,
-         sig, counters, error, call, peer_tiles, num_tiles, mc, N, K, rank, world_size, sig_base,
+         sig, counters, error, call, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
          sch.claim_slot(world_size), int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
              B_KMAJOR=b_kmajor, USE_TMA=use_tma),

@@ -44,7 +44,8 @@ Row (``x: [M, K/W]``, ``weight: [N, K/W]``, ``g: [M/W, N]`` under sequence paral
   (the gathered grad serves both). ``db = Σ_rows g`` over this rank's rows only: a partial sum. The
   bias is marked ``sequence_parallel`` so that Megatron's ``finalize_model_grads`` (or
   :func:`fluxlite.parallel.allreduce_sequence_parallel_grads`) all-reduces it, as in Megatron.
-* otherwise: forward ``all_reduce(x weightᵀ) + b``; backward is local (the grad is replicated).
+* otherwise: forward ``gemm_ar(x, weight) + b`` (the all-reduce overlapped with the GEMM where
+  ``overlap`` picks fused); backward is local (the grad is replicated).
 
 Weight grads (both layers): returned as ``weight.grad``; or, with ``gradient_accumulation_fusion``,
 accumulated in place into ``weight.main_grad`` (fp32, as Megatron's DDP sets it up):
@@ -297,8 +298,8 @@ class RowParallelLinearFunction(torch.autograd.Function):
         x2 = _rows(x)
         if options.sp:
             out = _row_sp(x, weight, bias, options)
-        else:
-            out = library.wait(start_all_reduce(x2 @ weight.t(), options.tp))
+        else:  # GEMM-AllReduce: overlapped, or the matmul then the all-reduce, as options.impl picks
+            out = torch.ops.fluxlite.gemm_ar(x2, weight, None, options.tp.name, options.impl, None, None)
             out = (out if bias is None else out + bias).view(*x.shape[:-1], weight.shape[0])
         _save(ctx, options, x, weight, bias, x2)
         return out

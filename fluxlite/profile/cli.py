@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from .presets import OPS, PRESETS, Shape, model_shapes
+from .presets import OPS, PRESETS, SHORT, Shape, model_shapes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CHOSEN = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what --impls picks from
@@ -78,10 +78,10 @@ def parse_shape(text: str) -> list[Shape]:
     try:
         M, K, N = (int(v) for v in dims.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected M,K,N or ag:M,K,N or rs:M,K,N (positive integers), got {text!r}")
-    ops = {"": OPS, "ag": ("ag_gemm",), "rs": ("gemm_rs",)}.get(op)
+        raise argparse.ArgumentTypeError(f"expected M,K,N or ag|rs|ar:M,K,N (positive integers), got {text!r}")
+    ops = {"": OPS, **{short.lower(): (name,) for name, short in SHORT.items()}}.get(op)
     if ops is None or min(M, K, N) < 1:
-        raise argparse.ArgumentTypeError(f"expected M,K,N or ag:M,K,N or rs:M,K,N (positive integers), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected M,K,N or ag|rs|ar:M,K,N (positive integers), got {text!r}")
     return [Shape(o, M, K, N) for o in ops]
 
 
@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=sorted(PRESETS), help="profile a preset's layer shapes")
     p.add_argument("--tp", type=positive(int), help="tensor-parallel size of --model (default: the world size)")
     p.add_argument("--tokens", type=positive(int), default=8192, help="tokens (sequence x batch) of --model")
-    p.add_argument("--ops", type=_comma_list(("ag", "rs")), default=("ag", "rs"),
-                   help="comma list of ag, rs: which ops to keep")
+    p.add_argument("--ops", type=_comma_list(("ag", "rs", "ar")), default=("ag", "rs", "ar"),
+                   help="comma list of ag, rs, ar (GEMM-AllReduce: the layers without sequence parallelism): "
+                        "which ops to keep")
     p.add_argument("--impls", type=_comma_list(CHOSEN),
                    help=f"comma list of {', '.join(CHOSEN)} (default: all; torch_symm_mem on CUDA only). The GEMM, "
                         "the collective, the copy, the limit and sequential are always timed: the figures need them")
@@ -190,9 +191,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not shapes:
         p.error("give --shape M,K,N (repeatable) or --model NAME")
     for s in shapes:
-        if s.M % world:
+        if s.op != "gemm_ar" and s.M % world:
             p.error(f"shape {s.label}: M ({s.M}) must be divisible by the number of ranks ({world})")
-    args.shapes = [s for s in shapes if {"ag_gemm": "ag", "gemm_rs": "rs"}[s.op] in args.ops]
+    args.shapes = [s for s in shapes if SHORT[s.op].lower() in args.ops]
     args.world_size = world
     if args.device == "cpu" and args.time_limit is None:
         _refuse_long_cpu_runs(p, args, max(1, (os.cpu_count() or 1) // local))

@@ -5,8 +5,11 @@ Shapes are what each rank's op sees, ``M×K→N``: AG-GEMM ``M`` gathered rows, 
 the hidden size, ``N`` the local output columns; GEMM-RS ``M`` rows, ``K`` the local reduction
 size, ``N`` the outputs. Per layer (``tokens`` = sequence × micro-batch):
 
-- ``qkv`` and ``fc1`` (Column): forward AG ``tokens×in→out/tp``; dgrad RS ``tokens×out/tp→in``.
-- ``proj`` and ``fc2`` (Row): forward RS ``tokens×in/tp→out``; dgrad AG ``tokens×out→in/tp``.
+- ``qkv`` and ``fc1`` (Column): forward AG ``tokens×in→out/tp``; dgrad RS ``tokens×out/tp→in``;
+  without sequence parallelism the dgrad is an AR ``tokens×out/tp→in`` (``.no_sp``; the forward is
+  a local GEMM).
+- ``proj`` and ``fc2`` (Row): forward RS ``tokens×in/tp→out``; dgrad AG ``tokens×out→in/tp``;
+  without sequence parallelism the forward is an AR ``tokens×in/tp→out`` (the dgrad is local).
 
 To add a model, add a :class:`ModelPreset` to :data:`PRESETS` with its hidden size, MLP width,
 attention heads and key-value heads (``gated``: a SwiGLU fc1, whose weight is ``[2*ffn, hidden]``).
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OPS = ("ag_gemm", "gemm_rs")
+OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
+SHORT = {"ag_gemm": "AG", "gemm_rs": "RS", "gemm_ar": "AR"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return f"{'AG' if self.op == 'ag_gemm' else 'RS'} {self.M}x{self.K}->{self.N}"
+        return f"{SHORT[self.op]} {self.M}x{self.K}->{self.N}"
 
     @property
     def flops(self) -> float:
@@ -80,9 +84,11 @@ def model_shapes(name: str, tp: int, tokens: int) -> list[Shape]:
             raise ValueError(f"{name}: {layer} has {sharded} {'output' if kind == 'column' else 'input'} features, "
                              f"which the tensor-parallel size ({tp}) does not divide")
         if kind == "column":
-            passes = [("fwd", "ag_gemm", fan_in, fan_out // tp), ("dgrad", "gemm_rs", fan_out // tp, fan_in)]
+            passes = [("fwd", "ag_gemm", fan_in, fan_out // tp), ("dgrad", "gemm_rs", fan_out // tp, fan_in),
+                      ("dgrad.no_sp", "gemm_ar", fan_out // tp, fan_in)]
         else:
-            passes = [("fwd", "gemm_rs", fan_in // tp, fan_out), ("dgrad", "ag_gemm", fan_out, fan_in // tp)]
+            passes = [("fwd", "gemm_rs", fan_in // tp, fan_out), ("dgrad", "ag_gemm", fan_out, fan_in // tp),
+                      ("fwd.no_sp", "gemm_ar", fan_in // tp, fan_out)]
         for pass_, op, K, N in passes:
             shapes.setdefault((op, tokens, K, N), []).append(f"{layer}.{pass_}")
     return [Shape(op, M, K, N, tuple(names)) for (op, M, K, N), names in shapes.items()]

@@ -26,6 +26,7 @@ import math
 import warnings
 from pathlib import Path
 
+from .presets import SHORT
 from .run import IMPLS, REPORTED_MODES
 
 SCHEMA = "fluxlite-profile/2"
@@ -50,7 +51,7 @@ def no_nan(v):
 
 
 def label(row: dict) -> str:
-    return f"{'AG' if row['op'] == 'ag_gemm' else 'RS'} {row['M']}x{row['K']}->{row['N']}"
+    return f"{SHORT[row['op']]} {row['M']}x{row['K']}->{row['N']}"
 
 
 def write_json(path: Path, meta: dict, rows: list[dict]) -> None:

@@ -45,7 +45,7 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
     W, M, K, N = tp.world_size, shape.M, shape.K, shape.N
     group_name = tp.group.group_name
     ag = shape.op == "ag_gemm"
-    op = fluxlite.ag_gemm if ag else fluxlite.gemm_rs
+    op = getattr(fluxlite, shape.op)
 
     def make():
         a = torch.randn(M // W if ag else M, K, device=device, dtype=dtype)
@@ -59,15 +59,27 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
     def call(x, impl):
         return op(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
 
+    torch_op = None  # torch.ops.symm_mem has no fused GEMM-AllReduce
     if ag:
         gemm, comm = (lambda x: torch.matmul(x["gathered"], x["w"].t())), (lambda x: all_gather_rows(x["a"], tp))
         torch_op = lambda x: torch.ops.symm_mem.fused_all_gather_matmul(x["a"], [x["w"].t()], 0, group_name)[1][0]  # noqa: E731
-    else:
+    elif shape.op == "gemm_rs":
         gemm, comm = (lambda x: torch.matmul(x["a"], x["w"].t())), (lambda x: reduce_scatter_rows(x["partial"], tp))
         torch_op = lambda x: torch.ops.symm_mem.fused_matmul_reduce_scatter(x["a"], x["w"].t(), "sum", 0, group_name)  # noqa: E731
-    return make, dict(gemm=gemm, comm=comm,
-                      **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
-                      torch_symm_mem=torch_op, auto=lambda x: call(x, "auto"))
+    else:
+        gemm, comm = (lambda x: torch.matmul(x["a"], x["w"].t())), (lambda x: all_reduce_rows(x["partial"], tp))
+    cases = dict(gemm=gemm, comm=comm,
+                 **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
+                 torch_symm_mem=torch_op, auto=lambda x: call(x, "auto"))
+    return make, {name: fn for name, fn in cases.items() if fn is not None}
+
+
+def all_reduce_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+    """The sum over ranks of ``x`` (a fresh tensor): GEMM-AllReduce's collective alone."""
+    out = x.clone()
+    if tp.world_size > 1:
+        dist.all_reduce(out, group=tp.group)
+    return out
 
 
 def derive(times: dict[str, dict[str, float]]) -> dict:

@@ -1,0 +1,212 @@
+"""GEMM-AllReduce: ``scale * all_reduce(a @ weight.T) + bias`` on every rank, the whole op in one object.
+
+``a: [M, K_local]`` on each of ``W`` ranks (the reduction dim split over them, the rows the same),
+``weight: [N, K_local]`` -> ``[M, N]`` on every rank: the sum over ranks, then the scale and the
+bias, once. Any ``M`` (a decode step's 1 row too): the rows are cut into ``W`` chunks of
+``mc = ceil(M / W)`` rows, the last one cut short.
+
+The fused protocol is two-shot, and its first shot is GEMM-RS's (:mod:`fluxlite.ops.gemm_rs`, the
+same consumer kernel): every rank reduces one chunk of rows, then the ranks gather the reduced
+chunks. Rank ``r``, a call of parity ``P``; ``recv: [W, mc, N]`` and ``red: [mc, N]`` are
+symmetric (data half ``P``)::
+
+    align:    every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
+    consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
+              blocks of our chunk: wait for every peer's (p, s); red = scale * (A @ W.T + sum_p recv[p]) + b
+    producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
+              join (the consumer is done: red is complete)
+              out[our rows] <- red;  every peer p: p.finished[r] = 1
+              for p in r+1, r+2, ...: wait finished[p]; out[p's rows] <- p.red
+
+A rank's ``red`` is read by its peers until they finish the call; it is written again two calls
+later, after every peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no
+barrier is needed. The gather runs once the rank's own reduction is complete: the reduce-scatter
+half overlaps the GEMM, the gather half does not.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .. import epilogue
+from .. import schedule as sch
+from ..epilogue import apply as apply_epilogue
+from ..host_flags import host_set_flag
+from ..fused import Call, FusedState, Plan, get_plan, producer
+from ..fused.producer import COPY, JOIN, SIGNAL, WAIT
+from ..kernels import gemm_rs as kernel
+from ..kernels.gemm_core import GemmConfig
+from ..workspace import DATA_ALIGN
+from .gemm_rs import GemmReduceScatter
+from .op import Args, check_common, finish_args
+
+
+def _red_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
+    """Where ``red`` sits in a data half: after ``recv``, aligned as a workspace view."""
+    return -(-world_size * chunk_rows * N * element_size // DATA_ALIGN) * DATA_ALIGN
+
+
+class GemmAllReduce(GemmReduceScatter):
+    """GEMM-RS's first shot (its schedule, slots, kernel and producer steps), then a gather."""
+
+    name = "gemm_ar"
+    code = 3
+    first = 1  # GEMM-RS's order: the next rank's chunk first, the local one (which waits) last
+
+    # ---- the call ----------------------------------------------------------------------------------
+    def check(self, a, weight, bias, *, group, impl, timeout, out, scale=None) -> Args:
+        tp = check_common(self, a, weight, bias, group, impl, timeout)
+        ep = epilogue.check(self.name, activation=None, row_scale=None, scale=scale, rows=a.shape[0],
+                            weight_rows=weight.shape[0], like=a)
+        return finish_args(self, tp, a, weight, bias, out, ep, timeout, dict(scale=scale))
+
+    def out_shape(self, args: Args) -> tuple[int, int]:
+        return args.a.shape[0], args.weight.shape[0]
+
+    # ---- the references ----------------------------------------------------------------------------
+    def sequential(self, args: Args) -> torch.Tensor:
+        """The GEMM, the all-reduce, then the epilogue once."""
+        partial = args.a @ args.weight.t()
+        if args.tp.world_size > 1:
+            dist.all_reduce(partial, group=args.tp.group)
+        return self._finish(partial.to(torch.promote_types(args.a.dtype, torch.float32)), args)
+
+    def decomposed(self, args: Args) -> torch.Tensor:
+        """Row chunks: each chunk's all-reduce is in flight while the next chunk's GEMM computes."""
+        a, weight = args.a, args.weight
+        M = a.shape[0]
+        chunk = -(-M // max(2, args.tp.world_size))
+        partial = a.new_empty((M, weight.shape[0]))
+        works = []
+        for lo in range(0, M, chunk):
+            torch.matmul(a[lo : lo + chunk], weight.t(), out=partial[lo : lo + chunk])
+            works.append(dist.all_reduce(partial[lo : lo + chunk], group=args.tp.group, async_op=True))
+        for work in works:
+            work.wait()
+        return self._finish(partial.to(torch.promote_types(a.dtype, torch.float32)), args)
+
+    def _finish(self, reduced: torch.Tensor, args: Args) -> torch.Tensor:
+        y = apply_epilogue(reduced, args.ep, args.bias, None, args.a.dtype)
+        return y if args.out is None else args.out.copy_(y)
+
+    # ---- the tile protocol: GEMM-RS's, on chunks of ceil(M / W) rows, then the gather ------------------
+    def chunk_rows(self, rows: int, world_size: int) -> int:
+        return -(-rows // world_size)
+
+    def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
+        state.check()
+        M, K = args.a.shape
+        N = args.weight.shape[0]
+        plan = get_plan(state, self, M, K, N, args.a.dtype, "", args.ep, config)
+        W, mc, size = state.ws.world_size, self.chunk_rows(M, state.ws.world_size), args.a.element_size()
+        state.reserve(_red_offset(W, mc, N, size) + mc * N * size, timeout_s=args.timeout_s, signature=plan.signature)
+        return plan
+
+    def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
+        """``[M, N]`` by ``plan``: GEMM-RS's producer and consumer into our ``red``, then the gather."""
+        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
+        W, r = ws.world_size, ws.rank
+        M, K = a.shape
+        N = weight.shape[0]
+        mc = plan.sched.chunk_rows
+        state.check()
+        call = Call(state, self.name, plan, args.timeout_s)
+        sched = plan.sched
+        recv, red = call.views(lambda: (
+            ws.data(r, call.parity, (W, mc, N), a.dtype),
+            ws.data(r, call.parity, (mc, N), a.dtype, offset=_red_offset(W, mc, N, a.element_size()))))
+        partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
+        out = args.out if args.out is not None else a.new_empty((M, N))
+        acc_dtype = torch.promote_types(a.dtype, torch.float32)
+
+        def consume_torch() -> None:
+            done = [0] * state.counters.numel()
+            for chunk, row0, rows, split in sched.rows():
+                lo, hi = min(chunk * mc + row0, M), min(chunk * mc + row0 + rows, M)
+                src = torch.zeros(rows, K, dtype=a.dtype)  # a's rows, zeros past its end
+                src[: hi - lo] = a[lo:hi]
+                if chunk != r:
+                    torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
+                    slot = sch.counter_slot(chunk, split)
+                    done[slot] += 1
+                    host_set_flag(state.counters, slot, done[slot])
+                    continue
+                acc = (src @ weight.t()).to(acc_dtype)
+                for p in sched.peers():
+                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
+                    acc += recv[p, row0 : row0 + rows]
+                red[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, a.dtype)
+
+        def consume_triton() -> None:
+            kernel.launch(a=a, weight=weight, out=red, bias=bias, partial=partial, recv=recv,
+                          peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
+                          rank=r, ep=ep, **call.kernel_args())
+
+        copied = (partial.data_ptr(), out.data_ptr())
+
+        def program() -> producer.Program:
+            return call.program(copied, lambda: self.steps(call, partial) + self.gather_steps(call, out, M, N))
+
+        call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
+                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
+        return out
+
+    def gather_steps(self, call: Call, out: torch.Tensor, M: int, N: int) -> list:
+        """The producer's second shot: once our consumer is done, our reduced chunk into ``out`` and
+        announced to the peers; each peer's reduced chunk, once announced, pulled into ``out``."""
+        ws, plan, parity = call.ws, call.plan, call.parity
+        W, r = ws.world_size, ws.rank
+        mc = plan.sched.chunk_rows
+        row = N * out.element_size()
+        red_offset = _red_offset(W, mc, N, out.element_size())
+
+        def rows_of(c: int) -> int:
+            return max(0, min(mc, M - c * mc))
+
+        steps = [(JOIN,)]
+        if rows_of(r):
+            steps.append((COPY, out.data_ptr() + r * mc * row, ws.data_addr(r, parity) + red_offset, rows_of(r) * row))
+        steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in plan.sched.peers()]
+        for p in plan.sched.peers():
+            steps.append((WAIT, call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
+                          dict(what="reduced rows", peer=p, chunk=p)))
+            if rows_of(p):
+                steps.append((COPY, out.data_ptr() + p * mc * row, ws.data_addr(p, parity) + red_offset,
+                              rows_of(p) * row))
+        return steps
+
+
+AR = GemmAllReduce.define()
+
+
+def gemm_ar(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    group: dist.ProcessGroup | None = None,
+    impl: str = "auto",
+    timeout: float | None = None,
+    out: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Multiply ``a`` by ``weight.T``, all-reduce (sum) over the group, then ``scale * reduced + bias``
+    (once, after the reduction): the same ``[M, N]`` on every rank.
+
+    A collective: every rank of the group calls it in the same order with the same shapes. It
+    computes under ``torch.no_grad()``; :mod:`fluxlite.library` has it as a differentiable op. It is
+    the Row layer's forward without sequence parallelism.
+
+    Args:
+        a: ``[M, K_local]``, this rank's slice of the reduction dim; any ``M``.
+        weight: ``[N, K_local]`` (``nn.Linear`` layout).
+        bias: ``[N]`` or ``None``; added once, after the reduction.
+        group, impl, timeout: as in :func:`fluxlite.ag_gemm`.
+        out: optional ``[M, N]`` tensor to write the result into.
+        scale: a scalar multiplier of the reduced product, or ``None`` (1).
+
+    Returns:
+        ``[M, N]`` in ``a.dtype``, the same on every rank.
+    """
+    return AR(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, scale=scale)

@@ -1,0 +1,105 @@
+"""GEMM-AllReduce on CPU ranks: every impl against a float64 reference at 2, 3 and 4 ranks, on odd
+shapes (one row, rows not divisible by the ranks, odd K and N), with a bias and a scale, outputs
+poisoned first (deterministic mode fills every ``torch.empty`` with NaN, and half the calls pass a
+NaN-filled ``out=``); the fused protocol with the interpreted Triton kernel as its consumer too; its
+input checks; the custom op's fake and autograd against float64 autograd. Tolerances:
+tests/numerics.py (bf16: every rank's partial is rounded to bf16 before the reduction)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import fluxlite
+
+from .dist_utils import run_ranks
+from .numerics import check, poison_empty_tensors, randn
+
+SHAPES = [(1, 5, 7), (13, 24, 40), (66, 17, 9)]  # (M, K per rank, N): one row, M % W != 0, odd sizes
+IMPLS = ("sequential", "decomposed", "fused")
+
+
+def _reference(a_parts, w_parts, bias, scale) -> torch.Tensor:
+    ref = sum(a.double() @ w.double().t() for a, w in zip(a_parts, w_parts)) * (1.0 if scale is None else scale)
+    return ref if bias is None else ref + bias.double()
+
+
+def _cases(rank: int, W: int, dtypes, impls) -> None:
+    poison_empty_tensors()
+    gen = torch.Generator().manual_seed(21)
+    failures: list[str] = []
+    for rep, (M, K, N), dtype, (use_bias, scale) in itertools.product(
+            range(2), SHAPES, dtypes, ((False, None), (True, 0.5))):
+        a_parts = [randn(gen, M, K, dtype=dtype) for _ in range(W)]
+        w_parts = [randn(gen, N, K, dtype=dtype) for _ in range(W)]
+        bias = randn(gen, N, dtype=dtype) if use_bias else None
+        ref = _reference(a_parts, w_parts, bias, scale)
+        for impl, use_out in itertools.product(impls, (False, True)):
+            name = f"W={W} r={rank} rep={rep} M={M} K={K} N={N} {dtype} bias={use_bias} scale={scale} {impl} out={use_out}"
+            out = torch.full((M, N), float("nan"), dtype=dtype) if use_out else None
+            res = fluxlite.gemm_ar(a_parts[rank], w_parts[rank], bias, impl=impl, out=out, scale=scale, timeout=30)
+            if out is not None and res.data_ptr() != out.data_ptr():
+                failures.append(f"{name}: the result is not the out= tensor")
+            check(name, res, ref, dtype, failures)
+    fluxlite.release_workspaces()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_gemm_ar_matches_float64_reference(world_size):
+    run_ranks(_cases, world_size, (torch.float32, torch.bfloat16), IMPLS)
+
+
+def test_gemm_ar_fused_with_the_kernel_as_consumer():
+    """The interpreted GEMM-RS kernel reduces each rank's chunk (fp32: the interpreter's bf16 is not
+    the GPU's), the producer gathers the chunks."""
+    run_ranks(_cases, 2, (torch.float32,), ("fused",), env={"FLUXLITE_CPU_CONSUMER": "triton"})
+
+
+def _bad_inputs(rank: int, W: int) -> None:
+    a, w = torch.randn(6, 8), torch.randn(5, 8)
+    for kwargs, exc, words in (
+            (dict(a=a, weight=torch.randn(5, 9)), ValueError, "share K"),
+            (dict(a=a, weight=w, bias=torch.randn(4)), ValueError, "bias must be 1-D [5]"),
+            (dict(a=a, weight=w, out=torch.empty(3, 5)), ValueError, "out must have shape (6, 5)"),
+            (dict(a=a, weight=w, impl="fast"), ValueError, "impl must be one of"),
+            (dict(a=a.to(torch.int32), weight=w.to(torch.int32)), TypeError, "a.dtype"),
+            (dict(a=a, weight=w, timeout=-1), ValueError, "timeout"),
+            (dict(a=a, weight=w, scale="2"), TypeError, "scale")):
+        with pytest.raises(exc, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            fluxlite.gemm_ar(**kwargs)
+
+
+def test_gemm_ar_rejects_bad_inputs_before_any_communication():
+    run_ranks(_bad_inputs, 2)
+
+
+def _autograd(rank: int, W: int) -> None:
+    from fluxlite import library
+
+    gen = torch.Generator().manual_seed(5)
+    M, K, N = 9, 6, 7
+    a_parts = [randn(gen, M, K, dtype=torch.float64) for _ in range(W)]
+    w_parts = [randn(gen, N, K, dtype=torch.float64) for _ in range(W)]
+    bias = randn(gen, N, dtype=torch.float64)
+    g = randn(gen, M, N, dtype=torch.float64)
+    a, w, b = (t.clone().requires_grad_() for t in (a_parts[rank], w_parts[rank], bias))
+    out = library.gemm_ar(a, w, b, impl="sequential", scale=0.5)
+    out.backward(g)
+    # float64 reference: the same sum, differentiated by autograd on one rank
+    ref_parts = [t.clone().requires_grad_() for t in (*a_parts, *w_parts, bias)]
+    ref = 0.5 * sum(x @ y.t() for x, y in zip(ref_parts[:W], ref_parts[W:2 * W])) + ref_parts[-1]
+    ref.backward(g)
+    for name, got, want in (("out", out, ref), ("grad a", a.grad, ref_parts[rank].grad),
+                            ("grad weight", w.grad, ref_parts[W + rank].grad), ("grad bias", b.grad, ref_parts[-1].grad)):
+        assert torch.allclose(got, want, rtol=1e-10, atol=1e-10), (name, (got - want).abs().max())
+    fake = torch.library.opcheck(torch.ops.fluxlite.gemm_ar, (a_parts[rank], w_parts[rank], bias,
+                                                             library.group_name_of(None), "sequential", None, None),
+                                 test_utils=("test_schema", "test_faketensor"))
+    assert all(v == "SUCCESS" for v in fake.values()), fake
+
+
+def test_gemm_ar_custom_op_differentiates_like_float64_autograd():
+    run_ranks(_autograd, 2)
