@@ -21,9 +21,9 @@ Cases and their parallel layout:
   the TP size, the step's tokens split over the ranks as a sequence would be: the Row layer's
   reduce-scatter and the next Column layer's all-gather move what an all-reduce moves, and
   fluxlite's ops run. Otherwise (1 token at TP=2), or everywhere with ``--decode-layout
-  replicated``, Megatron's decode layout: rows on every rank, the Column layers local, the Row
-  layers all-reduce (NCCL). fluxlite's layers run no AG-GEMM or GEMM-RS there, so every
-  implementation is the same program and its ratio to sequential is 1 up to noise.
+  replicated``, Megatron's decode layout without sequence parallelism: rows on every rank, the
+  Column layers local, the Row layers a GEMM-AllReduce (``fluxlite.gemm_ar``: the matmul then NCCL's
+  all-reduce for ``sequential``, fluxlite's two-shot protocol for ``fused``).
 
 Implementations (``--impls``): fluxlite's ``sequential``, ``fused`` and ``auto`` (the layers'
 ``overlap``), and ``torch_symm_mem``: the same stack, weights and layout with the four linear
