@@ -105,7 +105,7 @@ def cases(op: str, M: int, K: int, N: int, tp, device, dtype, sets: int):
                   world_size=W, sig_base=sch.signature_slot(W, 0, 0), timeout_s=TIMEOUT_S, config=plan.config,
                   cache=cache)
     local_tiles = plan.sched.local_tiles(plan.num_n)
-    m, mc = M // W, M // W
+    mc = M // W
     # Separate buffers (not the workspace's, which the fused calls use): the peers' data "in place".
     gathered = torch.randn(M, K, device=device, dtype=dtype) if ag else None
     recv = torch.randn(W, mc, N, device=device, dtype=dtype) if not ag else None

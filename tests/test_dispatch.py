@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fluxlite
-from fluxlite import dispatch, ops, workspace
+from fluxlite import dispatch, workspace
 from fluxlite.ops import AG
 from fluxlite.timing import Timer
 

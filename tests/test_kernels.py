@@ -183,7 +183,7 @@ def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, 
 def test_rs_kernel_stores_partials_counts_tiles_and_reduces(mismatch):
     """Peer tiles are stored and counted whatever happens to the local tiles' waits, so the
     producer's stream waits on the counters always end."""
-    W, r, K, N, mc, epoch = 2, 0, 48, 40, 37, 4
+    W, K, N, mc, epoch = 2, 48, 40, 37, 4
     g = torch.Generator().manual_seed(5)
     a, w, b = torch.randn(W * mc, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)
     sig = sch.call_signature(RS.code, W * mc, K, N, torch.float32, 2)
