@@ -23,7 +23,8 @@ from fluxlite.kernels import align as align_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
 from fluxlite.ops import AG, RS
-from fluxlite.kernels.device_flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, MIRROR_WORD, RECORD_WORDS
+from fluxlite.kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_RS, MIRROR_WORD,
+                                           RECORD_WORDS)
 
 from .dist_utils import run_ranks
 
@@ -168,15 +169,36 @@ def test_ag_consumer_records_a_peer_in_another_call():
     assert exc.mine == sch.describe_signature(sig) and exc.theirs == sch.describe_signature(theirs)
 
 
-def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, r=0, W=2):
+def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, r=0, W=2, timeout_s=1.0,
+               release_slot=-1):
     s = RS.schedule(W, r, a.shape[0], CFG.block_m, 2)
     rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv,
                    flags=flags[sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
                    counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=r, world_size=W,
                    sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
-                   timeout_s=1.0, ep=PLAIN, config=CFG, cache={}, **_tables(RS, s, w.shape[0]),
-                   peer_tiles=(W - 1) * s.local_tiles(core.column_blocks(w.shape[0], CFG)))
+                   timeout_s=timeout_s, ep=PLAIN, config=CFG, cache={}, **_tables(RS, s, w.shape[0]),
+                   peer_tiles=(W - 1) * s.local_tiles(core.column_blocks(w.shape[0], CFG)), release_slot=release_slot)
     return s
+
+
+@pytest.mark.parametrize("release", [False, True], ids=["gemm_rs", "gemm_ar"])
+def test_rs_kernel_timeout_records_and_releases_the_gather(release):
+    """A peer that never sends its partials: the kernel records the timeout, still counts every peer
+    tile, and (GEMM-AllReduce) sets the finished flags that its producer waits on after it."""
+    W, K, N, mc, epoch = 2, 32, 32, 40, 6
+    a, w = torch.randn(W * mc, K), torch.randn(N, K)
+    sig = sch.call_signature(RS.code, W * mc, K, N, torch.float32, 2)
+    flags = _flags_with_signature(W, sig, epoch % 2, (1,))  # arrived, but no split ever comes
+    counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    release_slot = sch.finished_slot(W, 0) if release else -1
+    s = _rs_launch(a, w, None, torch.empty(W, mc, N), torch.zeros(W, mc, N), flags, sig, counters, error, epoch,
+                   torch.empty(mc, N), timeout_s=0.01, release_slot=release_slot)
+    assert error[0].item() == ERR_TIMEOUT_RS and error[4].item() == 1, error.tolist()
+    n_tiles = -(-N // CFG.block_n)
+    assert [counters[sch.counter_slot(1, sp)].item() for sp in range(2)] == [s.split_tiles(sp, n_tiles) for sp in range(2)]
+    finished = [flags[_slot(W, epoch, sch.finished_slot(W, p))].item() for p in range(W)]
+    assert finished == ([sch.SET] * W if release else [0] * W), finished
 
 
 @pytest.mark.parametrize("mismatch", [False, True], ids=["agree", "mismatch"])

@@ -141,7 +141,7 @@ class GemmAllReduce(GemmReduceScatter):
         def consume_triton() -> None:
             kernel.launch(a=a, weight=weight, out=red, bias=bias, partial=partial, recv=recv,
                           peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
-                          rank=r, ep=ep, **call.kernel_args())
+                          rank=r, ep=ep, release_slot=sch.finished_slot(W, 0), **call.kernel_args())
 
         copied = (partial.data_ptr(), out.data_ptr())
 
