@@ -176,6 +176,7 @@ class Op:
     # ---- the call path every op shares -----------------------------------------------------------
     def __call__(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, out=None, **options):
         """The public call (each op's module wraps it with its signature and docs)."""
+        options = {**self.option_defaults, **options}
         key, repeat = self._repeat(group, timeout, impl, options, (a, weight, bias, out))
         if repeat is not None:
             args = self.as_used(repeat, a, weight, bias, out, options)
@@ -192,6 +193,7 @@ class Op:
         names one, else what ``auto`` chooses, by the same step as the call (it may agree with the
         peers and measure, so every rank must ask together); ``"sequential"`` where no communication
         is needed (one rank, no rows)."""
+        options = {**self.option_defaults, **options}
         if self._repeat(group, timeout, impl, options, (a, weight, bias, None))[1] is not None:
             return "fused"
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=None, **options)
@@ -231,7 +233,7 @@ class Op:
             return value
 
     def _repeat(self, group, timeout, impl, options: dict, tensors: tuple) -> tuple[tuple | None, Repeat | None]:
-        """``(key, repeat)``: the key of a call's arguments as the checks read them (not the tensors'
+        """``(key, repeat)`` (``options``: every option of the op, defaults filled in): the key of a call's arguments as the checks read them (not the tensors'
         data), and the earlier fused call with that key if it is still in force. The key is ``None``
         when an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks
         then say what is wrong. Options hold their types too, so ``True`` is not taken for ``1.0``.
@@ -240,7 +242,6 @@ class Op:
         remembered: its first repeat is planned in full)."""
         if impl not in _REPEATABLE_IMPLS:
             return None, None
-        options = {**self.option_defaults, **options}
         try:
             a, weight = tensors[0], tensors[1]
             if impl == "auto" and not self._auto_runs_fused(group, options, a, weight):
