@@ -219,9 +219,41 @@ def _dgrad_follows_dispatch(rank, W, seed):
         dispatch.clear_memory()
 
 
+def _frozen_column_dgrad_runs_gemm_ar(rank, W, seed):
+    """Column without sequence parallelism: with a trainable weight the dgrad's all-reduce is left in
+    flight behind wgrad (no GEMM-AllReduce runs); with a frozen weight there is nothing to hide it
+    behind, and the dgrad is one ``gemm_ar`` of the layer's ``overlap``. The input grad matches
+    float64 either way."""
+    from fluxlite.ops import AR
+    from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
+
+    s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
+    ran, real = [], AR.run
+    AR.run = lambda choice, args, **kw: ran.append(choice.impl) or real(choice, args, **kw)
+    try:
+        for n, (overlap, frozen) in enumerate(itertools.product(("sequential", "fused"), (False, True))):
+            case = dict(layer="Column", W=W, sp=False, overlap=overlap, frozen=frozen)
+            init = _init(seed + n)
+            cfg = ModelParallelConfig(sequence_parallel=False, params_dtype=torch.float64, use_cpu_initialization=True)
+            layer = ColumnParallelLinear(K, N, config=cfg, init_method=init, bias=True, gather_output=False,
+                                         keep_master_weight_for_test=True, overlap=overlap)
+            layer.weight.requires_grad_(not frozen)
+            X, G = _data(seed + n + 1, torch.float64, (s, b, K), (s, b, N))
+            x = X.clone().requires_grad_()
+            ran.clear()
+            out, _ = layer(x)
+            out.backward(G[..., partition_index(N, W, rank, 1)])
+            master = layer.master_weight.detach().double()
+            _close(x.grad, G @ master, "input grad", case)
+            assert ran == ([overlap] if frozen else []), (case, ran)
+    finally:
+        del AR.run
+
+
 def _matrix_worker(rank, W, seed, overlaps):
     _matrix(rank, W, seed, overlaps)
     _dgrad_follows_dispatch(rank, W, seed + 500)
+    _frozen_column_dgrad_runs_gemm_ar(rank, W, seed + 600)
     _mappings(rank, W, seed)
     _api(rank, W, seed)
 

@@ -160,7 +160,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
             n_all = gathered.wait()
             g = activation_grad(g, n_all, weight, bias, act, None)
         need_norm_grads = any(ctx.needs_input_grad[i] for i in (0, 3, 4))
-        dn = _column_dgrad(g, weight, opt) if need_norm_grads else None
+        dn = _column_dgrad(g, weight, opt, need_wgrad) if need_norm_grads else None
         grad_w = _weight_grad(weight, main_grad, g, gathered.wait() if n_all is None else n_all) if need_wgrad else None
         grad_b = _bias_grad(ctx, g)
         grad_x = grad_gamma = grad_beta = None
