@@ -28,20 +28,20 @@ class Process:
     # Counters whose values name keys in the process group's store: they only ever go up, and
     # reset() keeps them, so a key is never used twice in a process.
     releases: Any = field(default_factory=itertools.count)  # workspace releases (fluxlite.workspace)
-    session: int = 0  # the current release count: the prefix of the workspaces' store keys
+    workspace_generation: int = 0  # the current release count: the prefix of the workspaces' store keys
     agreement_rounds: dict[str, Any] = field(default_factory=dict)  # group -> count of auto's agreements
 
     def __post_init__(self) -> None:
-        self.session = next(self.releases)
+        self.workspace_generation = next(self.releases)
 
     def forget_workspaces(self) -> list:
-        """Forget the workspaces (and the groups resolved for them) and start a new session of store
-        keys; returns the workspaces for their owner to close."""
+        """Forget the workspaces (and the groups resolved for them) and start a new generation of
+        store keys; returns the workspaces for their owner to close."""
         workspaces = list(self.workspaces.values())
         self.workspaces.clear()
         self.workspace_builds.clear()
         self.groups.clear()
-        self.session = next(self.releases)
+        self.workspace_generation = next(self.releases)
         return workspaces
 
     def reset(self) -> None:

@@ -388,7 +388,7 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
         # an arrival.
         n = PROCESS.workspace_builds.get((tp.name, device.type), 0)
         PROCESS.workspace_builds[(tp.name, device.type)] = n + 1
-        ws = SymmetricWorkspace(tp, device, f"s{PROCESS.session}/{device.type}/w{n}", resolve_timeout(timeout))
+        ws = SymmetricWorkspace(tp, device, f"g{PROCESS.workspace_generation}/{device.type}/w{n}", resolve_timeout(timeout))
         PROCESS.workspaces[key] = ws
     return ws
 

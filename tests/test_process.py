@@ -22,16 +22,16 @@ def _fill_release_reset(rank: int, W: int) -> None:
     check("fused", out, ag_reference(a_full, w, None), torch.float32, failures)
     assert not failures, failures
     assert PROCESS.workspaces and PROCESS.fused_states and PROCESS.groups and PROCESS.timeout_override == 30.0
-    session = PROCESS.session
+    generation = PROCESS.workspace_generation
     fluxlite.release_workspaces()
-    assert not PROCESS.workspaces and not PROCESS.fused_states and PROCESS.session == session + 1
+    assert not PROCESS.workspaces and not PROCESS.fused_states and PROCESS.workspace_generation == generation + 1
     PROCESS.reset()
-    assert PROCESS.timeout_override is None and not PROCESS.groups and PROCESS.session == session + 2
+    assert PROCESS.timeout_override is None and not PROCESS.groups and PROCESS.workspace_generation == generation + 2
     # Everything is made again on the next call, under keys no earlier workspace used.
     out = fluxlite.ag_gemm(a_full[rank * 6:(rank + 1) * 6], w, impl="fused", timeout=30.0)
     check("fused after reset", out, ag_reference(a_full, w, None), torch.float32, failures)
     assert not failures, failures
-    assert [ws.key.split("/")[0] for ws in PROCESS.workspaces.values()] == [f"s{session + 2}"]
+    assert [ws.key.split("/")[0] for ws in PROCESS.workspaces.values()] == [f"g{generation + 2}"]
     fluxlite.release_workspaces()
 
 
