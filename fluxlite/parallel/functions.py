@@ -305,8 +305,8 @@ class RowParallelLinearFunction(torch.autograd.Function):
         if options.sp:
             out = _row_sp(x, weight, bias, options)
         else:  # GEMM-AllReduce: overlapped, or the matmul then the all-reduce, as options.impl picks
-            out = torch.ops.fluxlite.gemm_ar(x2, weight, None, options.tp.name, options.impl, None, None)
-            out = (out if bias is None else out + bias).view(*x.shape[:-1], weight.shape[0])
+            out = torch.ops.fluxlite.gemm_ar(x2, weight, bias, options.tp.name, options.impl, None, None)
+            out = out.view(*x.shape[:-1], weight.shape[0])
         _save(ctx, options, x, weight, bias, x2)
         return out
 
