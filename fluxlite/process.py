@@ -1,14 +1,13 @@
 """What fluxlite keeps in one process between calls, on one object: :data:`PROCESS`.
 
-Every cache of the runtime that outlives a call hangs off it (the ops' repeated calls hang off the
-op objects, :mod:`fluxlite.ops`), so one place says what a process remembers, and
+Every cache of the runtime that outlives a call hangs off it, so one place says what a process
+remembers, and
 :meth:`Process.reset` forgets it (tests; after :func:`fluxlite.release_workspaces` has let the
 buffers go). Nothing here is shared with other processes: each rank has its own.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,23 +24,21 @@ class Process:
     dispatch: Any = None  # fluxlite.dispatch's caches (its _State), made when it is imported
     dispatch_timers: dict = field(default_factory=dict)  # (group, device) -> Timer for auto's measurements
     plain_gemm: dict = field(default_factory=dict)  # fluxlite.kernels.ag_gemm.gemm: tables and kernels
+    repeats: dict[str, dict] = field(default_factory=dict)  # op name -> its remembered fused calls (fluxlite.ops.op)
     # Counters whose values name keys in the process group's store: they only ever go up, and
     # reset() keeps them, so a key is never used twice in a process.
-    releases: Any = field(default_factory=itertools.count)  # workspace releases (fluxlite.workspace)
-    workspace_generation: int = 0  # the current release count: the prefix of the workspaces' store keys
+    workspace_releases: int = 0  # workspace releases so far: the prefix of the workspaces' store keys
     agreement_rounds: dict[str, Any] = field(default_factory=dict)  # group -> count of auto's agreements
 
-    def __post_init__(self) -> None:
-        self.workspace_generation = next(self.releases)
-
     def forget_workspaces(self) -> list:
-        """Forget the workspaces (and the groups resolved for them) and start a new generation of
-        store keys; returns the workspaces for their owner to close."""
+        """Forget the workspaces (and the groups resolved for them) and start new store
+        keys; returns the workspaces for their owner to close."""
         workspaces = list(self.workspaces.values())
         self.workspaces.clear()
+        self.repeats.clear()  # their states and plans hold views of the workspaces' buffers
         self.workspace_builds.clear()
         self.groups.clear()
-        self.workspace_generation = next(self.releases)
+        self.workspace_releases += 1
         return workspaces
 
     def reset(self) -> None:

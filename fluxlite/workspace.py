@@ -382,13 +382,13 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
                 "fluxlite: a CUDA graph is capturing a fused call before its workspace exists (building one is a "
                 "collective with allocations and synchronisations): run each fused call once eagerly, with the "
                 "shapes you capture, before capturing")
-        # Keys of the store-based collectives: ``s{release count}/{device type}/w{workspaces made}``.
+        # Keys of the store-based collectives: ``rel{releases}/{device type}/w{workspaces made}``.
         # Every rank follows the same sequence of builds and releases, so the keys agree without
         # communication, and a failed build never leaves a key that a later build could mistake for
         # an arrival.
         n = PROCESS.workspace_builds.get((tp.name, device.type), 0)
         PROCESS.workspace_builds[(tp.name, device.type)] = n + 1
-        ws = SymmetricWorkspace(tp, device, f"g{PROCESS.workspace_generation}/{device.type}/w{n}", resolve_timeout(timeout))
+        ws = SymmetricWorkspace(tp, device, f"rel{PROCESS.workspace_releases}/{device.type}/w{n}", resolve_timeout(timeout))
         PROCESS.workspaces[key] = ws
     return ws
 

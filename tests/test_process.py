@@ -22,16 +22,18 @@ def _fill_release_reset(rank: int, W: int) -> None:
     check("fused", out, ag_reference(a_full, w, None), torch.float32, failures)
     assert not failures, failures
     assert PROCESS.workspaces and PROCESS.fused_states and PROCESS.groups and PROCESS.timeout_override == 30.0
-    generation = PROCESS.workspace_generation
+    assert PROCESS.repeats["ag_gemm"], "a fused call is remembered for its repeats"
+    releases = PROCESS.workspace_releases
     fluxlite.release_workspaces()
-    assert not PROCESS.workspaces and not PROCESS.fused_states and PROCESS.workspace_generation == generation + 1
+    assert not PROCESS.workspaces and not PROCESS.fused_states and PROCESS.workspace_releases == releases + 1
+    assert not PROCESS.repeats, "the remembered calls hold views of the released buffers"
     PROCESS.reset()
-    assert PROCESS.timeout_override is None and not PROCESS.groups and PROCESS.workspace_generation == generation + 2
+    assert PROCESS.timeout_override is None and not PROCESS.groups and PROCESS.workspace_releases == releases + 2
     # Everything is made again on the next call, under keys no earlier workspace used.
     out = fluxlite.ag_gemm(a_full[rank * 6:(rank + 1) * 6], w, impl="fused", timeout=30.0)
     check("fused after reset", out, ag_reference(a_full, w, None), torch.float32, failures)
     assert not failures, failures
-    assert [ws.key.split("/")[0] for ws in PROCESS.workspaces.values()] == [f"g{generation + 2}"]
+    assert [ws.key.split("/")[0] for ws in PROCESS.workspaces.values()] == [f"rel{releases + 2}"]
     fluxlite.release_workspaces()
 
 

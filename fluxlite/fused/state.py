@@ -372,7 +372,11 @@ class FusedState:
             else:
                 self._executor.shutdown(wait=True)  # its waits end at their deadlines
         finally:
+            for plan in self.plans.values():  # its views keep the buffers alive, its graphs address them
+                plan.bound.clear()
             self.plans = {}
+            if self.ws.is_cuda:
+                self._graph_pool = None
             self.closed = True  # what a call kept of this state (fluxlite.ops.op.Repeat) is void
 
 

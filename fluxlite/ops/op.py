@@ -38,6 +38,7 @@ from .. import schedule as sch
 from .._validate import check_impl, check_operands, check_out, check_timeout, operands_as_used
 from ..dispatch import Choice
 from ..host_flags import resolve_timeout
+from ..process import PROCESS
 from ..group import TPGroup, resolve_group
 from ..workspace import get_workspace
 
@@ -95,12 +96,16 @@ class Op:
     tensor_options: ClassVar[tuple[str, ...]] = ()  # options that are tensors (a repeat keys their layout)
 
     def __init__(self) -> None:
-        self.repeats: dict[tuple, Repeat] = {}
         # The op's own options and their defaults, from its check's keyword arguments: a call that
         # leaves one out has the same repeat key as a call that gives its default.
         common = {"group", "impl", "timeout", "out"}
         self.option_defaults = {name: p.default for name, p in inspect.signature(self.check).parameters.items()
                                 if p.kind is p.KEYWORD_ONLY and name not in common}
+
+    @property
+    def repeats(self) -> dict[tuple, Repeat]:
+        """The op's remembered fused calls: per process, forgotten with the workspaces they use."""
+        return PROCESS.repeats.setdefault(self.name, {})
 
     @classmethod
     def define(cls) -> "Op":
@@ -211,14 +216,14 @@ class Op:
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
-        return dispatch.choose(key, args.tp, args.a, flops, lambda c: self.run(c, args, measuring=True),
+        return dispatch.choose(key, args.tp, args.a, flops, lambda c: self.run(c, args),
                                args.timeout_s), key
 
     def dispatch_op(self, variant: str) -> str:
         """The op of a dispatch key: the name, and the variant after a ``+`` (``ag_gemm+gathered``)."""
         return f"{self.name}+{variant}" if variant else self.name
 
-    def run(self, choice: Choice, args: Args, *, remember=None, measuring: bool = False):
+    def run(self, choice: Choice, args: Args, *, remember=None):
         """This call by ``choice``; a fused call's state and plan are remembered for its repeats
         under ``remember`` (the call's own run, not a dispatch measurement's)."""
         impl = impl_of(choice, args)
@@ -228,7 +233,7 @@ class Op:
             state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s), args.timeout_s)
             plan = self.prepare(state, args, choice.config)
             value = self.fused(state, plan, args)
-            if remember is not None and not measuring:
+            if remember is not None:
                 self._remember(*remember, choice, args, state, plan)
             return value
 
@@ -272,9 +277,10 @@ class Op:
         while the choice is the one dispatch remembers (not a rule it applies afresh on every call)."""
         if key is None or (dispatch_key is not None and dispatch.remembered(dispatch_key) is not choice):
             return
-        if len(self.repeats) >= MAX_REPEATS:
-            self.repeats.clear()
-        self.repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s,
+        repeats = self.repeats
+        if len(repeats) >= MAX_REPEATS:
+            repeats.clear()
+        repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s,
                                    None if dispatch_key is None else (dispatch_key, choice))
 
 
