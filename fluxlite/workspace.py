@@ -52,6 +52,11 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def view_offset(nbytes: int) -> int:
+    """Where a view that follows ``nbytes`` of a data half may start: rounded up to :data:`DATA_ALIGN`."""
+    return _round_up(nbytes, DATA_ALIGN)
+
+
 def shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 

@@ -40,7 +40,7 @@ from ..fused import Call, FusedState, Plan, get_plan, producer
 from ..fused.producer import COPY, SIGNAL, WAIT
 from ..kernels import ag_gemm as kernel
 from ..kernels.gemm_core import GemmConfig
-from ..workspace import DATA_ALIGN
+from ..workspace import view_offset
 from .op import Args, Op, check_common, finish_args
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
@@ -48,7 +48,7 @@ PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled i
 
 def _scales_offset(rows: int, row_bytes: int) -> int:
     """Where the row scales sit in a data half: after ``rows`` rows, aligned as a workspace view."""
-    return -(-rows * row_bytes // DATA_ALIGN) * DATA_ALIGN
+    return view_offset(rows * row_bytes)
 
 
 class AllGatherGemm(Op):

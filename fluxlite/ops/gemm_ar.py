@@ -29,22 +29,18 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .. import epilogue
 from .. import schedule as sch
 from ..epilogue import apply as apply_epilogue
-from ..host_flags import host_set_flag
-from ..fused import Call, FusedState, Plan, get_plan, producer
+from ..fused import Call
 from ..fused.producer import COPY, JOIN, SIGNAL, WAIT
-from ..kernels import gemm_rs as kernel
-from ..kernels.gemm_core import GemmConfig
-from ..workspace import DATA_ALIGN
+from ..workspace import view_offset
 from .gemm_rs import GemmReduceScatter
-from .op import Args, check_common, finish_args
+from .op import Args
 
 
 def _red_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
     """Where ``red`` sits in a data half: after ``recv``, aligned as a workspace view."""
-    return -(-world_size * chunk_rows * N * element_size // DATA_ALIGN) * DATA_ALIGN
+    return view_offset(world_size * chunk_rows * N * element_size)
 
 
 class GemmAllReduce(GemmReduceScatter):
@@ -52,14 +48,7 @@ class GemmAllReduce(GemmReduceScatter):
 
     name = "gemm_ar"
     code = 3
-    first = 1  # GEMM-RS's order: the next rank's chunk first, the local one (which waits) last
-
-    # ---- the call ----------------------------------------------------------------------------------
-    def check(self, a, weight, bias, *, group, impl, timeout, out, scale=None) -> Args:
-        tp = check_common(self, a, weight, bias, group, impl, timeout)
-        ep = epilogue.check(self.name, activation=None, row_scale=None, scale=scale, rows=a.shape[0],
-                            weight_rows=weight.shape[0], like=a)
-        return finish_args(self, tp, a, weight, bias, out, ep, timeout, dict(scale=scale))
+    rows_divisible = False  # any M: the chunks have ceil(M / W) rows, the last ones padded
 
     def out_shape(self, args: Args) -> tuple[int, int]:
         return args.a.shape[0], args.weight.shape[0]
@@ -94,70 +83,26 @@ class GemmAllReduce(GemmReduceScatter):
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return -(-rows // world_size)
 
-    def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
-        state.check()
-        M, K = args.a.shape
-        N = args.weight.shape[0]
-        plan = get_plan(state, self, M, K, N, args.a.dtype, "", args.ep, config)
-        W, mc, size = state.ws.world_size, self.chunk_rows(M, state.ws.world_size), args.a.element_size()
-        state.reserve(_red_offset(W, mc, N, size) + mc * N * size, timeout_s=args.timeout_s, signature=plan.signature)
-        return plan
+    def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
+        """``recv`` for the chunks' partials, then ``red``, this rank's reduced chunk."""
+        mc = self.chunk_rows(M, world_size)
+        return _red_offset(world_size, mc, N, element_size) + mc * N * element_size
 
-    def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
-        """``[M, N]`` by ``plan``: GEMM-RS's producer and consumer into our ``red``, then the gather."""
-        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
-        W, r = ws.world_size, ws.rank
-        M, K = a.shape
-        N = weight.shape[0]
-        mc = plan.sched.chunk_rows
-        state.check()
-        call = Call(state, self.name, plan, args.timeout_s)
-        sched = plan.sched
-        recv, red = call.views(lambda: (
-            ws.data(r, call.parity, (W, mc, N), a.dtype),
-            ws.data(r, call.parity, (mc, N), a.dtype, offset=_red_offset(W, mc, N, a.element_size()))))
-        partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
-        out = args.out if args.out is not None else a.new_empty((M, N))
-        acc_dtype = torch.promote_types(a.dtype, torch.float32)
+    def data_views(self, ws, rank: int, parity: int, chunk_rows: int, N: int, dtype: torch.dtype) -> tuple:
+        W, size = ws.world_size, dtype.itemsize
+        return (ws.data(rank, parity, (W, chunk_rows, N), dtype),
+                ws.data(rank, parity, (chunk_rows, N), dtype, offset=_red_offset(W, chunk_rows, N, size)))
 
-        def consume_torch() -> None:
-            done = [0] * state.counters.numel()
-            for chunk, row0, rows, split in sched.rows():
-                lo, hi = min(chunk * mc + row0, M), min(chunk * mc + row0 + rows, M)
-                src = torch.zeros(rows, K, dtype=a.dtype)  # a's rows, zeros past its end
-                src[: hi - lo] = a[lo:hi]
-                if chunk != r:
-                    torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
-                    slot = sch.counter_slot(chunk, split)
-                    done[slot] += 1
-                    host_set_flag(state.counters, slot, done[slot])
-                    continue
-                acc = (src @ weight.t()).to(acc_dtype)
-                for p in sched.peers():
-                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
-                    acc += recv[p, row0 : row0 + rows]
-                red[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, a.dtype)
+    def release_slot(self, world_size: int) -> int:
+        return sch.finished_slot(world_size, 0)  # the peers' second-shot waits
 
-        def consume_triton() -> None:
-            kernel.launch(a=a, weight=weight, out=red, bias=bias, partial=partial, recv=recv,
-                          peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
-                          rank=r, ep=ep, release_slot=sch.finished_slot(W, 0), **call.kernel_args())
-
-        copied = (partial.data_ptr(), out.data_ptr())
-
-        def program() -> producer.Program:
-            return call.program(copied, lambda: self.steps(call, partial) + self.gather_steps(call, out, M, N))
-
-        call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
-                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
-        return out
-
-    def gather_steps(self, call: Call, out: torch.Tensor, M: int, N: int) -> list:
-        """The producer's second shot: once our consumer is done, our reduced chunk into ``out`` and
+    def second_shot(self, call: Call, out: torch.Tensor) -> list:
+        """The gather: once our consumer is done, our reduced chunk into ``out`` and
         announced to the peers; each peer's reduced chunk, once announced, pulled into ``out``."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W, r = ws.world_size, ws.rank
         mc = plan.sched.chunk_rows
+        M, N = out.shape
         row = N * out.element_size()
         red_offset = _red_offset(W, mc, N, out.element_size())
 

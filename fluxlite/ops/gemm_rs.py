@@ -22,6 +22,8 @@ leave as early as possible and the tiles that wait come last.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.distributed as dist
 
@@ -44,13 +46,15 @@ class GemmReduceScatter(Op):
     code = 2
     first = 1
     a_layout, weight_layout = "[M, K_local]", "[N, K_local]"
+    rows_divisible: ClassVar[bool] = True  # M must divide by the group size (each rank gets M/W rows)
 
     # ---- the call ----------------------------------------------------------------------------------
     def check(self, a, weight, bias, *, group, impl, timeout, out, scale=None) -> Args:
         tp = check_common(self, a, weight, bias, group, impl, timeout)
         ep = epilogue.check(self.name, activation=None, row_scale=None, scale=scale, rows=a.shape[0],
                             weight_rows=weight.shape[0], like=a)
-        check_rows_divisible(self.name, a.shape[0], tp.world_size)
+        if self.rows_divisible:
+            check_rows_divisible(self.name, a.shape[0], tp.world_size)
         return finish_args(self, tp, a, weight, bias, out, ep, timeout, dict(scale=scale))
 
     def out_shape(self, args: Args) -> tuple[int, int]:
@@ -113,29 +117,37 @@ class GemmReduceScatter(Op):
         M, K = args.a.shape
         N = args.weight.shape[0]
         plan = get_plan(state, self, M, K, N, args.a.dtype, "", args.ep, config)
-        state.reserve(M * N * args.a.element_size(), timeout_s=args.timeout_s, signature=plan.signature)
+        state.reserve(self.reserve_bytes(state.ws.world_size, M, N, args.a.element_size()), timeout_s=args.timeout_s,
+                      signature=plan.signature)
         return plan
 
+    def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
+        """The bytes of a data half a call uses: ``recv``, the peers' partials of our rows."""
+        return M * N * element_size
+
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
-        """``[M/W, N]`` by ``plan``: the producer program beside the consumer (the GPU kernel, or
-        per-block matmuls on CPU)."""
+        """The output by ``plan``: the producer program beside the consumer (the GPU kernel, or
+        per-block matmuls on CPU). The consumer writes this rank's reduced chunk into ``out``
+        (GEMM-RS) or into the workspace (:meth:`data_views`), where a second shot takes it."""
         ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
         W, r = ws.world_size, ws.rank
-        M, K = a.shape
-        N = weight.shape[0]
-        mc = M // W
+        K, N = a.shape[1], weight.shape[0]
+        sched = plan.sched
+        mc = sched.chunk_rows
         state.check()
         call = Call(state, self.name, plan, args.timeout_s)
-        sched = plan.sched
-        recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # slot p: rank p's partial of our rows
+        recv, red = call.views(lambda: self.data_views(ws, r, call.parity, mc, N, a.dtype))
         partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
-        out = args.out if args.out is not None else a.new_empty((mc, N))
+        out = args.out if args.out is not None else a.new_empty(self.out_shape(args))
+        reduced = out if red is None else red  # where the consumer writes our reduced chunk
         acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
 
         def consume_torch() -> None:
             done = [0] * state.counters.numel()
             for chunk, row0, rows, split in sched.rows():
                 src = a[chunk * mc + row0 : chunk * mc + row0 + rows]
+                if src.shape[0] < rows:  # a chunk past the end of a (GEMM-AllReduce): zero rows
+                    src = torch.cat([src, src.new_zeros(rows - src.shape[0], K)])
                 if chunk != r:
                     torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
                     slot = sch.counter_slot(chunk, split)
@@ -146,21 +158,36 @@ class GemmReduceScatter(Op):
                 for p in sched.peers():
                     call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
                     acc += recv[p, row0 : row0 + rows]
-                out[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, out.dtype)
+                reduced[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, a.dtype)
 
         def consume_triton() -> None:
-            kernel.launch(a=a, weight=weight, out=out, bias=bias, partial=partial, recv=recv,
+            kernel.launch(a=a, weight=weight, out=reduced, bias=bias, partial=partial, recv=recv,
                           peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
-                          rank=r, ep=ep, **call.kernel_args())
+                          rank=r, ep=ep, release_slot=self.release_slot(W), **call.kernel_args())
 
-        copied = (partial.data_ptr(),)
+        second = red is not None  # the second shot's steps address out
+        copied = (partial.data_ptr(), out.data_ptr()) if second else (partial.data_ptr(),)
 
         def program() -> producer.Program:
-            return call.program(copied, lambda: self.steps(call, partial))
+            return call.program(copied, lambda: self.steps(call, partial) + (self.second_shot(call, out) if second else []))
 
         call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
                  call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
         return out
+
+    def data_views(self, ws, rank: int, parity: int, chunk_rows: int, N: int, dtype: torch.dtype) -> tuple:
+        """``(recv, red)`` in this rank's data half: ``recv[p]`` receives rank ``p``'s partial of our rows;
+        ``red`` is where the reduced chunk waits for a second shot (``None``: straight into ``out``)."""
+        return ws.data(rank, parity, (ws.world_size, chunk_rows, N), dtype), None
+
+    def release_slot(self, world_size: int) -> int:
+        """The first of the flag slots a kernel whose wait failed sets itself (-1: none), so that the
+        producer's waits on them end."""
+        return -1
+
+    def second_shot(self, call: Call, out: torch.Tensor) -> list:
+        """Producer steps after the reduce-scatter (:meth:`data_views` gave a ``red``)."""
+        raise NotImplementedError
 
     def steps(self, call: Call, partial: torch.Tensor) -> list:
         """The producer program (:mod:`fluxlite.fused.producer`) of ``call``: it depends on the plan,
