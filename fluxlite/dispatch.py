@@ -784,7 +784,8 @@ def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool) -> tup
     def sample(timed: list[str], n: int, first_round: int) -> dict:
         local, state["batch"] = time_samples(timer, {label: fns[label] for label in timed}, [None], rounds=n,
                                              warmup=r.warmup, batch_ms=r.batch_ms, max_batch=r.max_batch,
-                                             min_sleep_ms=5.0, batch=state.get("batch"), first_round=first_round)
+                                             min_sleep_ms=5.0, batch=state.get("batch"), first_round=first_round,
+                                             host=False)  # auto decides on the device modes only
         return local
 
     verdict, samples = measure_until_settled(timer, sample, list(fns), r)

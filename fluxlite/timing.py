@@ -141,7 +141,7 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
 
 def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
                  batch_ms: float = 20.0, max_batch: int = 30, min_sleep_ms: float = 25.0, batch: dict | None = None,
-                 first_round: int = 0) -> tuple[dict[str, dict[str, list[float]]], dict]:
+                 first_round: int = 0, host: bool = True) -> tuple[dict[str, dict[str, list[float]]], dict]:
     """``({name: {mode: [ms of each round]}}, batch)``: this rank's reading of every callable of ``fns``
     in every mode of :data:`MODES`, one per round (not reduced over the ranks); ``batch``: the calls
     per throughput batch and the sleeps used (``n``, ``sleep_ms``, ``host_sleep_ms``).
@@ -151,6 +151,8 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
     (longer than the host takes to issue the batch), agreed over the ranks; then ``rounds`` rounds.
     More rounds of the same measurement: pass the ``batch`` it returned (no warm-up or probe then)
     and ``first_round``, the rounds already run (the order of the callables goes on rotating).
+    ``host=False`` skips the host mode's call and sleep in every round (its readings are NaN): for
+    callers that read only the device modes.
     """
     names = list(fns)
     if not names:
@@ -171,8 +173,8 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
             fn, s = fns[name], samples[name]
             tp, enqueue = timer.throughput(fn, inputs, r, batch["n"], batch["sleep_ms"])
             wall, event = timer.latency(fn, inputs[r % len(inputs)])
-            host = timer.host(fn, inputs[(r + 1) % len(inputs)], batch["host_sleep_ms"])
-            for mode, v in zip(MODES, (tp, wall, event, host, enqueue)):
+            host_ms = timer.host(fn, inputs[(r + 1) % len(inputs)], batch["host_sleep_ms"]) if host else math.nan
+            for mode, v in zip(MODES, (tp, wall, event, host_ms, enqueue)):
                 s[mode].append(v)
     return samples, batch
 

@@ -453,3 +453,22 @@ def test_a_captured_call_runs_its_modes_choice_only_where_it_ran_eagerly(monkeyp
     with dispatch.assume_mode("throughput"):
         assert choose(a8, False) is fused  # a warm-up in the capture's mode
     assert choose(a8, True) is fused and choose(a9, True) is seq
+
+
+def _device_modes_only(rank: int, W: int) -> None:
+    from fluxlite.timing import time_samples
+
+    timer = Timer(fluxlite.resolve_group(), torch.device("cpu"))
+    for host in (True, False):
+        calls = []
+        samples, batch = time_samples(timer, {"f": lambda x: calls.append(x)}, [None], rounds=3, warmup=0,
+                                      batch_ms=1.0, max_batch=2, host=host)
+        per_round = batch["n"] + 1 + host  # the throughput batch, one latency call, one host call if asked
+        assert len(calls) == 2 + 3 * per_round, (host, len(calls), batch)  # 2: the probe's latency and host calls
+        assert all(math.isnan(v) for v in samples["f"]["host"]) != host, (host, samples["f"]["host"])
+        assert all(v >= 0 for v in samples["f"]["throughput"] + samples["f"]["latency"]), samples
+
+
+def test_time_samples_can_skip_the_host_mode():
+    """Without the host mode a round makes no host call (auto, which reads only the device modes, asks so)."""
+    run_ranks(_device_modes_only, 1)
