@@ -158,11 +158,16 @@ def _auto_follows_dispatch(rank: int, W: int) -> None:
     for rep in range(3):
         _ag(gen, rank, W, m, K, N, failures, f"auto fused rep {rep}", impl="auto")
     assert counted.ag == 1 and calls["sequential"] == 0, (counted.ag, calls)
+    # Another fused choice (a retune): the call is checked and planned again once, then repeated.
+    dispatch._MEMORY[key] = dispatch.Choice("fused", source="cache")
+    for rep in range(2):
+        _ag(gen, rank, W, m, K, N, failures, f"auto fused again rep {rep}", impl="auto")
+    assert counted.ag == 2 and calls["sequential"] == 0, (counted.ag, calls)
     # The choice changes (a new cache, a retune): the remembered fused call must not be repeated.
     dispatch.clear_memory()
     dispatch._MEMORY[key] = dispatch.Choice("sequential", source="cache")
     _ag(gen, rank, W, m, K, N, failures, "auto sequential", impl="auto")
-    assert counted.ag == 2 and calls["sequential"] == 1, (counted.ag, calls)
+    assert counted.ag == 3 and calls["sequential"] == 1, (counted.ag, calls)
     assert not failures, failures
 
 

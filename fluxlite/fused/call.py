@@ -25,7 +25,7 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
-from ..host_flags import host_wait_flag
+from ..host_flags import host_set_flag, host_wait_flag
 from ..kernels import gemm_core
 from . import producer
 from .. import workspace as _workspace
@@ -272,14 +272,14 @@ class Call:
                 state.synchronize()
             return
         self.align()
-        state.consumed[0] = 0
+        host_set_flag(state.consumed, 0, 0)
         future = state.submit(self._produce_on_thread, program().steps)
         try:
             consume()
             if self.plan.consumer == "triton":
                 state.read_kernel_error(self.timeout_s)  # the interpreted kernel's record, at once
                 state.check()
-            state.consumed[0] = 1  # the producer's JOIN: the consumer's output is complete
+            host_set_flag(state.consumed, 0, 1)  # the producer's JOIN: the consumer's output is complete
         except BaseException as exc:
             self.failed = self.failed or exc
             future.exception()  # the producer's waits end at the deadline, or at once now

@@ -75,8 +75,9 @@ class Repeat(NamedTuple):
     timeout_s: float
     auto: tuple[dispatch.Key, Choice] | None
 
-    def in_force(self) -> bool:
-        return not self.state.closed and (self.auto is None or dispatch.remembered(self.auto[0]) is self.auto[1])
+    def in_force(self, choice: Choice | None) -> bool:
+        """Whether it still holds, for a call whose remembered ``auto`` choice is ``choice`` (None: not auto)."""
+        return not self.state.closed and (self.auto is None or self.auto[1] is choice)
 
 
 MAX_REPEATS = 1024  # distinct fused calls remembered; past this it starts again
@@ -249,27 +250,29 @@ class Op:
             return None, None
         try:
             a, weight = tensors[0], tensors[1]
-            if impl == "auto" and not self._auto_runs_fused(group, options, a, weight):
+            choice = self._auto_fused_choice(group, options, a, weight) if impl == "auto" else None
+            if impl == "auto" and choice is None:
                 return None, None
             device = a.get_device()
-            plain = tuple((k, type(v), v) for k, v in sorted(options.items()) if k not in self.tensor_options)
+            # options holds every option of the op (defaults filled in), so their order is fixed
+            plain = tuple((k, type(v), v) for k, v in options.items() if k not in self.tensor_options)
             layouts = tuple(_tensor_key(options.get(k)) for k in self.tensor_options)
             key = (dist.group.WORLD if group is None else group, resolve_timeout(timeout), type(timeout),
                    torch.cuda.current_device() if device >= 0 else -1, impl, plain, *map(_tensor_key, tensors), *layouts)
             repeat = self.repeats.get(key)
         except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
             return None, None
-        return key, (repeat if repeat is not None and repeat.in_force() else None)
+        return key, (repeat if repeat is not None and repeat.in_force(choice) else None)
 
-    def _auto_runs_fused(self, group, options: dict, a: torch.Tensor, weight: torch.Tensor) -> bool:
-        """Whether dispatch remembers a fused choice for this ``auto`` call in its mode now: only then
-        can it repeat a fused call's decisions. Dictionary look-ups; none while no choice is fused."""
+    def _auto_fused_choice(self, group, options: dict, a: torch.Tensor, weight: torch.Tensor) -> Choice | None:
+        """The fused choice dispatch remembers for this ``auto`` call in its mode now, or None: only
+        then can it repeat a fused call's decisions. Dictionary look-ups; none while no choice is fused."""
         if not dispatch.fused_remembered():
-            return False
+            return None
         W = (dist.group.WORLD if group is None else group).size()
         rows = self.dispatch_rows(a, W, options)
         choice = dispatch.remembered(dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight, rows))
-        return choice is not None and choice.impl == "fused"
+        return choice if choice is not None and choice.impl == "fused" else None
 
     def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, args: Args,
                   state: fused.FusedState, plan: fused.Plan) -> None:
