@@ -130,7 +130,7 @@ RULE_MIN_FLOPS = 5e11
 """The rule takes the fused path on GPU from the smallest GEMM measured to win on 2xH200 (AG
 8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential). Below it the fused call's
 fixed host cost is not known to be hidden."""
-_GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
+GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)  # what the fused kernels take on CUDA
 
 M_BUCKETS_PER_OCTAVE = 8
 TIE_MARGIN = 0.01
@@ -266,7 +266,8 @@ class Key:
 
     @classmethod
     def of(cls, op: str, tp: TPGroup, a: torch.Tensor, weight: torch.Tensor, rows: int) -> Key:
-        """``op``: ``"ag_gemm"``, ``"ag_gemm+gathered"`` (``return_gathered``) or ``"gemm_rs"``;
+        """``op``: an op's name (``"ag_gemm"``, ``"gemm_rs"``, ``"gemm_ar"``), with its variant after a
+        ``+`` (``"ag_gemm+gathered"``: ``return_gathered``);
         ``a: [rows per rank, K]``, ``weight: [N, K]``. Remembered per call signature (one dict
         look-up for a repeated call)."""
         return cls.of_size(op, tp.world_size, a, weight, rows)
@@ -369,7 +370,7 @@ def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
         return False
     if device.type != "cuda":
         return True
-    if dtype not in _GPU_FUSED_DTYPES:
+    if dtype not in GPU_FUSED_DTYPES:
         return False
     try:
         import torch.distributed._symmetric_memory  # noqa: F401
@@ -385,7 +386,7 @@ def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype
     """The documented rule: sequential on CPU, for a world of one and for GEMMs under
     :data:`RULE_MIN_FLOPS` per rank (``flops``); above it on GPU (bf16/fp16) fused, or decomposed
     where the workspace is unavailable."""
-    if world_size == 1 or device.type != "cuda" or dtype not in _GPU_FUSED_DTYPES or flops < RULE_MIN_FLOPS:
+    if world_size == 1 or device.type != "cuda" or dtype not in GPU_FUSED_DTYPES or flops < RULE_MIN_FLOPS:
         return _RULE["sequential"]
     return _RULE["fused"] if fused_supported(device, dtype) else _RULE["decomposed"]
 
@@ -679,7 +680,7 @@ def remembered(key: Key) -> Choice | None:
     known = _MEMORY.get(key)
     if known is None:
         return None
-    return known.both if known.uniform else getattr(known, _mode_of(_workspace.capturing(key.torch_device)))
+    return known.for_call(key.torch_device)
 
 
 def fused_remembered() -> bool:

@@ -18,7 +18,7 @@ with ``W`` the size of the group named ``group_name`` and the epilogue of :mod:`
     gemm_ar:  a: [M, K_local], weight: [N, K_local], bias: [N]   ->  out: [M, N] on every rank
               out = scale * all_reduce(a @ weight.T) + bias      (bias added once, after the reduction)
 
-The real implementations are :func:`fluxlite.ag_gemm` / :func:`fluxlite.gemm_rs`. The fake ones run
+The real implementations are :func:`fluxlite.ag_gemm`, :func:`fluxlite.gemm_rs` and :func:`fluxlite.gemm_ar`. The fake ones run
 the same input checks (:mod:`fluxlite._validate`, :func:`fluxlite.epilogue.check`) and take ``W``
 from the group, so a bad call fails at trace time with the eager op's error.
 

@@ -152,9 +152,7 @@ class AllGatherGemm(Op):
         """``(out [W*m, N], gathered [W*m, K] or None)`` by ``plan``: the producer program beside the
         consumer (the GPU kernel, or per-block matmuls on CPU)."""
         ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
-        row_scale = args.options["row_scale"]
-        if row_scale is not None:
-            row_scale = row_scale.contiguous()
+        row_scale = args.options["row_scale"]  # contiguous (check, as_used)
         W, r = ws.world_size, ws.rank
         m, K = a.shape
         state.check()

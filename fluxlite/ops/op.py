@@ -36,13 +36,12 @@ import torch.distributed as dist
 from .. import dispatch, epilogue, fused
 from .. import schedule as sch
 from .._validate import check_impl, check_operands, check_out, check_timeout, operands_as_used
-from ..dispatch import Choice
+from ..dispatch import GPU_FUSED_DTYPES, Choice
 from ..host_flags import resolve_timeout
 from ..process import PROCESS
 from ..group import TPGroup, resolve_group
 from ..workspace import get_workspace
 
-GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)
 
 OPS: dict[str, "Op"] = {}
 """Every op by name, in the order they were defined."""
@@ -208,7 +207,8 @@ class Op:
     def as_used(self, repeat: Repeat, a, weight, bias, out, options: dict) -> Args:
         """The arguments of a repeated call as the op uses them (their checks passed before)."""
         a, weight, bias = operands_as_used(a, weight, bias, gated=repeat.ep.gated)
-        return Args(repeat.tp, a, weight, bias, out, repeat.ep, repeat.timeout_s, options)
+        tensors = {k: options[k].contiguous() for k in self.tensor_options if options.get(k) is not None}
+        return Args(repeat.tp, a, weight, bias, out, repeat.ep, repeat.timeout_s, {**options, **tensors})
 
     def choose(self, impl: str, args: Args) -> tuple[Choice, dispatch.Key | None]:
         """``(choice, dispatch key)``: an explicit ``impl``'s choice (no key), or what dispatch picks."""
