@@ -30,7 +30,7 @@ from ..epilogue import PLAIN, Epilogue
 from ..process import PROCESS
 from . import gemm_core as core
 from . import launch as direct
-from .device_flags import TIMEOUT_AG, wait_peer
+from .device_flags import TIMEOUT_AG, release_flags, wait_peer
 
 
 @triton.jit
@@ -57,11 +57,7 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
                 if err == 0:
                     ready_slot = slot
                 else:
-                    # The pull producer's stream waits on the peers' ready flags (the first W slots,
-                    # schedule.ready_slot), which a missing peer never sets: release them so the
-                    # stream drains and the host can raise instead of hanging.
-                    for p in range(0, world_size):
-                        tl.atomic_max(flags_ptr + p, 1, sem="relaxed", scope="sys")
+                    release_flags(flags_ptr, 0, world_size)  # the pull producer's waits: ready, slots 0..W-1
         acc = core.mainloop(a_src, b_desc, a_row, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, GATED, USE_TMA)
         offs_w, w_ok = core.weight_rows(j, N, BLOCK_N, GATED)
         row_ok = offs_r < rows

@@ -187,6 +187,15 @@ def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_n
 
 
 @triton.jit
+def release_flags(flags_ptr, first, world_size):
+    """Set the ``world_size`` flags from slot ``first`` on (relaxed: no data goes with them). A kernel
+    whose wait failed calls it for the flags its producer's stream waits on after the kernel, which a
+    missing peer never sets, so the stream drains and the host can raise instead of hanging."""
+    for q in range(0, world_size):
+        tl.atomic_max(flags_ptr + first + q, 1, sem="relaxed", scope="sys")
+
+
+@triton.jit
 def signal_add(counter_ptr, value):
     """Publish this CTA's prior stores, then add ``value`` to ``*counter_ptr``; returns the old value.
 

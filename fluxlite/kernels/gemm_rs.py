@@ -39,7 +39,7 @@ from ..epilogue import Epilogue
 from .. import schedule as sch
 from . import gemm_core as core
 from . import launch as direct
-from .device_flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
+from .device_flags import TIMEOUT_RS, drain_tma_stores, release_flags, signal_add, wait_peer
 
 
 @triton.jit
@@ -123,12 +123,8 @@ def gemm_rs_kernel(
                     err = wait_peer(flags_ptr, slot + p * PEER_SLOTS, call_ptr, sig_base, sig_ptr, error_ptr,
                                     timeout_ns, TIMEOUT_RS, p, chunk)
                     if err != 0:
-                        if release_slot >= 0:
-                            # The producer's stream waits after this kernel for the peers' flags from
-                            # release_slot on (a GEMM-AllReduce's gather), which a missing peer never
-                            # sets: release them so the stream drains and the host can raise.
-                            for q in range(0, world_size):
-                                tl.atomic_max(flags_ptr + release_slot + q, 1, sem="relaxed", scope="sys")
+                        if release_slot >= 0:  # a GEMM-AllReduce's gather waits on them
+                            release_flags(flags_ptr, release_slot, world_size)
                     acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
                                           BLOCK_N, USE_TMA)
             y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
