@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 import fluxlite
+from fluxlite._cli import ArgumentParser, comma_list, positive, threads_per_rank
 from fluxlite._sequential import all_gather_rows
 from fluxlite._validate import IMPLS as ALL_IMPLS
 
@@ -40,53 +41,23 @@ DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.f
 TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
-class _Parser(argparse.ArgumentParser):
-    """A bad argument: one line on stderr and exit status 2. Under torchrun every rank reaches the
-    same verdict, so rank 0 alone says it; the others exit quietly (status 0), so that torchrun does
-    not stop rank 0 before its line is out."""
-
-    def error(self, message: str):
-        if os.environ.get("RANK", "0") != "0":
-            self.exit(0)
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
-
-
-def _count(least: int):
-    """An argparse ``type``: an integer of at least ``least``."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < least:
-            raise argparse.ArgumentTypeError(f"must be {'positive' if least == 1 else f'{least} or more'}, got {v}")
-        return v
-    return parse
-
-
-def _impls(text: str) -> list[str]:
-    impls = [i.strip() for i in text.split(",") if i.strip()]
-    if not impls or not set(impls) <= set(ALL_IMPLS):
-        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(ALL_IMPLS)}, got {text!r}")
-    return impls
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     """Parse and check the arguments before any rank starts: sizes positive and divisible by the
     world size (torchrun's ``WORLD_SIZE``, else 1), the defaults resolved (GPU or CPU)."""
-    p = _Parser(prog="fluxlite.demo", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="fluxlite.demo", description=__doc__.split("\n\n")[0])
     # Upper case first: under torchrun, its own parser takes --m and --n for abbreviations of its
     # options (--master-port, --nnodes, ...) and fails; the lower-case spellings work without torchrun.
-    p.add_argument("--M", "--m", dest="m", type=_count(1), help="rows M of the whole problem (default: 4096 on GPU, 1024 on CPU)")
-    p.add_argument("--K", "--k", dest="k", type=_count(1), help="reduction dim K (default: 8192 on GPU, 1024 on CPU)")
-    p.add_argument("--N", "--n", dest="n", type=_count(1), help="output features N (default: 8192 on GPU, 1024 on CPU)")
-    p.add_argument("--iters", type=_count(1), help="timed iterations per implementation (default: 20 on GPU, 10 on CPU)")
-    p.add_argument("--warmup", type=_count(0), default=3, help="untimed iterations first (default: 3)")
+    p.add_argument("--M", "--m", dest="m", type=positive(int), help="rows M of the whole problem (default: 4096 on GPU, 1024 on CPU)")
+    p.add_argument("--K", "--k", dest="k", type=positive(int), help="reduction dim K (default: 8192 on GPU, 1024 on CPU)")
+    p.add_argument("--N", "--n", dest="n", type=positive(int), help="output features N (default: 8192 on GPU, 1024 on CPU)")
+    p.add_argument("--iters", type=positive(int), help="timed iterations per implementation (default: 20 on GPU, 10 on CPU)")
+    p.add_argument("--warmup", type=positive(int, zero_ok=True), default=3, help="untimed iterations first (default: 3)")
     p.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16 on GPU, float32 on CPU")
-    p.add_argument("--impls", type=_impls, default=list(IMPLS),
+    p.add_argument("--impls", type=comma_list(ALL_IMPLS), default=IMPLS,
                    help=f"comma-separated subset of {','.join(ALL_IMPLS)} (default: {','.join(IMPLS)})")
     args = p.parse_args(argv)
-    cuda = torch.cuda.is_available()  # fluxlite.init puts the ranks on the GPUs when there are any
+    args.impls = list(args.impls)
+    args.cuda = cuda = torch.cuda.is_available()  # fluxlite.init puts the ranks on the GPUs when there are any
     for name, gpu, cpu in (("m", 4096, 1024), ("k", 8192, 1024), ("n", 8192, 1024)):
         if getattr(args, name) is None:
             setattr(args, name, gpu if cuda else cpu)
@@ -246,14 +217,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     _single_process_env()
     tp = fluxlite.init()
-    cuda = torch.cuda.is_available() and "cuda" in tp.device_types
+    cuda = args.cuda
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     M, K, N, iters, impls = args.m, args.k, args.n, args.iters, args.impls
     dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if cuda else torch.float32)
     W = tp.world_size
     if not cuda:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        torch.set_num_threads(threads_per_rank())
 
     timer = Timer(device)
     rows = []

@@ -39,9 +39,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fluxlite
+from fluxlite._cli import ArgumentParser, positive, threads_per_rank
 from fluxlite._validate import IMPLS
 from fluxlite.profile import layer_timings
-from fluxlite.profile.cli import ArgumentParser, positive
 from fluxlite.parallel import (
     ColumnParallelLinear,
     ModelParallelConfig,
@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     else:
         tp = fluxlite.init("gloo")
         device = torch.device("cpu")
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // tp.world_size))
+        torch.set_num_threads(threads_per_rank(tp.world_size))
     a.dtype = a.dtype or ("bf16" if device.type == "cuda" else "fp32")
     dtype = DTYPES[a.dtype]
     W, rank = tp.world_size, tp.rank
