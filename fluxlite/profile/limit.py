@@ -37,6 +37,7 @@ only useful to test the profiler.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +46,7 @@ import torch
 
 from ..group import TPGroup
 
-_KEYS = iter(range(1 << 62))
+_KEYS = itertools.count()  # one workspace name per transfer
 
 
 def transfer_bytes(op: str, world_size: int, M: int, K: int, N: int, element_size: int) -> tuple[int, int]:
@@ -112,6 +113,15 @@ class Transfer:
             future, self._future = self._future, None
             future.result()
 
+    def beside(self, fn: Callable) -> Callable:
+        """``fn`` with the copies beside it: ``fn(x)`` once they are started, its result once both are done."""
+        def run(x):
+            self.start()
+            out = fn(x)
+            self.join()
+            return out
+        return run
+
     def _copy_on_thread(self) -> None:
         for dst, src, n in self.copies:
             ctypes.memmove(dst, src, n)  # releases the GIL: the matmul runs beside it
@@ -134,17 +144,11 @@ def limit_case(tp: TPGroup, op: str, M: int, K: int, N: int, dtype: torch.dtype,
     per_peer, local = transfer_bytes(op, tp.world_size, M, K, N, torch.empty((), dtype=dtype).element_size())
     transfer = Transfer(tp, device, per_peer, local, timeout_s)
 
-    def limit(x):
-        transfer.start()
-        out = gemm(x)
-        transfer.join()
-        return out
-
     def copy(x):
         transfer.start()
         transfer.join()
 
-    return limit, copy, transfer
+    return transfer.beside(gemm), copy, transfer
 
 
 def efficiency(t_sequential: float, t_impl: float, t_limit: float, noise: float = 0.01) -> float:

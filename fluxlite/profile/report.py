@@ -8,7 +8,7 @@ the shapes finished before, of ``shapes`` planned). Each row: ``op, M, K, N, nam
 overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequential[impl][mode]``,
 ``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]`` (the figures of
 :mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
-``auto`` (what ``impl="auto"`` chooses: impl, config, label, source). NaN is written as ``null``.
+``auto`` (what ``impl="auto"`` chooses: impl, config, label, source). NaN (and an infinity) is written as ``null``.
 :func:`read_json` also reads the earlier ``fluxlite-profile/1`` files (no limit: NaN).
 
 CSV (``profile.csv``): one line per row and implementation, with the same figures.
@@ -42,12 +42,12 @@ LIMIT_TEXT = "limit: the GEMM alone while the copy engine moves the op's bytes b
 
 
 def no_nan(v):
-    """NaN -> None, recursively, so the JSON is standard."""
+    """NaN and infinities -> None, recursively, so the JSON is standard."""
     if isinstance(v, dict):
         return {k: no_nan(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [no_nan(x) for x in v]
-    return None if isinstance(v, float) and math.isnan(v) else v
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def label(row: dict) -> str:
