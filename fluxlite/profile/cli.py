@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from .._cli import ArgumentParser, comma_list, on_rank_0, positive, threads_per_rank
 from .presets import OPS, PRESETS, SHORT, Shape, model_shapes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -56,57 +57,20 @@ EXIT_TIME_LIMIT = 124  # as timeout(1); a signal exits with 128 + its number
 SPAWN_GRACE_S = 30.0  # how long the other ranks get to finish (rank 0: to write) once one has exited
 
 
-def _on_rank_0() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """The parser of fluxlite's commands: a bad argument gives one line on stderr and exit status 2.
-
-    Under torchrun every rank parses the same arguments and reaches the same verdict, so rank 0
-    alone reports it; the others exit quietly with status 0, which keeps torchrun from stopping
-    rank 0 (as it stops every worker once one fails) before its line is out."""
-
-    def error(self, message: str):
-        if not _on_rank_0():
-            self.exit(0)
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
-
-
-def parse_shape(text: str) -> list[Shape]:
+def parse_shape(text: str, ops: tuple[str, ...] = OPS) -> list[Shape]:
+    """``OP:M,K,N`` as the shape of one of ``ops`` (``OP``: its short name, lower case: ag, rs, ar),
+    ``M,K,N`` as the shapes of them all."""
+    bad = argparse.ArgumentTypeError(
+        f"expected M,K,N or {'|'.join(SHORT[o].lower() for o in ops)}:M,K,N (positive integers), got {text!r}")
     op, _, dims = text.rpartition(":")
     try:
         M, K, N = (int(v) for v in dims.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected M,K,N or ag|rs|ar:M,K,N (positive integers), got {text!r}")
-    ops = {"": OPS, **{short.lower(): (name,) for name, short in SHORT.items()}}.get(op)
-    if ops is None or min(M, K, N) < 1:
-        raise argparse.ArgumentTypeError(f"expected M,K,N or ag|rs|ar:M,K,N (positive integers), got {text!r}")
-    return [Shape(o, M, K, N) for o in ops]
-
-
-def positive(kind: type, zero_ok: bool = False):
-    """An argparse ``type``: ``kind(text)`` that is positive (or 0 too, with ``zero_ok``); NaN is refused."""
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not (v >= 0 if zero_ok else v > 0):
-            raise argparse.ArgumentTypeError(f"must be {'0 or more' if zero_ok else 'positive'}, got {text}")
-        return v
-    return parse
-
-
-def _comma_list(choices: tuple[str, ...]):
-    """A comma list of ``choices`` (each once, in the given order)."""
-    def parse(text: str) -> tuple[str, ...]:
-        items = tuple(dict.fromkeys(t.strip() for t in text.split(",")))
-        if not items or not set(items) <= set(choices):
-            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(choices)}, got {text!r}")
-        return items
-    return parse
+        raise bad from None
+    chosen = {"": ops, **{SHORT[o].lower(): (o,) for o in ops}}.get(op)
+    if chosen is None or min(M, K, N) < 1:
+        raise bad
+    return [Shape(o, M, K, N) for o in chosen]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=sorted(PRESETS), help="profile a preset's layer shapes")
     p.add_argument("--tp", type=positive(int), help="tensor-parallel size of --model (default: the world size)")
     p.add_argument("--tokens", type=positive(int), default=8192, help="tokens (sequence x batch) of --model")
-    p.add_argument("--ops", type=_comma_list(("ag", "rs", "ar")), default=("ag", "rs", "ar"),
+    p.add_argument("--ops", type=comma_list(("ag", "rs", "ar")), default=("ag", "rs", "ar"),
                    help="comma list of ag, rs, ar (GEMM-AllReduce: the layers without sequence parallelism): "
                         "which ops to keep")
-    p.add_argument("--impls", type=_comma_list(CHOSEN),
+    p.add_argument("--impls", type=comma_list(CHOSEN),
                    help=f"comma list of {', '.join(CHOSEN)} (default: all; torch_symm_mem on CUDA only). The GEMM, "
                         "the collective, the copy, the limit and sequential are always timed: the figures need them")
     p.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 on GPUs, fp32 on CPU")
@@ -190,14 +154,19 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(str(exc))
     if not shapes:
         p.error("give --shape M,K,N (repeatable) or --model NAME")
-    for s in shapes:
-        if s.op != "gemm_ar" and s.M % world:
-            p.error(f"shape {s.label}: M ({s.M}) must be divisible by the number of ranks ({world})")
+    refuse_indivisible(p, shapes, world)
     args.shapes = [s for s in shapes if SHORT[s.op].lower() in args.ops]
     args.world_size = world
     if args.device == "cpu" and args.time_limit is None:
-        _refuse_long_cpu_runs(p, args, max(1, (os.cpu_count() or 1) // local))
+        _refuse_long_cpu_runs(p, args, threads_per_rank(local))
     return args
+
+
+def refuse_indivisible(p: argparse.ArgumentParser, shapes: list[Shape], world: int) -> None:
+    """A bad argument: a shape whose M rows the ranks cannot split (GEMM-AllReduce's need not split)."""
+    for s in shapes:
+        if s.op != "gemm_ar" and s.M % world:
+            p.error(f"shape {s.label}: M ({s.M}) must be divisible by the number of ranks ({world})")
 
 
 def _refuse_long_cpu_runs(p: argparse.ArgumentParser, args: argparse.Namespace, threads: int) -> None:
@@ -252,18 +221,24 @@ def git_commit() -> str | None:
         return None
 
 
-def _meta(args, tp) -> dict:
+def run_environment(tp, device: torch.device) -> dict:
+    """What a run's figures depend on besides its arguments: the device, world size and backend, the
+    versions of torch, triton, fluxlite and NCCL (CUDA), the date (UTC) and fluxlite's git commit."""
     import triton
 
     import fluxlite
 
-    cuda = args.device == "cuda"
-    return dict(device=torch.cuda.get_device_name() if cuda else "cpu", world_size=tp.world_size,
-                backend=str(torch.distributed.get_backend(tp.group)), dtype=args.dtype, torch=torch.__version__,
+    cuda = device.type == "cuda"
+    return dict(device=torch.cuda.get_device_name(device) if cuda else "cpu", world_size=tp.world_size,
+                backend=str(torch.distributed.get_backend(tp.group)), torch=torch.__version__,
                 triton=triton.__version__, fluxlite=fluxlite.__version__,
                 nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                git_commit=git_commit(), command=" ".join(["fluxlite-profile", *sys.argv[1:]]),
+                git_commit=git_commit())
+
+
+def _meta(args, tp, device: torch.device) -> dict:
+    return dict(run_environment(tp, device), dtype=args.dtype, command=" ".join(["fluxlite-profile", *sys.argv[1:]]),
                 rounds=args.rounds, warmup=args.warmup, sets=args.sets, batch_ms=args.batch_ms, tune=args.tune,
                 impls=list(args.impls), time_limit=args.time_limit, shapes=len(args.shapes), stopped=None)
 
@@ -353,17 +328,14 @@ def _profile(args, signals: _Signals) -> int:
 
     from ..timing import Timer
     from . import report
-    from .run import enable_torch_symm_mem
+    from .run import init_ranks
 
-    tp = fluxlite.init("nccl" if args.device == "cuda" else "gloo")
-    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
+    tp, device = init_ranks("nccl" if args.device == "cuda" else "gloo")
     if device.type == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", tp.world_size))))
-    else:
-        enable_torch_symm_mem(tp)
+        torch.set_num_threads(threads_per_rank(tp.world_size))
     torch.manual_seed(1234 + tp.rank)
     timer = Timer(tp, device)
-    meta = _meta(args, tp) if tp.rank == 0 else {}
+    meta = _meta(args, tp, device) if tp.rank == 0 else {}
     bar = None
     if tp.rank == 0 and not args.no_progress:
         from tqdm import tqdm
@@ -464,7 +436,7 @@ def main(argv=None) -> int:
         print(report.format_table(meta, rows))
         print("wrote " + ", ".join(map(str, report.write_all(args.out, meta, rows))))
         return 0
-    if args.device == "cpu" and _on_rank_0():
+    if args.device == "cpu" and on_rank_0():
         print(f"fluxlite-profile: note: CPU ranks only exercise the profiler's protocol; their times say nothing "
               f"about GPU performance (rounds {args.rounds}, warm-up {args.warmup})", file=sys.stderr, flush=True)
     return profile_on_this_rank(args) if _under_torchrun() else _spawn(args)

@@ -18,6 +18,7 @@ hides none (sequential); it is NaN where sequential is within noise of the limit
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -113,7 +114,7 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
     ``wrap``: applied to every case (``fn(inputs) -> output``) before it is timed."""
     tp, device = timer.tp, timer.device
     make, cases = op_case(shape, tp, dtype, device)
-    transfer, no_limit = _add_limit_cases(timer, shape, dtype, cases)
+    transfer, no_limit = add_limit_cases(timer, shape, dtype, cases)
     if wrap is not None:
         cases = {name: wrap(fn) for name, fn in cases.items()}
     wanted = (set(impls) | set(REFERENCES)) - (set() if device.type == "cuda" else {"torch_symm_mem"})  # CUDA only
@@ -139,24 +140,55 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
                 batch=batch, auto=dict(auto.to_json(), label=auto.label, source=auto.source))
 
 
-def _add_limit_cases(timer: Timer, shape: Shape, dtype: torch.dtype, cases: dict) -> tuple:
-    """Add ``limit`` and ``copy`` to ``cases``; ``(transfer, {})``. Where the transfer cannot be built
-    on some rank (the ranks agree, as :func:`~fluxlite.timing.run_each_once`'s do), ``(None,
-    {case: why})``: the shape is timed without them, and its limit figures are NaN."""
-    tp = timer.tp
-    try:
-        cases["limit"], cases["copy"], transfer = limits.limit_case(tp, shape.op, shape.M, shape.K, shape.N, dtype,
-                                                                    timer.device, cases["gemm"], TIMEOUT_S)
-        why = ""
-    except Exception as exc:  # reported in the row's "failed"; the other cases do not need the transfer
-        transfer, why = None, f"{type(exc).__name__}: {exc}"[:300]
-    if not timer.max_over_ranks([float(bool(why))])[0]:
+def add_limit_cases(timer: Timer, shape: Shape, dtype: torch.dtype, cases: dict) -> tuple:
+    """Add ``limit`` and ``copy`` to ``cases`` (``limit`` runs ``cases["gemm"]``); ``(transfer, {})``.
+    Where the transfer cannot be built on some rank (the ranks agree, :func:`agreed`), ``(None,
+    {case: why})``: the shape is timed without them, and its limit figures are NaN. Call
+    ``transfer.close()`` when done."""
+    transfer = None
+    with agreed(timer) as verdict:
+        cases["limit"], cases["copy"], transfer = limits.limit_case(timer.tp, shape.op, shape.M, shape.K, shape.N,
+                                                                    dtype, timer.device, cases["gemm"], TIMEOUT_S)
+    if not verdict.why:
         return transfer, {}
     if transfer is not None:
         transfer.close()
     for name in ("limit", "copy"):
         cases.pop(name, None)
-    return None, dict.fromkeys(("limit", "copy"), why or "failed on another rank")
+    return None, dict.fromkeys(("limit", "copy"), verdict.why)
+
+
+class Verdict:
+    """What :func:`agreed` found: ``why`` a step failed on some rank (this rank's error, or "failed on
+    another rank"), or ``""`` where it went through on every rank."""
+
+    why = ""
+
+
+@contextlib.contextmanager
+def agreed(timer: Timer):
+    """Run the ``with`` block, then let the ranks agree whether it failed on any of them (as
+    :func:`~fluxlite.timing.run_each_once` does for each of its callables); yields a :class:`Verdict`.
+    An ``Exception`` in the block is taken (and reported in the verdict), not raised. Collective."""
+    verdict = Verdict()
+    try:
+        yield verdict
+    except Exception as exc:  # reported in the verdict; the ranks drop the step together
+        verdict.why = f"{type(exc).__name__}: {exc}"[:300]
+    if timer.max_over_ranks([float(bool(verdict.why))])[0]:
+        verdict.why = verdict.why or "failed on another rank"
+
+
+def init_ranks(backend: str | None = None, torch_symm_mem: bool = True) -> tuple[TPGroup, torch.device]:
+    """``(tp, device)``: :func:`fluxlite.init`'s group (``backend``: its default where ``None``) and this
+    rank's device, its GPU where the group serves CUDA tensors, else the CPU; on the GPU, with
+    ``torch_symm_mem``, torch's fused ops enabled for the group (:func:`enable_torch_symm_mem`)."""
+    tp = fluxlite.init(backend)
+    if "cuda" not in tp.device_types:
+        return tp, torch.device("cpu")
+    if torch_symm_mem:
+        enable_torch_symm_mem(tp)
+    return tp, torch.device("cuda", torch.cuda.current_device())
 
 
 def enable_torch_symm_mem(tp: TPGroup) -> None:
