@@ -49,15 +49,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import math
 import os
 import sys
 
-# Never NVLink multicast on the shared machines (as scripts/gpu_suite.sh); read at NCCL / symm-mem init.
-for _var, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ.setdefault(_var, _value)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch  # noqa: E402
@@ -67,7 +63,12 @@ import torch.nn.functional as F  # noqa: E402
 
 import fluxlite  # noqa: E402
 from fluxlite import dispatch  # noqa: E402
+from fluxlite._cli import (NO_MULTICAST_ENV, ArgumentParser, comma_list, no_nvlink_multicast, positive,  # noqa: E402
+                           positive_list)
 from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear  # noqa: E402
+from fluxlite.profile.cli import run_environment  # noqa: E402
+from fluxlite.profile.report import no_nan  # noqa: E402
+from fluxlite.profile.run import agreed, init_ranks, rel_err  # noqa: E402
 from fluxlite.timing import Timer, run_each_once, time_rounds  # noqa: E402
 
 FLUXLITE_IMPLS = ("sequential", "fused", "auto")
@@ -78,58 +79,29 @@ NORM_EPS = 1e-5
 PROG = "bench_inference.py"
 
 
-def _rank() -> int:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
-
-
-class _Parser(argparse.ArgumentParser):
-    """Bad arguments: one line from rank 0, exit 2; the other ranks, which parse the same arguments
-    and reach the same verdict, exit quietly (so torchrun does not stop rank 0 before its line)."""
-
-    def error(self, message: str):
-        if _rank() != 0:
-            self.exit(0)
-        self.exit(2, f"{PROG}: error: {message}\n")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _positive_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}")
-    return values
-
-
 def _impls(text: str) -> tuple[str, ...]:
-    items = tuple(dict.fromkeys(t.strip() for t in text.split(",")))
-    if not set(items) <= set(IMPLS) or "sequential" not in items:
+    try:
+        items = comma_list(IMPLS)(text)
+    except argparse.ArgumentTypeError:
+        items = ()
+    if "sequential" not in items:
         raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(IMPLS)} with sequential (the "
                                          f"baseline), got {text!r}")
     return ("sequential", *(i for i in items if i != "sequential"))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--hidden", type=_positive, default=8192)
-    p.add_argument("--ffn", type=_positive, default=28672)
-    p.add_argument("--heads", type=_positive, default=64)
-    p.add_argument("--kv-heads", type=_positive, default=8)
-    p.add_argument("--layers", type=_positive, default=2)
-    p.add_argument("--prefill", type=_positive_list, default="512,2048,8192", help="prefill tokens, comma list")
-    p.add_argument("--decode", type=_positive_list, default="1,8,64,256", help="decode tokens per step, comma list")
-    p.add_argument("--context", type=_positive, default=512, help="decode: the KV cache's positions per sequence")
+    p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    count = positive(int, expected=True)
+    p.add_argument("--hidden", type=count, default=8192)
+    p.add_argument("--ffn", type=count, default=28672)
+    p.add_argument("--heads", type=count, default=64)
+    p.add_argument("--kv-heads", type=count, default=8)
+    p.add_argument("--layers", type=count, default=2)
+    p.add_argument("--prefill", type=positive_list(int), default="512,2048,8192", help="prefill tokens, comma list")
+    p.add_argument("--decode", type=positive_list(int), default="1,8,64,256", help="decode tokens per step, comma list")
+    p.add_argument("--context", type=count, default=512, help="decode: the KV cache's positions per sequence")
     p.add_argument("--decode-layout", choices=("sp", "replicated"), default="sp",
                    help="sp: sequence parallel where the tokens divide by the TP size, else replicated")
     p.add_argument("--impls", type=_impls, default=None,
@@ -138,8 +110,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: a smoke run of this script on gloo ranks (wall-clock timing; not a benchmark)")
     p.add_argument("--eager", action="store_true", help="time the eager forward, not a CUDA graph's replay")
-    p.add_argument("--warmup", type=_positive, default=3, help="eager forwards before capture (and before timing)")
-    p.add_argument("--rounds", type=_positive, default=10, help="timed rounds per case")
+    p.add_argument("--warmup", type=count, default=3, help="eager forwards before capture (and before timing)")
+    p.add_argument("--rounds", type=count, default=10, help="timed rounds per case")
     p.add_argument("--max-rel-err", type=float, default=3e-2,
                    help="exit 1 if an implementation's output differs from sequential's by more (norm-relative)")
     p.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
@@ -214,9 +186,15 @@ class Stack(nn.Module):
         torch.manual_seed(0)  # the same weights on every rank (each keeps its shards), every run
         self.layers = nn.ModuleList(DecoderLayer(a, tp.world_size, dtype) for _ in range(a.layers)).to(device)
         self.W, self.group_name = tp.world_size, tp.group.group_name
+        self.configured: tuple[str, bool] | None = None
 
     def configure(self, impl: str, sp: bool) -> None:
-        """Run the layers as ``impl`` (fluxlite's ``overlap``) with or without sequence parallelism."""
+        """Run the layers as ``impl`` (fluxlite's ``overlap``) with or without sequence parallelism.
+        Cheap when they already run so: a timed eager forward calls it, and it walks the layers only
+        where the implementation timed before was another."""
+        if self.configured == (impl, sp):
+            return
+        self.configured = (impl, sp)
         for layer in self.layers:
             for linear in layer.linears():
                 linear.overlap = impl if impl in FLUXLITE_IMPLS else "sequential"
@@ -260,10 +238,6 @@ def cases(a, W: int) -> list[dict]:
     return out
 
 
-def _agreed(timer: Timer, failed: bool) -> bool:
-    return bool(timer.max_over_ranks([float(failed)])[0])
-
-
 def case_inputs(a, case: dict, W: int, device: torch.device, dtype: torch.dtype):
     """``(x, caches, sp)`` of ``case`` on this rank: the stack's input (the same rows on every rank
     when replicated), each layer's KV cache (decode) or ``None``, and whether it is sequence parallel."""
@@ -292,8 +266,7 @@ def prewarm(a, stack: Stack, all_cases: list[dict], timer: Timer, dtype: torch.d
     sp_cases = sorted((c for c in all_cases if c["layout"] == "sp"), key=lambda c: -c["tokens"])
     failed = {}
     for impl in (i for i in a.impls if i != "sequential"):
-        why = ""
-        try:
+        with agreed(timer) as verdict:  # a failure drops the impl on every rank
             for case in sp_cases:
                 x, caches, _ = case_inputs(a, case, stack.W, timer.device, dtype)
                 stack.configure(impl, True)
@@ -301,10 +274,8 @@ def prewarm(a, stack: Stack, all_cases: list[dict], timer: Timer, dtype: torch.d
                     stack(x, impl, caches)
             fluxlite.synchronize()
             timer.sync()
-        except Exception as exc:  # reported; the impl is dropped on every rank
-            why = f"{type(exc).__name__}: {exc}"[:300]
-        if _agreed(timer, bool(why)):
-            failed[impl] = why or "failed on another rank"
+        if verdict.why:
+            failed[impl] = verdict.why
             if impl != TORCH:
                 fluxlite.release_workspaces()
     return failed
@@ -325,8 +296,7 @@ def forwards(a, stack: Stack, case: dict, timer: Timer, dtype: torch.dtype) -> t
             with torch.no_grad():
                 return stack(x, impl, caches)
 
-        why = ""
-        try:
+        with agreed(timer) as verdict:  # a failure drops the impl on every rank
             with _mode(impl):
                 for _ in range(a.warmup):
                     fwd()
@@ -340,10 +310,8 @@ def forwards(a, stack: Stack, case: dict, timer: Timer, dtype: torch.dtype) -> t
             else:
                 fns[impl] = fwd
             graphed[impl] = timer.cuda and not a.eager
-        except Exception as exc:  # reported; the impl is dropped on every rank
-            why = f"{type(exc).__name__}: {exc}"[:300]
-        if _agreed(timer, bool(why)):
-            failed[impl] = why or "failed on another rank"
+        if verdict.why:
+            failed[impl] = verdict.why
             drop_workspace_users(fns, failed, impl)
     return fns, failed, graphed, ref
 
@@ -359,10 +327,6 @@ def drop_workspace_users(fns: dict, failed: dict, culprit: str) -> None:
         del fns[impl]
         failed[impl] = f"dropped: the workspaces were released after {culprit} failed"
     fluxlite.release_workspaces()
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30))
 
 
 def auto_choices(a, tp, case: dict, dtype: torch.dtype, device: torch.device) -> dict:
@@ -421,31 +385,13 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (smoke run, not a benchmark)"
 
 
-def _git_commit() -> str | None:
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return run.stdout.strip() or None
-
-
 def meta(a, tp, device: torch.device) -> dict:
-    import triton
-
     return dict(
-        device=_device_name(device), world_size=tp.world_size, torch=torch.__version__, triton=triton.__version__,
-        fluxlite=fluxlite.__version__,
-        nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
-        git_commit=_git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        run_environment(tp, device), device=_device_name(device),
         command=" ".join([os.path.basename(sys.executable), *sys.argv]), dtype=a.dtype, layers=a.layers,
         widths=dict(hidden=a.hidden, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads, context=a.context),
         graphs=device.type == "cuda" and not a.eager, rounds=a.rounds, warmup=a.warmup, impls=list(a.impls),
-        env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "FLUXLITE_AUTO",
-                                        "FLUXLITE_AUTO_MODE") if k in os.environ})
+        env={k: os.environ[k] for k in (*NO_MULTICAST_ENV, "FLUXLITE_AUTO", "FLUXLITE_AUTO_MODE") if k in os.environ})
 
 
 def table(m: dict, rows: list[dict]) -> str:
@@ -468,23 +414,11 @@ def table(m: dict, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _no_nan(v):
-    if isinstance(v, dict):
-        return {k: _no_nan(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_no_nan(x) for x in v]
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
-    tp = fluxlite.init(None if a.device == "cuda" else "gloo")
-    device = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
+    no_nvlink_multicast()
+    tp, device = init_ranks(None if a.device == "cuda" else "gloo", torch_symm_mem=TORCH in a.impls)
     dtype = DTYPES[a.dtype]
-    if TORCH in a.impls:
-        from fluxlite.profile.run import enable_torch_symm_mem
-
-        enable_torch_symm_mem(tp)
     timer = Timer(tp, device)
     stack = Stack(a, tp, dtype, device)
     all_cases = cases(a, tp.world_size)
@@ -503,20 +437,20 @@ def main(argv=None) -> int:
                 f"{i} {x['latency_ms_per_layer']:.4f} ms/layer ({x['latency_vs_sequential']:.3f}x)"
                 for i, x in r["results"].items()) + (f"; FAILED {sorted(r['failed'])}" if r["failed"] else ""),
                 flush=True)
-    m = meta(a, tp, device)
     bad = {r["name"]: [i for i, x in r["results"].items()
                        if not max(x["rel_err_vs_sequential"], x["rel_err_vs_eager_sequential"]) <= a.max_rel_err]
            for r in rows}
     bad = {name: impls for name, impls in bad.items() if impls}
     failed = {name: f for name, f in {**failed, **{r["name"]: r["failed"] for r in rows}}.items() if f}
     if tp.rank == 0:
+        m = meta(a, tp, device)
         print(table(m, rows), flush=True)
         if bad:
             print(f"FAIL: outputs off sequential's by more than {a.max_rel_err:g}: {bad}", flush=True)
         if a.out:
             with open(a.out, "w") as f:
-                json.dump(_no_nan(dict(meta=m, config={k: v for k, v in vars(a).items()}, cases=rows, accurate=not bad,
-                                       failed=failed)), f, indent=1)
+                json.dump(no_nan(dict(meta=m, config={k: v for k, v in vars(a).items()}, cases=rows, accurate=not bad,
+                                      failed=failed)), f, indent=1)
     timer.align()
     fluxlite.release_workspaces()
     dist.destroy_process_group()

@@ -29,7 +29,7 @@ T_comm) and exposed comm T_fused - T_gemm (throughput times).
 from __future__ import annotations
 
 import argparse
-import datetime
+import functools
 import json
 import math
 import os
@@ -38,18 +38,16 @@ import sys
 import torch
 import torch.distributed as dist
 
-# Never NVLink multicast on the shared machines (as scripts/gpu_suite.sh); read at NCCL / symm-mem init.
-for _var, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ.setdefault(_var, _value)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import fluxlite  # noqa: E402
+from fluxlite._cli import ArgumentParser, comma_list, no_nvlink_multicast, positive, positive_list  # noqa: E402
 from fluxlite.kernels.ag_gemm import gemm as fl_gemm  # noqa: E402
 from fluxlite.profile import cli as profile_cli  # noqa: E402
-from fluxlite.profile.presets import PRESETS, Shape, model_shapes  # noqa: E402
+from fluxlite.profile.presets import PRESETS, SHORT, Shape, model_shapes  # noqa: E402
 from fluxlite.profile.report import no_nan  # noqa: E402
-from fluxlite.profile.run import TIMEOUT_S, enable_torch_symm_mem, op_case, rel_err  # noqa: E402
+from fluxlite.profile.run import TIMEOUT_S, init_ranks, op_case, rel_err  # noqa: E402
 from fluxlite.timing import MODES, Timer, run_each_once, time_rounds  # noqa: E402
 
 ANCHOR_AG = [(8192, 8192, 14336), (8192, 8192, 5120), (4096, 8192, 14336), (16384, 8192, 4096)]
@@ -57,6 +55,7 @@ BASELINES = ("cublas", "nccl", "torch_fused")  # failures here are tolerated; fl
 REF = dict(sequential=None, torch_fused="sequential", fl_gemm="cublas", fused="sequential",
            fused_keep="sequential", auto="sequential")  # what each impl's output is checked against
 NAMES = dict(gemm="cublas", comm="nccl", torch_symm_mem="torch_fused")  # this script's names of the profiler's
+OPS = ("ag_gemm", "gemm_rs")
 
 
 def default_shapes(W: int) -> list:
@@ -64,16 +63,6 @@ def default_shapes(W: int) -> list:
     small); RS uses the same problems with K and N swapped."""
     ag = ANCHOR_AG + [(2048, 8192, 7168), (1000 * W, 5120, 1376), (16384, 4096, 28672), (512, 8192, 8192)]
     return [("ag", s) for s in ag] + [("rs", (M, N, K)) for M, K, N in ag]
-
-
-def parse_shape(text: str):
-    try:
-        op, dims = text.split(":")
-        M, K, N = (int(v) for v in dims.split(","))
-        assert op in ("ag", "rs") and min(M, K, N) > 0
-    except (ValueError, AssertionError):
-        raise argparse.ArgumentTypeError(f"expected ag:M,K,N or rs:M,K,N with positive sizes, got {text!r}")
-    return op, (M, K, N)
 
 
 def case(op: str, shape, tp, dtype, device):
@@ -151,53 +140,61 @@ def print_table(meta: dict, rows: list) -> None:
           "fused / cuBLAS; '!': a fluxlite impl failed or is off (JSON 'failed', 'rel_err')", flush=True)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", nargs="+", type=parse_shape, metavar="OP:M,K,N",
-                   help="e.g. ag:8192,8192,14336 rs:8192,14336,8192 (default: the 4 anchor shapes + 4 more, per op)")
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parse and check the arguments before the process group comes up (one line and exit 2 from rank
+    0 when they are bad); ``args.shapes``: ``[(op, (M, K, N))]`` to run at torchrun's ``WORLD_SIZE``."""
+    p = ArgumentParser(prog="bench_ops.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="+", type=functools.partial(profile_cli.parse_shape, ops=OPS),
+                   metavar="[OP:]M,K,N",
+                   help="e.g. ag:8192,8192,14336 rs:8192,14336,8192, or M,K,N for both (default: the 4 anchor shapes "
+                        "+ 4 more, per op)")
     p.add_argument("--model", choices=sorted(PRESETS),
                    help="a preset's layer shapes (forward and dgrad) at this run's world size, instead of the defaults")
-    p.add_argument("--tokens", default="8192", help="with --model: comma list of token counts (sequence x batch)")
-    p.add_argument("--ops", default="ag,rs", help="comma list of ag, rs (filters the shapes)")
+    p.add_argument("--tokens", type=positive_list(int), default="8192",
+                   help="with --model: comma list of token counts (sequence x batch)")
+    p.add_argument("--ops", type=comma_list(("ag", "rs")), default="ag,rs",
+                   help="comma list of ag, rs (filters the shapes)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="fp32: CPU ranks only")
-    p.add_argument("--rounds", type=int, default=15, help="rounds per shape (each times every impl in every mode)")
+    p.add_argument("--rounds", type=positive(int), default=15,
+                   help="rounds per shape (each times every impl in every mode)")
     p.add_argument("--quick", action="store_true", help="5 rounds, 1 warm-up")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls per impl per shape")
-    p.add_argument("--sets", type=int, default=3, help="input sets rotated between calls")
-    p.add_argument("--batch-ms", type=float, default=20.0, help="GPU work per throughput batch (sizes the batch)")
-    p.add_argument("--max-batch", type=int, default=30, help="most calls per throughput batch")
-    p.add_argument("--sleep-ms", type=float, default=25.0, help="least _sleep ahead of a throughput batch")
-    p.add_argument("--max-rel-err", type=float, default=2e-2, help="exit 1 if a fluxlite impl is further off")
+    p.add_argument("--warmup", type=positive(int, zero_ok=True), default=3, help="untimed calls per impl per shape")
+    p.add_argument("--sets", type=positive(int), default=3, help="input sets rotated between calls")
+    p.add_argument("--batch-ms", type=positive(float), default=20.0,
+                   help="GPU work per throughput batch (sizes the batch)")
+    p.add_argument("--max-batch", type=positive(int), default=30, help="most calls per throughput batch")
+    p.add_argument("--sleep-ms", type=positive(float, zero_ok=True), default=25.0,
+                   help="least _sleep ahead of a throughput batch")
+    p.add_argument("--max-rel-err", type=positive(float), default=2e-2, help="exit 1 if a fluxlite impl is further off")
     p.add_argument("--out", default=None, help="write meta and rows as JSON here (rank 0; rewritten after each row)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.warmup = 5, 1
     args.dtype = dict(bf16=torch.bfloat16, fp16=torch.float16, fp32=torch.float32)[args.dtype]
+    W = int(os.environ.get("WORLD_SIZE", "1"))
+    chosen = [s for group in args.shapes or [] for s in group]
+    if args.model:
+        try:
+            chosen += [s for tokens in args.tokens for s in model_shapes(args.model, W, tokens) if s.op in OPS]
+        except ValueError as exc:  # names the size W does not divide
+            p.error(str(exc))
+    chosen = [(SHORT[s.op].lower(), (s.M, s.K, s.N)) for s in chosen] or default_shapes(W)
+    args.shapes = [(op, (-(-M // W) * W, K, N)) for op, (M, K, N) in chosen if op in args.ops]
+    return args
 
-    tp = fluxlite.init()
-    W, args.rank0 = tp.world_size, tp.rank == 0
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    if cuda:
-        enable_torch_symm_mem(tp)
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    no_nvlink_multicast()
+    tp, device = init_ranks()
+    args.rank0, cuda = tp.rank == 0, device.type == "cuda"
     torch.manual_seed(dist.get_rank())
-    ops = args.ops.split(",")
-    chosen = list(args.shapes or [])
-    if args.model:  # model_shapes raises ValueError naming the size W does not divide
-        chosen += [("ag" if s.op == "ag_gemm" else "rs", (s.M, s.K, s.N))
-                   for tokens in args.tokens.split(",") for s in model_shapes(args.model, W, int(tokens))]
-    shapes = [(op, (-(-M // W) * W, K, N)) for op, (M, K, N) in (chosen or default_shapes(W)) if op in ops]
-    import triton
-
-    meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu", world_size=W, torch=torch.__version__,
-                triton=triton.__version__, nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-                dtype=str(args.dtype).replace("torch.", ""),
-                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                git_commit=profile_cli.git_commit(), command=" ".join(sys.argv), rounds=args.rounds,
-                warmup=args.warmup, timeout_s=TIMEOUT_S, max_rel_err=args.max_rel_err, modes=list(MODES),
-                complete=False)
+    shapes = args.shapes
     timer = Timer(tp, device)
-    meta["sleep_cycles_per_ms"] = timer.cycles_per_ms
+    meta = dict(profile_cli.run_environment(tp, device), dtype=str(args.dtype).replace("torch.", ""),
+                command=" ".join(sys.argv), rounds=args.rounds, warmup=args.warmup, timeout_s=TIMEOUT_S,
+                max_rel_err=args.max_rel_err, modes=list(MODES), complete=False,
+                sleep_cycles_per_ms=timer.cycles_per_ms) if args.rank0 else {}
     rows = []
     for i, (op, shape) in enumerate(shapes):
         rows.append(bench(op, shape, args, timer, f"[{i + 1}/{len(shapes)}]"))

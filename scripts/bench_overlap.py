@@ -2,9 +2,11 @@
 
     torchrun --nproc-per-node 2 scripts/bench_overlap.py --out overlap.json [--shapes ag:M,K,N rs:M,K,N ...]
 
-Shapes are per rank, as the profiler's: ``ag:M,K,N`` (M gathered rows, K, N local columns) and
-``rs:M,K,N`` (M rows, K local, N). Every case runs on every rank, interleaved over rounds (the
-project's timer: throughput, latency and host time, medians over rounds, max over ranks):
+Shapes are per rank, as the profiler's: ``ag:M,K,N`` (M gathered rows, K, N local columns),
+``rs:M,K,N`` (M rows, K local, N) or ``M,K,N`` for both; M divisible by the number of ranks.
+(NVLink multicast is off unless NCCL_NVLS_ENABLE etc. are set otherwise.) Every case runs on every
+rank, interleaved over rounds (the project's timer: throughput, latency and host time, medians over
+rounds, max over ranks):
 
 - ``cublas``: ``torch.matmul`` of the per-rank GEMM (AG: the gathered ``[M, K]``).
 - ``core``: fluxlite's GEMM core alone on the same problem (one rank's schedule, nothing waits).
@@ -23,7 +25,7 @@ So ``core/cublas`` is the core's cost, ``kernel/core`` the schedule's and waits'
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import os
 import sys
@@ -36,33 +38,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import fluxlite  # noqa: E402
 from fluxlite import schedule as sch  # noqa: E402
-from fluxlite._sequential import all_gather_rows, reduce_scatter_rows  # noqa: E402
+from fluxlite._cli import ArgumentParser, no_nvlink_multicast, positive  # noqa: E402
 from fluxlite.epilogue import PLAIN  # noqa: E402
 from fluxlite.fused import state_of  # noqa: E402
-from fluxlite.ops import AG, RS  # noqa: E402
-from fluxlite.group import resolve_group  # noqa: E402
 from fluxlite.kernels import ag_gemm as ag_kernel  # noqa: E402
 from fluxlite.kernels import gemm_rs as rs_kernel  # noqa: E402
-from fluxlite.profile.limit import limit_case  # noqa: E402
-from fluxlite.profile.run import enable_torch_symm_mem  # noqa: E402
+from fluxlite.ops import AG, RS  # noqa: E402
+from fluxlite.profile.cli import parse_shape, refuse_indivisible  # noqa: E402
+from fluxlite.profile.presets import SHORT, Shape  # noqa: E402
+from fluxlite.profile.run import TIMEOUT_S, add_limit_cases, init_ranks, op_case, rel_err  # noqa: E402
 from fluxlite.timing import Timer, run_each_once, time_rounds  # noqa: E402
 from fluxlite.workspace import get_workspace  # noqa: E402
 
 SHAPES = ["ag:8192,8192,14336", "rs:8192,14336,8192", "ag:8192,8192,5120", "rs:8192,5120,8192",
           "ag:16384,8192,4096", "rs:16384,4096,8192", "ag:4096,8192,14336", "ag:8192,8192,5504",
           "rs:8192,5504,8192", "ag:6000,5000,7000", "rs:6000,7000,5000", "ag:2048,8192,7168"]
-TIMEOUT_S = 30.0
-
-
-def parse_shape(text: str) -> tuple[str, int, int, int]:
-    try:
-        op, dims = text.split(":")
-        M, K, N = (int(v) for v in dims.split(","))
-        if op not in ("ag", "rs") or min(M, K, N) < 1:
-            raise ValueError
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a shape is ag:M,K,N or rs:M,K,N with positive sizes, got {text!r}") from None
-    return op, M, K, N
+OPS = ("ag_gemm", "gemm_rs")  # the ops with a kernel case
+NAMES = dict(gemm="cublas", comm="nccl", torch_symm_mem="torch")  # this script's names of the profiler's cases
+CASES = ("cublas", "core", "kernel", "kernel+copy", "limit", "copy", "nccl", "sequential", "fused", "torch")
 
 
 def preset_flags(W: int, signature: tuple[int, ...], device) -> torch.Tensor:
@@ -76,123 +69,109 @@ def preset_flags(W: int, signature: tuple[int, ...], device) -> torch.Tensor:
     return flags.to(device)
 
 
-def cases(op: str, M: int, K: int, N: int, tp, device, dtype, sets: int):
-    """``(make, {case: fn(x)}, transfer)`` for one shape (module docstring)."""
-    W, r = tp.world_size, tp.rank
-    ag = op == "ag"
-    fl_op = fluxlite.ag_gemm if ag else fluxlite.gemm_rs
-    state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
-
-    def make():
-        a = torch.randn(M // W if ag else M, K, device=device, dtype=dtype)
-        x = dict(a=a, w=(torch.randn(N, K, device=device) / K**0.5).to(dtype))
-        x["full"] = all_gather_rows(a, tp) if ag else a
-        if not ag:
-            x["partial"] = torch.randn(M, N, device=device, dtype=dtype)
-        return x
-
-    inputs = [make() for _ in range(sets)]
-    x0 = inputs[0]
+def kernel_case(shape: Shape, tp, device, dtype, x0: dict):
+    """``(kernel, plan)``: ``kernel(x)`` launches the fused kernel of ``shape``'s op with the op's
+    schedule (``plan``, for inputs like ``x0``), its flags preset and the peers' data already in place
+    (separate buffers, not the workspace's, which the fused calls use)."""
+    W, M, K, N = tp.world_size, shape.M, shape.K, shape.N
+    ag = shape.op == "ag_gemm"
     op = AG if ag else RS
+    state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
     plan = op.prepare(state, op.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S,
                                       out=None), None)
-    flags = preset_flags(W, plan.signature, device)
-    counters = torch.zeros(sch.num_counters(W), dtype=torch.int32, device=device)
     error = torch.zeros(16, dtype=torch.int32, device=device)
     call = torch.ones(1, dtype=torch.int32, device=device)
-    cache: dict = {}
-    common = dict(blocks=plan.blocks, tiles=plan.tiles, flags=flags, sig=plan.signature_dev, error=error, call=call,
-                  world_size=W, sig_base=sch.signature_slot(W, 0, 0), timeout_s=TIMEOUT_S, config=plan.config,
-                  cache=cache)
+    common = dict(blocks=plan.blocks, tiles=plan.tiles, flags=preset_flags(W, plan.signature, device),
+                  sig=plan.signature_dev, error=error, call=call, world_size=W, sig_base=sch.signature_slot(W, 0, 0),
+                  timeout_s=TIMEOUT_S, config=plan.config, cache={})
     local_tiles = plan.sched.local_tiles(plan.num_n)
     mc = M // W
-    # Separate buffers (not the workspace's, which the fused calls use): the peers' data "in place".
-    gathered = torch.randn(M, K, device=device, dtype=dtype) if ag else None
-    recv = torch.randn(W, mc, N, device=device, dtype=dtype) if not ag else None
-    partial = torch.empty(W, mc, N, device=device, dtype=dtype) if not ag else None
+    if ag:
+        gathered = torch.randn(M, K, device=device, dtype=dtype)
 
-    def kernel(x):
-        counters.zero_()
-        if ag:
+        def kernel(x):
             out = x["a"].new_empty(M, N)
             ag_kernel.launch(a_local=x["a"], gathered=gathered, weight=x["w"], out=out, bias=None, ep=PLAIN,
                              scale_local=None, scale_gathered=None, local_tiles=local_tiles, **common)
-        else:
-            out = x["a"].new_empty(mc, N)
-            rs_kernel.launch(a=x["a"], weight=x["w"], out=out, bias=None, partial=partial, recv=recv,
-                             peer_tiles=plan.tiles.shape[0] - local_tiles, counters=counters, rank=r, ep=PLAIN,
-                             **common)
+            return out
+        return kernel, plan
+
+    counters = torch.zeros(sch.num_counters(W), dtype=torch.int32, device=device)
+    recv = torch.randn(W, mc, N, device=device, dtype=dtype)
+    partial = torch.empty(W, mc, N, device=device, dtype=dtype)
+
+    def kernel(x):
+        counters.zero_()
+        out = x["a"].new_empty(mc, N)
+        rs_kernel.launch(a=x["a"], weight=x["w"], out=out, bias=None, partial=partial, recv=recv,
+                         peer_tiles=plan.tiles.shape[0] - local_tiles, counters=counters, rank=tp.rank, ep=PLAIN,
+                         **common)
         return out
+    return kernel, plan
 
-    def cublas(x):
-        return torch.matmul(x["full"], x["w"].t())
 
-    limit, copy, transfer = limit_case(tp, "ag_gemm" if ag else "gemm_rs", M, K, N, dtype, device, cublas, TIMEOUT_S)
-
-    def kernel_copy(x):
-        transfer.start()
-        out = kernel(x)
-        transfer.join()
-        return out
-
-    group_name = tp.group.group_name
-    if ag:
-        nccl = lambda x: all_gather_rows(x["a"], tp)  # noqa: E731
-        torch_op = lambda x: torch.ops.symm_mem.fused_all_gather_matmul(x["a"], [x["w"].t()], 0, group_name)[1][0]  # noqa: E731
+def cases(shape: Shape, timer: Timer, dtype, sets: int):
+    """``(inputs, {case: fn(x)}, transfer, {case: why it failed})`` for one shape (module docstring):
+    the profiler's cases (:func:`fluxlite.profile.run.op_case`, the limit and the copy) under this
+    script's names, and the core, kernel and kernel+copy cases. Call ``transfer.close()`` when done
+    (``None``: the transfer could not be built, and the cases that need it failed)."""
+    tp, device = timer.tp, timer.device
+    make, profiled = op_case(shape, tp, dtype, device)
+    inputs = [make() for _ in range(sets)]
+    kernel, plan = kernel_case(shape, tp, device, dtype, inputs[0])
+    transfer, failed = add_limit_cases(timer, shape, dtype, profiled)  # last: nothing here fails after it
+    fns = {NAMES.get(name, name): fn for name, fn in profiled.items()}
+    full = "gathered" if shape.op == "ag_gemm" else "a"  # the per-rank GEMM's input
+    fns["core"] = lambda x: ag_kernel.gemm(x[full], x["w"], config=plan.config)
+    fns["kernel"] = kernel
+    if transfer is None:
+        failed["kernel+copy"] = failed["limit"]
     else:
-        nccl = lambda x: reduce_scatter_rows(x["partial"], tp)  # noqa: E731
-        torch_op = lambda x: torch.ops.symm_mem.fused_matmul_reduce_scatter(x["a"], x["w"].t(), "sum", 0, group_name)  # noqa: E731
+        fns["kernel+copy"] = transfer.beside(kernel)
     if device.type != "cuda":
-        torch_op = None
-    fns = {
-        "cublas": cublas,
-        "core": lambda x: ag_kernel.gemm(x["full"], x["w"], config=plan.config),
-        "kernel": kernel,
-        "kernel+copy": kernel_copy,
-        "limit": limit,
-        "copy": copy,
-        "nccl": nccl,
-        "sequential": lambda x: fl_op(x["a"], x["w"], group=tp.group, impl="sequential"),
-        "fused": lambda x: fl_op(x["a"], x["w"], group=tp.group, impl="fused", timeout=TIMEOUT_S),
-        "torch": torch_op,
-    }
-    return inputs, {k: f for k, f in fns.items() if f is not None}, transfer
+        fns.pop("torch", None)
+    return inputs, {name: fns[name] for name in CASES if name in fns}, transfer, failed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in SHAPES],
-                        metavar="ag:M,K,N")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--sets", type=int, default=2, help="input sets rotated over (L2)")
-    parser.add_argument("--out", default=None, help="JSON file")
-    args = parser.parse_args()
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
-    else:  # a smoke run on CPU ranks (kernels interpreted: keep the shapes tiny)
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-    tp = resolve_group(None)
-    if device.type == "cuda":
-        enable_torch_symm_mem(tp)
+def parse_args(argv=None):
+    """Parse and check the arguments before the process group comes up: one line and exit 2 (from
+    rank 0) when they are bad. The number of ranks is torchrun's ``WORLD_SIZE``."""
+    p = ArgumentParser(prog="bench_overlap.py", description=__doc__.split("\n\n")[0])
+    shape = functools.partial(parse_shape, ops=OPS)
+    p.add_argument("--shapes", nargs="+", type=shape, metavar="[OP:]M,K,N",
+                   help="ag:M,K,N, rs:M,K,N, or M,K,N for both (default: Llama-3-70B's and a few more)")
+    p.add_argument("--rounds", type=positive(int), default=7, help="timed rounds per shape")
+    p.add_argument("--sets", type=positive(int), default=2, help="input sets rotated over (L2)")
+    p.add_argument("--out", default=None, help="JSON file (rank 0)")
+    args = p.parse_args(argv)
+    args.shapes = [s for group in (args.shapes or map(shape, SHAPES)) for s in group]
+    refuse_indivisible(p, args.shapes, int(os.environ.get("WORLD_SIZE", "1")))
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    no_nvlink_multicast()
+    tp, device = init_ranks()
+    cuda = device.type == "cuda"  # else a smoke run on gloo ranks (kernels interpreted: tiny shapes)
     timer = Timer(tp, device)
+    dtype = torch.bfloat16 if cuda else torch.float32
     rows = []
-    for op, M, K, N in args.shapes:
-        if M % tp.world_size:
-            continue
+    for shape in args.shapes:
+        op, M, K, N = SHORT[shape.op].lower(), shape.M, shape.K, shape.N
         t0 = time.perf_counter()
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        inputs, fns, transfer = cases(op, M, K, N, tp, device, dtype, args.sets)
-        outputs, failed = run_each_once(timer, fns, inputs[0])
-        ref = outputs.get("sequential")
-        errs = {k: float((v.float() - ref.float()).norm() / ref.float().norm())
-                for k, v in outputs.items() if ref is not None and k in ("fused", "torch")}
-        del outputs
-        times, batch = time_rounds(timer, fns, inputs, rounds=args.rounds, warmup=2, batch_ms=20.0, max_batch=30)
-        transfer.close()
+        inputs, fns, transfer, failed = cases(shape, timer, dtype, args.sets)
+        try:
+            outputs, more = run_each_once(timer, fns, inputs[0])
+            failed.update(more)
+            checked = [k for k in ("fused", "torch") if k in outputs and "sequential" in outputs]
+            errs = dict(zip(checked, timer.max_over_ranks([rel_err(outputs[k], outputs["sequential"])
+                                                           for k in checked])))
+            del outputs
+            times, batch = time_rounds(timer, fns, inputs, rounds=args.rounds, warmup=2, batch_ms=20.0, max_batch=30)
+        finally:
+            if transfer is not None:
+                transfer.close()
         tp_ms = {k: v["throughput"] for k, v in times.items()}
         row = dict(op=op, M=M, K=K, N=N, times_ms=times, failed=failed, rel_err=errs, batch=batch)
         rows.append(row)
@@ -210,9 +189,9 @@ def main() -> None:
         import triton
 
         with open(args.out, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu", world_size=tp.world_size, torch=torch.__version__,
-                           triton=triton.__version__, date=time.strftime("%Y-%m-%d"), command=" ".join(sys.argv),
-                           rows=rows), f, indent=1)
+            json.dump(dict(device=torch.cuda.get_device_name() if cuda else "cpu", world_size=tp.world_size,
+                           torch=torch.__version__, triton=triton.__version__, date=time.strftime("%Y-%m-%d"),
+                           command=" ".join(sys.argv), rows=rows), f, indent=1)
     dist.destroy_process_group()
 
 
