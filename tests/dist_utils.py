@@ -32,13 +32,17 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-# Imported by the fork server before it forks the first rank (a module that is not installed is
-# skipped). None of them starts a thread or reads, at import, an environment variable that a test
-# sets for its ranks; TRITON_INTERPRET, which the kernel modules read at import, is set by
-# tests/conftest.py before the first rank starts. The compiler and Megatron take seconds to import.
-# A test that checks what a fresh rank has imported sees these too (none of them is the profiler).
-PRELOAD = ["torch", "torch.distributed", "numpy", "pytest", "triton", "fluxlite", "fluxlite.parallel",
-           "tests.dist_utils", "tests.numerics", "torch._dynamo", "torch._inductor.compile_fx", "megatron.core"]
+# What run_script's launcher imports by default: what a fluxlite script under torchrun imports
+# (torch._dynamo: the custom ops' dispatch imports it at their first call), and Megatron.
+SCRIPT_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "numpy", "triton", "fluxlite", "fluxlite.parallel",
+                  "megatron.core"]
+# What the fork server of run_ranks imports before it forks the first rank: the same, with pytest, the
+# tests' helpers and the compiler. A module that is not installed is skipped. None of them starts a
+# thread or reads, at import, an environment variable that a test sets for its ranks; TRITON_INTERPRET,
+# which the kernel modules read at import, is set by tests/conftest.py before the first rank starts.
+# The compiler and Megatron take seconds to import. A test that checks what a fresh rank has imported
+# sees these too (none of them is the profiler).
+PRELOAD = [*SCRIPT_PRELOAD, "pytest", "tests.dist_utils", "tests.numerics", "torch._inductor.compile_fx"]
 _START = "forkserver"
 
 
@@ -140,11 +144,6 @@ class RankRun(NamedTuple):
     returncode: int  # negative: killed by that signal
     stdout: str
     stderr: str
-
-
-# What run_script's launcher imports by default: what a fluxlite script under torchrun imports
-# (torch._dynamo: the custom ops' dispatch imports it at their first call), and Megatron.
-SCRIPT_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "numpy", "fluxlite", "fluxlite.parallel", "megatron.core"]
 
 
 def run_script(script, nproc: int, *args: str, out_dir, runs: int = 1, preload=SCRIPT_PRELOAD, env: dict | None = None,
