@@ -137,6 +137,7 @@ def _recurring_calls(rank, world_size):
     captured the second time (fluxlite.fused.call.Call.run); each call's fresh data in those tensors
     must give that call's result, on both parities, with a ragged m."""
     import fluxlite
+    from fluxlite.ops.ag_gemm import PULL
 
     gen = torch.Generator(device=_dev()).manual_seed(11 + rank)
     m, K, N = 200, 1024, 768
@@ -166,10 +167,10 @@ def _recurring_calls(rank, world_size):
             assert rel_err(out, 0.5 * ref + b.float()) < TOL, f"call {i}: extra AG"
     fluxlite.synchronize()
     state = fluxlite.fused.state_of(fluxlite.get_workspace())
-    graphs = {(key[0], key[5]): _replays(plan) for key, plan in state.plans.items()}  # (op, keep_gathered)
-    assert graphs["ag", False] >= 2, graphs  # both parities: its tensors never move
-    assert graphs["ag", True] >= 2, graphs  # its gathered tensor comes back at a few addresses
-    assert graphs["rs", False] >= 2, graphs  # its partial buffer is allocated per call, mostly at one address
+    graphs = {(key[0], key[5]): _replays(plan) for key, plan in state.plans.items()}  # (op name, variant)
+    assert graphs["ag_gemm", ""] >= 2, graphs  # both parities: its tensors never move
+    assert graphs["ag_gemm", PULL] >= 2, graphs  # its gathered tensor comes back at a few addresses
+    assert graphs["gemm_rs", ""] >= 2, graphs  # its partial buffer is allocated per call, mostly at one address
 
 
 def _replays(plan) -> int:

@@ -487,7 +487,7 @@ def _missing_peer_in_replayed_backward(rank, world_size):
 
     def pull_calls_replay() -> bool:
         plans = fluxlite.fused.state_of(fluxlite.get_workspace()).plans
-        pulls = [g for key, p in plans.items() if key[0] == "ag" and key[5] for g in p.bound.graphs.values()]
+        pulls = [g for key, p in plans.items() if key[0] == "ag_gemm" and key[5] for g in p.bound.graphs.values()]
         return any(isinstance(g, Replay) for g in pulls)
 
     # The calls' tensors recur (the allocator hands the same blocks back, mostly from the second step
