@@ -42,7 +42,7 @@ def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, 
 
 def pipelined_tile_loops(ttgir: str) -> int:
     """Loops of the compiled kernel (TTGIR) that hold both the matrix instructions and a tile's TMA
-    store, and whose matrix instruction overlaps the next one (a wait that leaves one in flight): tile
+    store (TMA or pointer), and whose matrix instruction overlaps the next one (a wait that leaves one in flight): tile
     loops whose K loop the compiler fused into them (``tl.range(flatten=...)``) and then
     software-pipelined. A tile loop that was not flattened keeps its K loop, without the store, as a
     loop of its own; a fused loop that the pipeliner left alone waits for each matrix instruction
@@ -60,7 +60,8 @@ def pipelined_tile_loops(ttgir: str) -> int:
             body.append(later)
         text = "\n".join(body)
         overlapped = any("warp_group_dot_wait" in b and "pendings = 1 " in b for b in body)
-        if "warp_group_dot " in text and TMA_STORE in text and "scf.for" not in text and overlapped:
+        stores = TMA_STORE in text or "tt.store" in text
+        if "warp_group_dot " in text and stores and "scf.for" not in text and overlapped:
             found += 1
     return found
 
@@ -71,15 +72,18 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
     tables = {n: "*i32" for n in ("blocks_ptr", "tiles_ptr", "flags_ptr", "sig_ptr", "counters_ptr", "error_ptr",
                                   "call_ptr")}
     scalars = dict(timeout_ns="i64", scale="fp32")
-    for use_tma, kmajor, bias in itertools.product((True, False), (False, True), (False, True)):
-        def desc(shape):
-            return f"tensordesc<{dtype}[{', '.join(map(str, shape))}]>" if use_tma else f"*{dtype}"
+    # (operands by TMA, outputs by TMA): outputs of unaligned rows (N % 8 != 0) are stored by pointer
+    # while the operands keep TMA.
+    tma_modes = ((True, True), (True, False), (False, False))
+    for (use_tma, rows_tma), kmajor, bias in itertools.product(tma_modes, (False, True), (False, True)):
+        def desc(shape, tma=use_tma):
+            return f"tensordesc<{dtype}[{', '.join(map(str, shape))}]>" if tma else f"*{dtype}"
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, B_KMAJOR=kmajor, USE_TMA=use_tma)
         none = {} if bias else dict(bias_ptr=None)
         b = desc([bk, bn] if kmajor else [bn, bk])
-        half = desc([1, bm, bn // 2])
+        half = desc([1, bm, bn // 2], rows_tma)
         loops = 1 if use_tma else 0  # AG's local loop (the peers' keeps a K pipeline per tile)
-        name = f"tma={use_tma} kmajor={kmajor} bias={bias}"
+        name = f"tma={use_tma} rows_tma={rows_tma} kmajor={kmajor} bias={bias}"
         ag = dict(scalars, **tables, **{n: "i32" for n in AG_INTS}, a_local=desc([bm, bk]), gathered=desc([bm, bk]),
                   b_desc=b, out=half, bias_ptr=f"*{dtype}")
         ag_consts = dict(consts, **none, scale_local=None, scale_gathered=None, ACTIVATION=0)
@@ -94,7 +98,7 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
         for act in range(1, 5):
             gated = act == 4
             ag_ep = dict(ag, b_desc=desc([2, bn // 2, bk]) if gated else b,
-                         out=desc([1, bm, bn // 4]) if gated else half, scale_local="*fp32", scale_gathered="*fp32")
+                         out=desc([1, bm, bn // 4], rows_tma) if gated else half, scale_local="*fp32", scale_gathered="*fp32")
             yield (f"ag_gemm {name} row_scaled activation={act}", ag_gemm.ag_gemm_kernel, ag_ep,
                    dict(consts, ACTIVATION=act), loops)
 

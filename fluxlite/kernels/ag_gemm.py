@@ -43,7 +43,6 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
     gathered buffer) behind their flags; else the local chunk, read in place from row 0."""
     GATED: tl.constexpr = ACTIVATION == 4
     OUT_N: tl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N  # output columns per tile
-    out_dtype = out.dtype if USE_TMA else out.dtype.element_ty
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last flag slot this program saw ready: no re-polling
     for tile in tl.range(core.first_tile(start), stop, tl.num_programs(0), flatten=USE_TMA and not PEERS):
@@ -66,8 +65,8 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
             scales = row_scales + a_row
         y = core.epilogue(acc, scale, scales, offs_r, row_ok, bias_ptr, offs_w, w_ok, ACTIVATION, BLOCK_M, BLOCK_N)
         offs_n = j * OUT_N + tl.arange(0, OUT_N)
-        core.store_tile(out, y.to(out_dtype), chunk, row0, j * OUT_N, chunk * chunk_rows, offs_r, offs_n,
-                        row_ok[:, None] & (offs_n < N)[None, :], N, BLOCK_M, OUT_N, USE_TMA)
+        core.store_tile(out, y, chunk, row0, j * OUT_N, chunk * chunk_rows, offs_r, offs_n,
+                        row_ok[:, None] & (offs_n < N)[None, :], N, BLOCK_M, OUT_N)
 
 
 # Values that change from call to call must not be specialised on (Triton specialises ints equal to
@@ -77,7 +76,7 @@ def ag_gemm_kernel(
     a_local,       # [m, K] this rank's rows (TMA descriptor or pointer)
     gathered,      # [W*m, K] the peers' rows land here (TMA descriptor or pointer)
     b_desc,        # weight [N, K] ([2N, K] gated), or weight.T [K, N] when B_KMAJOR
-    out,           # [W*m, N] as [W, m, N] (TMA descriptor or pointer)
+    out,           # [W*m, N] as [W, m, N] (TMA descriptor, or pointer where N's rows are unaligned)
     bias_ptr,      # [N] ([2N] gated) or None
     scale_local,   # fp32 [m] this rank's row scales, or None
     scale_gathered,  # fp32 [W*m] the peers' row scales land here, or None
@@ -118,7 +117,7 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
     m, K = a_local.shape
     N = out.shape[1]
     out3 = out.view(world_size, m, N)
-    use_tma = core.tma_ok(a_local, gathered, out3, weight if weight.is_contiguous() else weight.t())
+    use_tma = core.tma_ok(a_local, gathered, weight if weight.is_contiguous() else weight.t())
     b, b_kmajor = core.weight_operand(weight, config, use_tma, gated=ep.gated)
     out_n = config.block_n // 2 if ep.gated else config.block_n
     a_block = [config.block_m, config.block_k]
@@ -126,7 +125,7 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
     direct.launch(
         ag_gemm_kernel, cache, core.num_programs(config, num_tiles, a_local.device),
         (core.descriptor(a_local, a_block, use_tma), core.descriptor(gathered, a_block, use_tma), b,
-         core.descriptor(out3, [1, config.block_m, out_n // 2], use_tma), bias,
+         core.descriptor(out3, [1, config.block_m, out_n // 2], core.tma_ok(out3)), bias,
          scale_local if ep.row_scaled else None, scale_gathered if ep.row_scaled else None, blocks, tiles, flags,
          sig, error, call, num_tiles, local_tiles, m, N, K, world_size, sig_base, int(timeout_s * 1e9), ep.scale),
         dict(ACTIVATION=ep.code, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,

@@ -19,8 +19,10 @@ refill and the epilogue of every tile: measured on an H100, that cost 2-9% again
 A tile leaves the program in two halves of ``BLOCK_N / 2`` columns (:func:`store_tile`): the store
 then stages half the bytes in shared memory, which leaves room for a fourth pipeline stage.
 
-Loads go through TMA descriptors (``USE_TMA``) when rows are 16-byte aligned, else masked pointer
-loads. ``B_KMAJOR``: the weight is given as ``B.T`` (``[K, N]`` row-major, a backward's ``W.t()``),
+The operands' loads go through TMA descriptors (``USE_TMA``) when their rows are 16-byte aligned,
+else masked pointer loads. Each output (and GEMM-RS's partials) is a descriptor or a pointer on its
+own, by its own rows' alignment (:func:`store_tile` checks which it got): an output of ``N % 8 != 0``
+bf16 columns then costs pointer stores only, while the main loop keeps TMA. ``B_KMAJOR``: the weight is given as ``B.T`` (``[K, N]`` row-major, a backward's ``W.t()``),
 read in place. Under the Triton interpreter (:data:`INTERPRET`) bf16 operands are upcast to fp32
 before the dot (the interpreter's bf16 arithmetic is broken); GPU code keeps native bf16/fp16.
 """
@@ -181,10 +183,10 @@ def halves(tile, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def load_tile(src, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask, N, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+              BLOCK_N: tl.constexpr):
     """src[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] in fp32, the mirror of :func:`store_tile`
     (the same descriptor or pointer; rows past the chunk read as 0)."""
-    if USE_TMA:
+    if isinstance(src, tl.tensor_descriptor):
         left = src.load([chunk, row0, n0]).reshape(BLOCK_M, BLOCK_N // 2)
         right = src.load([chunk, row0, n0 + BLOCK_N // 2]).reshape(BLOCK_M, BLOCK_N // 2)
         tile = tl.reshape(tl.permute(tl.join(left, right), (0, 2, 1)), (BLOCK_M, BLOCK_N))
@@ -196,20 +198,21 @@ def load_tile(src, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask, N, BLO
 
 @triton.jit
 def store_tile(dst, tile, chunk, row0, n0, chunk_row_base, offs_r, offs_n, mask, N, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
-    """dst[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] = tile (rows past the chunk are dropped).
+               BLOCK_N: tl.constexpr):
+    """dst[chunk, row0 : row0 + BLOCK_M, n0 : n0 + BLOCK_N] = tile, cast to ``dst``'s element type
+    (rows past the chunk are dropped).
 
-    TMA: ``dst`` is a 3-D descriptor over ``[chunks, chunk_rows, N]`` with ``[1, BLOCK_M, BLOCK_N/2]``
-    blocks, which clips the rows at the chunk's end; the tile goes in two halves. Pointers: ``dst``
+    A descriptor ``dst`` (TMA) is 3-D over ``[chunks, chunk_rows, N]`` with ``[1, BLOCK_M, BLOCK_N/2]``
+    blocks, which clips the rows at the chunk's end; the tile goes in two halves. A pointer ``dst``
     points at the flat ``[rows, N]`` array and ``chunk_row_base`` is the chunk's first row.
     """
-    if USE_TMA:
-        left, right = halves(tile, BLOCK_M, BLOCK_N)
+    if isinstance(dst, tl.tensor_descriptor):
+        left, right = halves(tile.to(dst.dtype), BLOCK_M, BLOCK_N)
         dst.store([chunk, row0, n0], left.reshape(1, BLOCK_M, BLOCK_N // 2))
         dst.store([chunk, row0, n0 + BLOCK_N // 2], right.reshape(1, BLOCK_M, BLOCK_N // 2))
     else:
         rows64 = (chunk_row_base + row0 + offs_r).to(tl.int64)
-        tl.store(dst + rows64[:, None] * N + offs_n[None, :], tile, mask=mask)
+        tl.store(dst + rows64[:, None] * N + offs_n[None, :], tile.to(dst.dtype.element_ty), mask=mask)
 
 
 # ---- host side -----------------------------------------------------------------------------------
@@ -259,7 +262,8 @@ def num_programs(config: GemmConfig, num_tiles: int, device: torch.device) -> in
 
 
 def tma_ok(*tensors: torch.Tensor) -> bool:
-    """TMA needs 16-byte aligned bases and row strides."""
+    """TMA needs 16-byte aligned bases and row strides (``K % 8 == 0`` for a bf16 operand, ``N % 8 == 0``
+    for an output)."""
     return all(t.data_ptr() % 16 == 0 and (t.stride(-2) * t.element_size()) % 16 == 0 for t in tensors)
 
 

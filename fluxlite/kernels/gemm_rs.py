@@ -43,10 +43,11 @@ from .device_flags import TIMEOUT_RS, drain_tma_stores, release_flags, signal_ad
 
 
 @triton.jit
-def _publish(counters_ptr, slot, USE_TMA: tl.constexpr):
-    """Count a stored peer tile (``slot < 0``: nothing to count) once its stores are in memory."""
+def _publish(counters_ptr, slot, partial):
+    """Count a stored peer tile (``slot < 0``: nothing to count) once its stores to ``partial`` are in
+    memory."""
     if slot >= 0:
-        if USE_TMA:
+        if isinstance(partial, tl.tensor_descriptor):
             drain_tma_stores()
         signal_add(counters_ptr + slot, 1)
 
@@ -60,12 +61,12 @@ def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_pt
     chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
     acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
                         B_KMAJOR, False, USE_TMA)
-    _publish(counters_ptr, pending, USE_TMA)
+    _publish(counters_ptr, pending, partial)
     offs_r = tl.arange(0, BLOCK_M)
     offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_r < rows)[:, None] & (offs_n < N)[None, :]
-    core.store_tile(partial, acc.to(partial.dtype if USE_TMA else partial.dtype.element_ty), chunk, row0,
-                    j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
+    core.store_tile(partial, acc, chunk, row0, j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
+                    BLOCK_N)
     return slot
 
 
@@ -111,7 +112,7 @@ def gemm_rs_kernel(
             chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
             acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N,
                                 BLOCK_K, B_KMAJOR, False, USE_TMA)
-            _publish(counters_ptr, pending, USE_TMA)  # before any wait: never hold back what the peers wait for
+            _publish(counters_ptr, pending, partial)  # before any wait: never hold back what the peers wait for
             pending = tl.full((), -1, tl.int32)
             n0 = j * BLOCK_N
             offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -126,12 +127,11 @@ def gemm_rs_kernel(
                         if release_slot >= 0:  # a GEMM-AllReduce's gather waits on them
                             release_flags(flags_ptr, release_slot, world_size)
                     acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
-                                          BLOCK_N, USE_TMA)
+                                          BLOCK_N)
             y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
-            core.store_tile(out, y.to(out.dtype if USE_TMA else out.dtype.element_ty), 0, row0, n0, 0, offs_r,
-                            offs_n, mask, N, BLOCK_M, BLOCK_N, USE_TMA)
+            core.store_tile(out, y, 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N)
         tile = next_tile
-    _publish(counters_ptr, pending, USE_TMA)
+    _publish(counters_ptr, pending, partial)
 
 
 def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
@@ -150,14 +150,15 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
     N = weight.shape[0]
     mc = partial.shape[1]
     out3 = out.view(1, mc, N)
-    use_tma = core.tma_ok(a, out3, partial, recv, weight if weight.is_contiguous() else weight.t())
+    use_tma = core.tma_ok(a, weight if weight.is_contiguous() else weight.t())
+    rows_tma = core.tma_ok(out3, partial, recv)  # the N-wide rows: out, and the partials both ways
     b, b_kmajor = core.weight_operand(weight, config, use_tma)
     half = [1, config.block_m, config.block_n // 2]
     num_tiles = tiles.shape[0]
     direct.launch(
         gemm_rs_kernel, cache, core.num_programs(config, num_tiles, a.device),
-        (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, use_tma),
-         bias, core.descriptor(partial, half, use_tma), core.descriptor(recv, half, use_tma), blocks, tiles, flags,
+        (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, rows_tma),
+         bias, core.descriptor(partial, half, rows_tma), core.descriptor(recv, half, rows_tma), blocks, tiles, flags,
          sig, counters, error, call, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
          sch.claim_slot(world_size), release_slot, int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
