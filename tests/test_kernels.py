@@ -370,8 +370,10 @@ def _protocol(rank, W, dtype):
                                          out=torch.full((W * m, N), float("nan"), dtype=dtype))
         assert torch.equal(gathered, A)
         _close(out, ref, dtype)
-        # Without return_gathered the rows are pushed into the peers' workspaces instead.
+        # Without return_gathered the rows are pushed into the peers' workspaces instead; a K-major
+        # weight (a backward's W.t()) gets its zero padding as rows.
         _close(fluxlite.ag_gemm(A[rank * m : (rank + 1) * m], w, b, impl="fused"), ref, dtype)
+        _close(fluxlite.ag_gemm(A[rank * m : (rank + 1) * m], w.t().contiguous().t(), b, impl="fused"), ref, dtype)
         # GEMM-RS: rank r holds K columns [r*K, (r+1)*K) of a [W*m, W*K] problem
         A2 = torch.randn(W * m, W * K, generator=g).to(dtype)
         W2 = torch.randn(N, W * K, generator=g).to(dtype)
@@ -384,3 +386,26 @@ def _protocol(rank, W, dtype):
 @pytest.mark.parametrize("world_size,dtype", [(2, torch.float32), (2, torch.bfloat16), (4, torch.float32)])
 def test_fused_protocol_with_the_kernel_as_consumer(world_size, dtype):
     run_ranks(_protocol, world_size, dtype, env={"FLUXLITE_CPU_CONSUMER": "triton"})
+
+
+@pytest.mark.parametrize("K,kmajor", [(70, False), (70, True), (128, False)])
+def test_kernel_operands_are_zero_padded_to_whole_lines(K, kmajor):
+    """The Triton consumer's ``a`` and weight get zero columns up to a multiple of 128 bytes; the
+    torch consumer's, and aligned ones, are left as they are."""
+    from types import SimpleNamespace
+
+    from fluxlite.ops.op import Args, kernel_args
+
+    a = torch.randn(5, K).to(torch.bfloat16)
+    w = torch.randn(6, K).to(torch.bfloat16)
+    w = w.t().contiguous().t() if kmajor else w
+    args = Args(None, a, w, None, None, PLAIN, 1.0, {})
+    assert kernel_args(SimpleNamespace(consumer="torch"), args) is args
+    used = kernel_args(SimpleNamespace(consumer="triton"), args)
+    Kp = -(-K // 64) * 64
+    assert used.a.shape == (5, Kp) and used.weight.shape == (6, Kp)
+    assert used.weight.is_contiguous() != kmajor  # the layout the kernel reads stays the same
+    assert torch.equal(used.a[:, :K], a) and torch.equal(used.weight[:, :K], w)
+    assert not used.a[:, K:].any() and not used.weight[:, K:].any()
+    if K % 64 == 0:
+        assert used is args

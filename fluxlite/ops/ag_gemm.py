@@ -80,7 +80,10 @@ class AllGatherGemm(Op):
 
     def result(self, value, args: Args):
         out, gathered = value
-        return (out, gathered) if args.options["return_gathered"] else out
+        if not args.options["return_gathered"]:
+            return out
+        # The fused kernel's rows may be zero-padded (fluxlite.ops.op.kernel_args): the caller's K columns.
+        return out, gathered[:, : args.a.shape[1]]
 
     # ---- the references ----------------------------------------------------------------------------
     def sequential(self, args: Args):

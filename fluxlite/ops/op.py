@@ -186,7 +186,7 @@ class Op:
         if repeat is not None:
             args = self.as_used(repeat, a, weight, bias, out, options)
             with torch.no_grad():
-                return self.result(self.fused(repeat.state, repeat.plan, args), args)
+                return self.result(self.fused(repeat.state, repeat.plan, kernel_args(repeat.state, args)), args)
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, **options)
         choice, dispatch_key = self.choose(impl, args)
         if choice.impl == "fused":
@@ -232,6 +232,7 @@ class Op:
             if impl != "fused":
                 return getattr(self, impl)(args)
             state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s), args.timeout_s)
+            args = kernel_args(state, args)
             plan = self.prepare(state, args, choice.config)
             value = self.fused(state, plan, args)
             if remember is not None:
@@ -285,6 +286,31 @@ class Op:
             repeats.clear()
         repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s,
                                    None if dispatch_key is None else (dispatch_key, choice))
+
+
+ROW_ALIGN_BYTES = 128
+"""The fused kernel loads rows of ``a`` and of the weight by TMA in 128-byte lines. A row stride that
+is not a multiple of 128 bytes (``K % 64 != 0`` in bf16) splits every line it loads in two, which
+cost the GEMM core 1.07-1.32x cuBLAS on an H200, and one that is not a multiple of 16 bytes leaves
+TMA out altogether (pointer loads: 11-15x). So the kernel's operands are padded with zero columns to
+a multiple of 128 bytes, which adds nothing to any product and costs one copy of each (BENCHMARKS.md)."""
+
+
+def kernel_args(state: fused.FusedState, args: Args) -> Args:
+    """``args`` as the fused kernel takes them: ``a: [M, K]`` and ``weight: [N, K]`` (or its transpose)
+    zero-padded to ``[M, Kp]`` and ``[N, Kp]``, ``Kp`` the next multiple of :data:`ROW_ALIGN_BYTES`;
+    unchanged where rows are aligned already or the consumer is not the Triton kernel. Every rank
+    has the same ``K``, so every rank pads alike (``Kp`` is in the call's signature)."""
+    K = args.a.shape[1]
+    pad = -K % (ROW_ALIGN_BYTES // args.a.element_size())
+    if pad == 0 or state.consumer != "triton":
+        return args
+    weight = args.weight
+    if weight.is_contiguous():
+        weight = torch.nn.functional.pad(weight, (0, pad))
+    else:  # K-major: the transpose of a row-major [K, N], which gets zero rows
+        weight = torch.nn.functional.pad(weight.t(), (0, 0, 0, pad)).t()
+    return dataclasses.replace(args, a=torch.nn.functional.pad(args.a, (0, pad)), weight=weight)
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
