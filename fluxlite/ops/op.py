@@ -289,22 +289,22 @@ class Op:
 
 
 ROW_ALIGN_BYTES = 128
-"""The fused kernel loads rows of ``a`` and of the weight by TMA in 128-byte lines. A row stride that
-is not a multiple of 128 bytes (``K % 64 != 0`` in bf16) splits every line it loads in two, which
-cost the GEMM core 1.07-1.32x cuBLAS on an H200, and one that is not a multiple of 16 bytes leaves
-TMA out altogether (pointer loads: 11-15x). So the kernel's operands are padded with zero columns to
-a multiple of 128 bytes, which adds nothing to any product and costs one copy of each (BENCHMARKS.md)."""
+"""How far the fused kernel's operands are padded when TMA cannot load them."""
 
 
 def kernel_args(state: fused.FusedState, args: Args) -> Args:
-    """``args`` as the fused kernel takes them: ``a: [M, K]`` and ``weight: [N, K]`` (or its transpose)
-    zero-padded to ``[M, Kp]`` and ``[N, Kp]``, ``Kp`` the next multiple of :data:`ROW_ALIGN_BYTES`;
-    unchanged where rows are aligned already or the consumer is not the Triton kernel. Every rank
-    has the same ``K``, so every rank pads alike (``Kp`` is in the call's signature)."""
-    K = args.a.shape[1]
-    pad = -K % (ROW_ALIGN_BYTES // args.a.element_size())
-    if pad == 0 or state.consumer != "triton":
+    """``args`` as the fused kernel takes them. TMA loads rows that start 16-byte aligned; where ``a``'s
+    rows do not (``K % 8 != 0`` in bf16) the kernel would fall back to element-wise pointer loads,
+    which ran 11-15x slower than cuBLAS on an H200. There ``a: [M, K]`` and ``weight: [N, K]`` (or its
+    transpose) are zero-padded to ``[M, Kp]`` and ``[N, Kp]``, ``Kp`` the next multiple of
+    :data:`ROW_ALIGN_BYTES`: zeros add nothing to any product, and one copy of each costs far less.
+    Rows that TMA can load are left as they are: padding them to whole 128-byte lines too measured no
+    faster, only the copy's cost slower (BENCHMARKS.md). Unchanged unless the consumer is the Triton
+    kernel. Every rank has the same ``K``, so every rank pads alike (``Kp`` is in the call's signature)."""
+    K, size = args.a.shape[1], args.a.element_size()
+    if (K * size) % 16 == 0 or state.consumer != "triton":
         return args
+    pad = -K % (ROW_ALIGN_BYTES // size)
     weight = args.weight
     if weight.is_contiguous():
         weight = torch.nn.functional.pad(weight, (0, pad))
