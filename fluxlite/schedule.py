@@ -128,8 +128,11 @@ def peer_slots() -> int:
 
 
 def split_of_data_slot(world_size: int, slot: int) -> int:
-    """The split a data or pulled flag slot guards (for error messages; 0 for a ready slot)."""
-    return 0 if slot < world_size else (slot - data_slot(world_size, 0, 0)) % MAX_SPLITS
+    """The split a data or pulled flag slot guards (for error messages; 0 for a ready or finished
+    slot, which guard whole calls)."""
+    if slot < world_size or slot >= finished_slot(world_size, 0):
+        return 0
+    return (slot - data_slot(world_size, 0, 0)) % MAX_SPLITS
 
 
 def counter_slot(dst: int, split: int) -> int:

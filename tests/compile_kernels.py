@@ -20,12 +20,11 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gemm_core, gemm_rs  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_core, gemm_rs  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
-RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot",
-           "release_slot")
+RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot")
 TMA_STORE = "async_tma_copy_local_to_global"
 
 
@@ -109,10 +108,14 @@ def main() -> None:
                        parity="i32", rank="i32", world_size="i32", region="i32", num_counters="i32", sig_at="i32",
                        ready_at="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, COUNTERS_BLOCK=256), 0))
+    cases.append(("int32", "finished_wait (the producer's bounded wait)", finished_wait.finished_wait_kernel,
+                  dict(flags_ptr="*i32", error_ptr="*i32", call_ptr="*i32", first="i32", rank="i32", world_size="i32",
+                       timeout_ns="i64"), {}, 0))
+    one_warp = (align.align_kernel, finished_wait.finished_wait_kernel)  # launched as one program of one warp
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:
-                kernel = compile_kernel(fn, types, consts, config, 1 if fn is align.align_kernel else None)
+                kernel = compile_kernel(fn, types, consts, config, 1 if fn in one_warp else None)
             except Exception as exc:  # report every variant that fails, then exit non-zero
                 failed += 1
                 print(f"FAIL {dtype} {name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)

@@ -7,9 +7,11 @@
   disagreement that makes one rank need a bigger workspace, or one on the first call of a fresh
   workspace, ends in some ``FluxliteError`` on every rank within the timeout (+ slack).
 - **Bounded waits.** A missing peer before the first fused call (the others' call builds the
-  workspace collectively), during growth, and during the backward pass of Column -> GELU -> Row
-  layers ends in ``FluxliteTimeoutError`` on the waiting rank within the timeout (+ slack), naming
-  the missing peer. (A missing peer mid-call, at a flag, is tests/test_timeouts.py's.)
+  workspace collectively), during growth, in a GEMM-AllReduce (absent from the call, or gone after
+  its partials: it never sets its ``finished`` flags), and during the backward pass of Column ->
+  GELU -> Row layers ends in ``FluxliteTimeoutError`` on the waiting rank within the timeout
+  (+ slack), naming the missing peer. (A missing peer mid-call, at a flag, is
+  tests/test_timeouts.py's.)
 - **Afterwards.** The workspace is poisoned: the next fused call raises ``FluxliteError`` at once.
   Sequential calls still work. After ``fluxlite.release_workspaces()`` on every rank, fused calls of
   both ops are correct again (float64 references, NaN-filled ``out=`` and ``torch.empty``).
@@ -37,8 +39,10 @@ import fluxlite
 from fluxlite import FluxliteError, FluxliteTimeoutError
 
 from fluxlite import FluxliteCallMismatchError
+from fluxlite.host_flags import REDUCED_ROWS
 
 from .dist_utils import run_ranks
+from .faults import never_finished
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
 
 # Set in the environment so that the spawned ranks (which import this module again) use the same seed.
@@ -315,12 +319,15 @@ def _disagreement(ctx: _Ctx, name: str, base, odd_spec, odd: int) -> None:
 
 
 def _missing_peer(ctx: _Ctx, tag: str, call, skipper: int, *, step_is_flag: bool | None,
-                  poison_at_once: bool = True) -> None:
+                  poison_at_once: bool = True, instead=None, what: str | None = None) -> None:
     """Every rank but ``skipper`` runs ``call()``, which must raise FluxliteTimeoutError naming the
-    skipper within the timeout + slack. The skipper waits on the store, outside every collective."""
+    skipper (and waiting for ``what``, if given) within the timeout + slack. The skipper runs
+    ``instead()``, if given, then waits on the store, outside every collective."""
     r = ctx.rank
     done = f"{tag}/waiters done"
     if r == skipper:
+        if instead is not None:
+            instead()
         ctx.meet(done, timeout_s=PEER_TIMEOUT_S + PEER_SLACK_S + 20)
         _recover(ctx, tag)
         return
@@ -337,6 +344,8 @@ def _missing_peer(ctx: _Ctx, tag: str, call, skipper: int, *, step_is_flag: bool
         if step_is_flag is not None and (exc.step == "flag") != step_is_flag:
             want = "'flag'" if step_is_flag else "a collective workspace step, not 'flag'"
             ctx.fail(f"{tag}: step={exc.step!r}, expected {want}: {exc}")
+        if what is not None and exc.what != what:
+            ctx.fail(f"{tag}: waited for {exc.what!r}, expected {what!r}: {exc}")
     if poison_at_once:
         _check_poisoned(ctx, tag)
     else:  # a workspace that was never built: the next call raises too, at once or after its own timeout
@@ -406,6 +415,12 @@ def _missing_peer_worker(rank: int, W: int) -> None:
     _call(ar, PEER_TIMEOUT_S)
     _missing_peer(ctx, "missing peer in a gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
                   step_is_flag=True)
+    # (e) GEMM-AllReduce, a peer gone after its partials: they all arrive, so the waiting rank's own
+    # reduction completes, but the peer never announces its reduced rows (its finished flags).
+    ar = ("ar", dict(M=4 * W + 3, K=24, N=16))  # a shape no call made yet: the skipper's program is built anew
+    call = lambda: _call(ar, PEER_TIMEOUT_S)  # noqa: E731
+    _missing_peer(ctx, "gemm_ar peer gone after its partials", call, skipper=0, step_is_flag=True, what=REDUCED_ROWS,
+                  instead=lambda: never_finished(call))
     ctx.report()
 
 

@@ -16,7 +16,8 @@ symmetric (data half ``P``)::
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
               join (the consumer is done: red is complete)
               out[our rows] <- red;  every peer p: p.finished[r] = 1
-              for p in r+1, r+2, ...: wait finished[p]; out[p's rows] <- p.red
+              wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
+              for p in r+1, r+2, ...: out[p's rows] <- p.red
 
 A rank's ``red`` is read by its peers until they finish the call; it is written again two calls
 later, after every peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no
@@ -32,7 +33,8 @@ import torch.distributed as dist
 from .. import schedule as sch
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call
-from ..fused.producer import COPY, JOIN, SIGNAL, WAIT
+from ..fused.producer import COPY, JOIN, SIGNAL, WAIT_FINISHED
+from ..host_flags import REDUCED_ROWS
 from ..workspace import view_offset
 from .gemm_rs import GemmReduceScatter
 from .op import Args
@@ -93,12 +95,10 @@ class GemmAllReduce(GemmReduceScatter):
         return (ws.data(rank, parity, (W, chunk_rows, N), dtype),
                 ws.data(rank, parity, (chunk_rows, N), dtype, offset=_red_offset(W, chunk_rows, N, size)))
 
-    def release_slot(self, world_size: int) -> int:
-        return sch.finished_slot(world_size, 0)  # the peers' second-shot waits
-
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather: once our consumer is done, our reduced chunk into ``out`` and
-        announced to the peers; each peer's reduced chunk, once announced, pulled into ``out``."""
+        """The gather: once our consumer is done, our reduced chunk into ``out`` and announced to the
+        peers; once every peer has announced its own (a bounded wait: WAIT_FINISHED), the peers'
+        reduced chunks pulled into ``out``."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W, r = ws.world_size, ws.rank
         mc = plan.sched.chunk_rows
@@ -113,9 +113,9 @@ class GemmAllReduce(GemmReduceScatter):
         if rows_of(r):
             steps.append((COPY, out.data_ptr() + r * mc * row, ws.data_addr(r, parity) + red_offset, rows_of(r) * row))
         steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in plan.sched.peers()]
+        steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
+                                       dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in plan.sched.peers()]))
         for p in plan.sched.peers():
-            steps.append((WAIT, call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
-                          dict(what="reduced rows", peer=p, chunk=p)))
             if rows_of(p):
                 steps.append((COPY, out.data_ptr() + p * mc * row, ws.data_addr(p, parity) + red_offset,
                               rows_of(p) * row))
