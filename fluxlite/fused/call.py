@@ -311,6 +311,9 @@ class Call:
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
         self.align()
+        if not program.steps:  # no producer (GEMM-AllReduce's one-shot): no stream to fork and join
+            consume()
+            return
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
         before, after = program.on_stream
