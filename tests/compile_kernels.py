@@ -20,21 +20,24 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_core, gemm_rs  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_ar, gemm_core, gemm_rs  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
 RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot")
+ONE_SHOT_INTS = ("M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot")
 TMA_STORE = "async_tma_copy_local_to_global"
 
 
 def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None):
-    """Compile ``fn`` for sm_90. ``types``: the runtime arguments' types; ``consts``: the constexprs
+    """Compile ``fn`` for sm_90. ``types``: the runtime arguments' types, ``(type, 16)`` for one whose
+    value or address divides by 16 (as Triton specialises a launch on it); ``consts``: the constexprs
     (an argument given as ``None`` is a constexpr ``None``)."""
     names = fn.arg_names
-    signature = {n: types.get(n, "constexpr") for n in names}
+    signature = {n: types[n][0] if isinstance(types.get(n), tuple) else types.get(n, "constexpr") for n in names}
     constexprs = {(names.index(k),): v for k, v in consts.items()}
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items() if isinstance(t, tuple)}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=num_warps or config.num_warps, num_stages=config.num_stages))
 
@@ -87,6 +90,17 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
                   bias_ptr=f"*{dtype}", partial=half, recv=half)
         # GEMM-RS keeps one claim loop with its K loop inside (fluxlite/kernels/gemm_rs.py: liveness).
         yield f"gemm_rs {name}", gemm_rs.gemm_rs_kernel, rs, dict(consts, **none, PEER_SLOTS=16), 0
+        if not use_tma and not kmajor:
+            # GEMM-AllReduce's one-shot reduction (no GEMM, no TMA): rows 16-byte aligned (vector loads
+            # and stores, N % 16 == 0) with a bias, and not aligned without one.
+            one_shot = dict(scalars, **{n: "*i32" for n in ("flags_ptr", "sig_ptr", "error_ptr", "call_ptr",
+                                                             "counters_ptr")},
+                            **{n: "i32" for n in ONE_SHOT_INTS}, partials_ptr="*i64", flag_bases_ptr="*i64",
+                            out=f"*{dtype}", bias_ptr=f"*{dtype}")
+            if bias:
+                one_shot.update(N=("i32", 16), out=(f"*{dtype}", 16), bias_ptr=(f"*{dtype}", 16))
+            yield (f"gemm_ar one-shot aligned={bias} bias={bias}", gemm_ar.one_shot_kernel, one_shot,
+                   dict(none, BLOCK_N=gemm_ar.BLOCK_N), 0)
         if kmajor or not bias:
             continue
         # The epilogue switches: every activation with a row scale (SwiGLU reads the gated weight).
@@ -115,7 +129,8 @@ def main() -> None:
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:
-                kernel = compile_kernel(fn, types, consts, config, 1 if fn in one_warp else None)
+                warps = 1 if fn in one_warp else gemm_ar.NUM_WARPS if fn is gemm_ar.one_shot_kernel else None
+                kernel = compile_kernel(fn, types, consts, config, warps)
             except Exception as exc:  # report every variant that fails, then exit non-zero
                 failed += 1
                 print(f"FAIL {dtype} {name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)

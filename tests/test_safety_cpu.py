@@ -26,6 +26,7 @@ failure prints the seed, and ``FLUXLITE_TEST_SEED=<seed>`` replays it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import time
@@ -85,8 +86,9 @@ MISMATCHES = [
     ("rs dtype", RS_BASE, _with(RS_BASE, dtype=BF16)),
     ("op ag_gemm vs gemm_rs", ("ag", dict(m=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
     ("op gemm_rs vs ag_gemm", ("rs", dict(M=48, K=24, N=16)), ("ag", dict(m=48, K=24, N=16))),
-    ("ar M", ("ar", dict(M=47, K=24, N=16)), ("ar", dict(M=45, K=24, N=16))),
-    ("op gemm_ar vs gemm_rs", ("ar", dict(M=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
+    ("ar M (one-shot)", ("ar", dict(M=47, K=24, N=16)), ("ar", dict(M=45, K=24, N=16))),
+    ("ar N (one-shot)", ("ar", dict(M=5, K=24, N=16)), ("ar", dict(M=5, K=24, N=20))),
+    ("op gemm_ar (one-shot) vs gemm_rs", ("ar", dict(M=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
 ]
 
 
@@ -410,17 +412,22 @@ def _missing_peer_worker(rank: int, W: int) -> None:
             big = ("rs", dict(M=_rows_to_grow(fluxlite.get_workspace().capacity, 64 * 4, W), K=24, N=64))
         _missing_peer(ctx, f"missing peer during growth ({op}, {big[1]})", lambda: _call(big, PEER_TIMEOUT_S),
                       skipper=skipper, step_is_flag=False)
-    # (c) GEMM-AllReduce in steady state: a call every rank makes, then one a rank skips (a flag wait).
+    # (c) GEMM-AllReduce in steady state, one-shot: a call every rank makes, then one a rank skips (a
+    # flag wait in the reduction).
     ar = ("ar", dict(M=4 * W + 1, K=24, N=16))
     _call(ar, PEER_TIMEOUT_S)
-    _missing_peer(ctx, "missing peer in a gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
+    _missing_peer(ctx, "missing peer in a one-shot gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
                   step_is_flag=True)
-    # (e) GEMM-AllReduce, a peer gone after its partials: they all arrive, so the waiting rank's own
-    # reduction completes, but the peer never announces its reduced rows (its finished flags).
+    # (e) GEMM-AllReduce, two-shot (the one-shot turned off on every rank), a peer gone after its
+    # partials: they all arrive, so the waiting rank's own reduction completes, but the peer never
+    # announces its reduced rows (its finished flags).
+    gemm_ar = importlib.import_module("fluxlite.ops.gemm_ar")
+    one_shot_max, gemm_ar.ONE_SHOT_MAX_BYTES = gemm_ar.ONE_SHOT_MAX_BYTES, 0
     ar = ("ar", dict(M=4 * W + 3, K=24, N=16))  # a shape no call made yet: the skipper's program is built anew
     call = lambda: _call(ar, PEER_TIMEOUT_S)  # noqa: E731
-    _missing_peer(ctx, "gemm_ar peer gone after its partials", call, skipper=0, step_is_flag=True, what=REDUCED_ROWS,
-                  instead=lambda: never_finished(call))
+    _missing_peer(ctx, "two-shot gemm_ar peer gone after its partials", call, skipper=0, step_is_flag=True,
+                  what=REDUCED_ROWS, instead=lambda: never_finished(call))
+    gemm_ar.ONE_SHOT_MAX_BYTES = one_shot_max  # the workspaces were released since (recovery)
     ctx.report()
 
 
