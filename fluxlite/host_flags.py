@@ -24,6 +24,10 @@ from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutErr
 
 DEFAULT_TIMEOUT_S = 120.0
 
+REDUCED_ROWS = "reduced rows (finished flag)"
+"""What a wait for a peer's ``finished`` flag waits for, as its timeout names it: the CPU producer's
+host wait and the GPU's record (:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_FINISHED`) alike."""
+
 
 def set_default_timeout(seconds: float | None) -> None:
     """Set the process-wide default flag timeout (``None`` goes back to env/default)."""
@@ -98,7 +102,8 @@ def host_wait_flag(flags: torch.Tensor, slot: int, value: int, **kwargs) -> None
 
 def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout_s: float) -> FluxliteError | None:
     """The exception for a kernel's error record (:mod:`fluxlite.kernels.device_flags`), or ``None`` if clear."""
-    from .kernels.device_flags import ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_RS
+    from .kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_FINISHED,
+                                       ERR_TIMEOUT_RS)
 
     code, slot, epoch, seen, peer, chunk = rec[:6]
     if code == 0:
@@ -107,7 +112,8 @@ def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout
         w = sch.SIG_WORDS
         return FluxliteCallMismatchError(rank=rank, peer=peer, mine=sch.describe_signature(rec[8 + w : 8 + 2 * w]),
                                          theirs=sch.describe_signature(rec[8 : 8 + w]))
-    what = {ERR_TIMEOUT_AG: "gathered rows", ERR_TIMEOUT_RS: "partials"}.get(code, f"a flag (code {code})")
+    what = {ERR_TIMEOUT_AG: "gathered rows", ERR_TIMEOUT_RS: "partials", ERR_TIMEOUT_FINISHED: REDUCED_ROWS}.get(
+        code, f"a flag (code {code})")
     if code == ERR_TIMEOUT_ALIGN:
         what = "its arrival at a parity-alignment call (a null call between graph replays)"
     elif slot < world_size:

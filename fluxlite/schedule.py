@@ -111,8 +111,9 @@ def pulled_slot(world_size: int, src: int, split: int) -> int:
 
 
 def finished_slot(world_size: int, src: int) -> int:
-    """Region offset of the flag that peer ``src``'s producer sets on rank ``r`` once src's consumer
-    has finished the call and its output chunk may be read (GEMM-AllReduce's gather phase)."""
+    """Region offset of the flag that peer ``src`` sets on rank ``r`` once its data for the call may
+    be read in src's own memory: GEMM-AllReduce's reduced chunk (two-shot: its producer, once its
+    consumer has finished) or its whole partial (one-shot: its reduction kernel, after the GEMM)."""
     return world_size + 2 * world_size * MAX_SPLITS + src
 
 
@@ -128,8 +129,11 @@ def peer_slots() -> int:
 
 
 def split_of_data_slot(world_size: int, slot: int) -> int:
-    """The split a data or pulled flag slot guards (for error messages; 0 for a ready slot)."""
-    return 0 if slot < world_size else (slot - data_slot(world_size, 0, 0)) % MAX_SPLITS
+    """The split a data or pulled flag slot guards (for error messages; 0 for a ready or finished
+    slot, which guard whole calls)."""
+    if slot < world_size or slot >= finished_slot(world_size, 0):
+        return 0
+    return (slot - data_slot(world_size, 0, 0)) % MAX_SPLITS
 
 
 def counter_slot(dst: int, split: int) -> int:

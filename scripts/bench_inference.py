@@ -23,7 +23,8 @@ Cases and their parallel layout:
   fluxlite's ops run. Otherwise (1 token at TP=2), or everywhere with ``--decode-layout
   replicated``, Megatron's decode layout without sequence parallelism: rows on every rank, the
   Column layers local, the Row layers a GEMM-AllReduce (``fluxlite.gemm_ar``: the matmul then NCCL's
-  all-reduce for ``sequential``, fluxlite's two-shot protocol for ``fused``).
+  all-reduce for ``sequential``; for ``fused`` the matmul then fluxlite's one-shot reduction at
+  decode sizes, its two-shot protocol above them).
 
 Implementations (``--impls``): fluxlite's ``sequential``, ``fused`` and ``auto`` (the layers'
 ``overlap``), and ``torch_symm_mem``: the same stack, weights and layout with the four linear

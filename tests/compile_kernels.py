@@ -20,22 +20,24 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gemm_core, gemm_rs  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_ar, gemm_core, gemm_rs  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
-RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot",
-           "release_slot")
+RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot")
+ONE_SHOT_INTS = ("M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot")
 TMA_STORE = "async_tma_copy_local_to_global"
 
 
 def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None):
-    """Compile ``fn`` for sm_90. ``types``: the runtime arguments' types; ``consts``: the constexprs
+    """Compile ``fn`` for sm_90. ``types``: the runtime arguments' types, ``(type, 16)`` for one whose
+    value or address divides by 16 (as Triton specialises a launch on it); ``consts``: the constexprs
     (an argument given as ``None`` is a constexpr ``None``)."""
     names = fn.arg_names
-    signature = {n: types.get(n, "constexpr") for n in names}
+    signature = {n: types[n][0] if isinstance(types.get(n), tuple) else types.get(n, "constexpr") for n in names}
     constexprs = {(names.index(k),): v for k, v in consts.items()}
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items() if isinstance(t, tuple)}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=num_warps or config.num_warps, num_stages=config.num_stages))
 
@@ -92,6 +94,17 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
                   bias_ptr=f"*{dtype}", partial=half, recv=half)
         # GEMM-RS keeps one claim loop with its K loop inside (fluxlite/kernels/gemm_rs.py: liveness).
         yield f"gemm_rs {name}", gemm_rs.gemm_rs_kernel, rs, dict(consts, **none, PEER_SLOTS=16), 0
+        if not use_tma and not kmajor:
+            # GEMM-AllReduce's one-shot reduction (no GEMM, no TMA): rows 16-byte aligned (vector loads
+            # and stores, N % 16 == 0) with a bias, and not aligned without one.
+            one_shot = dict(scalars, **{n: "*i32" for n in ("flags_ptr", "sig_ptr", "error_ptr", "call_ptr",
+                                                             "counters_ptr")},
+                            **{n: "i32" for n in ONE_SHOT_INTS}, partials_ptr="*i64", flag_bases_ptr="*i64",
+                            out=f"*{dtype}", bias_ptr=f"*{dtype}")
+            if bias:
+                one_shot.update(N=("i32", 16), out=(f"*{dtype}", 16), bias_ptr=(f"*{dtype}", 16))
+            yield (f"gemm_ar one-shot aligned={bias} bias={bias}", gemm_ar.one_shot_kernel, one_shot,
+                   dict(none, BLOCK_N=gemm_ar.BLOCK_N), 0)
         if kmajor or not bias:
             continue
         # The epilogue switches: every activation with a row scale (SwiGLU reads the gated weight).
@@ -113,10 +126,15 @@ def main() -> None:
                        parity="i32", rank="i32", world_size="i32", region="i32", num_counters="i32", sig_at="i32",
                        ready_at="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, COUNTERS_BLOCK=256), 0))
+    cases.append(("int32", "finished_wait (the producer's bounded wait)", finished_wait.finished_wait_kernel,
+                  dict(flags_ptr="*i32", error_ptr="*i32", call_ptr="*i32", first="i32", rank="i32", world_size="i32",
+                       timeout_ns="i64"), {}, 0))
+    one_warp = (align.align_kernel, finished_wait.finished_wait_kernel)  # launched as one program of one warp
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:
-                kernel = compile_kernel(fn, types, consts, config, 1 if fn is align.align_kernel else None)
+                warps = 1 if fn in one_warp else gemm_ar.NUM_WARPS if fn is gemm_ar.one_shot_kernel else None
+                kernel = compile_kernel(fn, types, consts, config, warps)
             except Exception as exc:  # report every variant that fails, then exit non-zero
                 failed += 1
                 print(f"FAIL {dtype} {name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)

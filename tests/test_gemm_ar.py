@@ -1,23 +1,28 @@
 """GEMM-AllReduce on CPU ranks: every impl against a float64 reference at 2, 3 and 4 ranks, on odd
 shapes (one row, rows not divisible by the ranks, odd K and N), with a bias and a scale, outputs
 poisoned first (deterministic mode fills every ``torch.empty`` with NaN, and half the calls pass a
-NaN-filled ``out=``); the fused protocol with the interpreted Triton kernel as its consumer too; its
-input checks; the custom op's fake and autograd against float64 autograd. Tolerances:
-tests/numerics.py (bf16: every rank's partial is rounded to bf16 before the reduction)."""
+NaN-filled ``out=``); both fused paths, the one-shot (decode sizes: M = 1 to 255) and the two-shot
+(the one-shot turned off, ``ONE_SHOT_MAX_BYTES = 0``), each with the interpreted Triton kernel as its
+consumer too; its input checks; the custom op's fake and autograd against float64 autograd.
+Tolerances: tests/numerics.py (bf16: every rank's partial is rounded to bf16 before the reduction).
+A mismatched call and a missing peer are tests/test_safety_cpu.py's."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import pytest
 import torch
 
 import fluxlite
+from fluxlite.ops import AR
 
 from .dist_utils import run_ranks
 from .numerics import check, poison_empty_tensors, randn
 
 SHAPES = [(1, 5, 7), (13, 24, 40), (66, 17, 9)]  # (M, K per rank, N): one row, M % W != 0, odd sizes
+ONE_SHOT_SHAPES = [(1, 5, 7), (3, 24, 40), (7, 17, 9), (64, 33, 50), (255, 20, 23)]  # decode sizes, odd K and N
 IMPLS = ("sequential", "decomposed", "fused")
 
 
@@ -26,12 +31,18 @@ def _reference(a_parts, w_parts, bias, scale) -> torch.Tensor:
     return ref if bias is None else ref + bias.double()
 
 
-def _cases(rank: int, W: int, dtypes, impls) -> None:
+def _cases(rank: int, W: int, dtypes, impls, shapes=SHAPES, one_shot=False) -> None:
+    """Every case of ``shapes``; the fused ones on the one-shot path if ``one_shot``, else the two-shot."""
     poison_empty_tensors()
+    if not one_shot:
+        importlib.import_module("fluxlite.ops.gemm_ar").ONE_SHOT_MAX_BYTES = 0  # no call is small enough
     gen = torch.Generator().manual_seed(21)
     failures: list[str] = []
+    for M, K, N in shapes:
+        for dtype in dtypes:
+            assert AR.one_shot(W, M, N, dtype.itemsize) == one_shot, (M, N, dtype)
     for rep, (M, K, N), dtype, (use_bias, scale) in itertools.product(
-            range(2), SHAPES, dtypes, ((False, None), (True, 0.5))):
+            range(2), shapes, dtypes, ((False, None), (True, 0.5))):
         a_parts = [randn(gen, M, K, dtype=dtype) for _ in range(W)]
         w_parts = [randn(gen, N, K, dtype=dtype) for _ in range(W)]
         bias = randn(gen, N, dtype=dtype) if use_bias else None
@@ -49,13 +60,28 @@ def _cases(rank: int, W: int, dtypes, impls) -> None:
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_gemm_ar_matches_float64_reference(world_size):
+    """Every impl; the fused one two-shot."""
     run_ranks(_cases, world_size, (torch.float32, torch.bfloat16), IMPLS)
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_gemm_ar_one_shot_matches_float64_reference(world_size):
+    """Decode sizes, fused: one shot, every rank reading every partial from its /dev/shm mapping."""
+    run_ranks(_cases, world_size, (torch.float32, torch.bfloat16), ("fused",), ONE_SHOT_SHAPES, True)
+
+
 def test_gemm_ar_fused_with_the_kernel_as_consumer():
-    """The interpreted GEMM-RS kernel reduces each rank's chunk (fp32: the interpreter's bf16 is not
-    the GPU's), the producer gathers the chunks."""
+    """Two-shot: the interpreted GEMM-RS kernel reduces each rank's chunk (fp32: the interpreter's
+    bf16 is not the GPU's), the producer gathers the chunks."""
     run_ranks(_cases, 2, (torch.float32,), ("fused",), env={"FLUXLITE_CPU_CONSUMER": "triton"})
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_gemm_ar_one_shot_with_the_kernel_as_consumer(world_size):
+    """One-shot: the interpreted one-shot kernel signals, waits and reduces every rank's partial
+    through their addresses (fp32)."""
+    run_ranks(_cases, world_size, (torch.float32,), ("fused",), ONE_SHOT_SHAPES, True,
+              env={"FLUXLITE_CPU_CONSUMER": "triton"})
 
 
 def _bad_inputs(rank: int, W: int) -> None:

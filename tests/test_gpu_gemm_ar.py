@@ -1,9 +1,10 @@
 """GEMM-AllReduce on GPU ranks: fused against a float32 reference at random shapes (M = 1 and M not a
 multiple of the ranks among them; unaligned K and N; bf16 and fp16; bias and scale), eagerly, as
-an eager call repeated (the eager replay path), and replayed from a captured CUDA graph. Outputs
-are poisoned (NaN) before every call. Tolerance: bf16/fp16 output of an fp32-accumulated product
-with each rank's partial rounded to the input dtype before the reduction, against float32: 2e-2
-norm-relative."""
+an eager call repeated (the eager replay path), and replayed from a captured CUDA graph; the
+one-shot path (decode sizes) at random small M, and its output the same to the bit on every rank.
+Outputs are poisoned (NaN) before every call. Tolerance: bf16/fp16 output of an fp32-accumulated
+product with each rank's partial rounded to the input dtype before the reduction, against float32:
+2e-2 norm-relative."""
 
 from __future__ import annotations
 
@@ -27,11 +28,25 @@ def _shapes(seed: int, n: int) -> list[tuple[int, int, int, torch.dtype]]:
     return fixed + rand
 
 
-def _eager(rank: int, W: int, seed: int) -> None:
+def _one_shot_shapes(seed: int, n: int) -> list[tuple[int, int, int, torch.dtype]]:
+    """Decode sizes: M in 1..256 (1 and 256 always), K and N aligned or not."""
+    rng = random.Random(seed)
+    fixed = [(1, 4096, 8192, torch.bfloat16), (256, 2048, 8192, torch.bfloat16), (5, 1000, 3000, torch.float16)]
+    rand = [(rng.randint(1, 256), rng.choice([256, 1000, 2056, 4096, rng.randint(16, 5000)]),
+             rng.choice([128, 1000, 3000, 5120, 8192, rng.randint(1, 9000)]),
+             rng.choice([torch.bfloat16, torch.float16])) for _ in range(n)]
+    return fixed + rand
+
+
+def _eager(rank: int, W: int, seed: int, one_shot: bool = False) -> None:
     import fluxlite
+    from fluxlite.ops import AR
 
     failures = []
-    for M, K, N, dtype in _shapes(seed, 8):
+    for M, K, N, dtype in (_one_shot_shapes if one_shot else _shapes)(seed, 8):
+        if one_shot and not AR.one_shot(W, M, N, dtype.itemsize):
+            failures.append(f"M={M} N={N} {dtype}: not a one-shot call")
+            continue
         gen = torch.Generator(device=dev()).manual_seed(M * 31 + K)
         a_full = torch.randn(M, W * K, generator=gen, device=dev())
         w_full = torch.randn(N, W * K, generator=gen, device=dev()) / (W * K) ** 0.5
@@ -46,6 +61,11 @@ def _eager(rank: int, W: int, seed: int) -> None:
             err = rel_err(out, ref)
             if not err < TOL:
                 failures.append(f"M={M} K={K} N={N} {dtype} call {call}: rel err {err:.3g}")
+            if one_shot:  # every rank sums the partials in rank order: the same bits everywhere
+                outs = [torch.empty_like(out) for _ in range(W)]
+                dist.all_gather(outs, out)
+                if not all(torch.equal(o, outs[0]) for o in outs):
+                    failures.append(f"M={M} K={K} N={N} {dtype} call {call}: the ranks' outputs differ")
     assert not failures, "\n".join(failures)
 
 
@@ -53,10 +73,14 @@ def test_gemm_ar_fused_at_random_shapes():
     run_gpu_ranks(_eager, 2, 17)
 
 
-def _graph(rank: int, W: int) -> None:
+def test_gemm_ar_one_shot_at_random_small_m():
+    run_gpu_ranks(_eager, 2, 29, True)
+
+
+def _graph(rank: int, W: int, M: int) -> None:
     import fluxlite
 
-    M, K, N, dtype = 37, 2048, 3000, torch.bfloat16
+    K, N, dtype = 2048, 3000, torch.bfloat16
     a = torch.empty(M, K, device=dev(), dtype=dtype)
     w = torch.empty(N, K, device=dev(), dtype=dtype)
     out = torch.empty(M, N, device=dev(), dtype=dtype)
@@ -82,5 +106,6 @@ def _graph(rank: int, W: int) -> None:
     assert not failures, "\n".join(failures)
 
 
-def test_gemm_ar_fused_replays_from_a_captured_graph():
-    run_gpu_ranks(_graph, 2)
+@pytest.mark.parametrize("M", [37, 4000], ids=["one-shot", "two-shot"])
+def test_gemm_ar_fused_replays_from_a_captured_graph(M):
+    run_gpu_ranks(_graph, 2, M)

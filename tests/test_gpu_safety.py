@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from .faults import never_finished
 from .gpu_utils import ag_reference as _ag_reference, dev as _dev, rs_reference as _rs_reference, rel_err, run_gpu_ranks
 
 pytestmark = pytest.mark.gpu
@@ -314,11 +315,11 @@ PEER_TIMEOUT_S = 3.0
 PEER_SLACK_S = 5.0
 
 
-def _expect_timeout(rank, tag, fn, skipper, failures, *, step_is_flag=None, poison_at_once=True):
-    """``fn()`` then ``fluxlite.synchronize()`` raise FluxliteTimeoutError naming ``skipper`` within
-    the timeout + slack; afterwards the workspace is poisoned: the next fused call raises at once
-    (``poison_at_once=False``, for a workspace whose build never finished: at once or after its own
-    timeout)."""
+def _expect_timeout(rank, tag, fn, skipper, failures, *, step_is_flag=None, poison_at_once=True, what=None):
+    """``fn()`` then ``fluxlite.synchronize()`` raise FluxliteTimeoutError naming ``skipper`` (and
+    waiting for ``what``, if given) within the timeout + slack; afterwards the workspace is
+    poisoned: the next fused call raises at once (``poison_at_once=False``, for a workspace whose
+    build never finished: at once or after its own timeout)."""
     import fluxlite
 
     t0 = time.monotonic()
@@ -333,6 +334,8 @@ def _expect_timeout(rank, tag, fn, skipper, failures, *, step_is_flag=None, pois
             failures.append(f"{tag}: names rank {exc.rank}, peer {exc.peer}; expected rank {rank}, peer {skipper}: {exc}")
         if step_is_flag is not None and (exc.step == "flag") != step_is_flag:
             failures.append(f"{tag}: step={exc.step!r}, expected {'flag' if step_is_flag else 'a workspace step'}: {exc}")
+        if what is not None and exc.what != what:
+            failures.append(f"{tag}: waited for {exc.what!r}, expected {what!r}: {exc}")
         print(f"rank {rank}: {tag}: FluxliteTimeoutError after {elapsed:.2f} s (step {exc.step!r})", flush=True)
     except Exception as exc:
         failures.append(f"{tag}: raised {type(exc).__name__} after {time.monotonic() - t0:.2f} s, expected "
@@ -375,9 +378,13 @@ def _recover(rank, world_size, gen, tag, failures, meet, calls=((256, 1024, 768)
             failures.append(str(exc))
 
 
-def _scenario(rank, world_size, meet, gen, failures, tag, skipper, fn, **kw):
-    """The waiting rank runs ``fn`` (must time out naming ``skipper``); the skipper waits on the store."""
+def _scenario(rank, world_size, meet, gen, failures, tag, skipper, fn, instead=None, **kw):
+    """The waiting rank runs ``fn`` (must time out naming ``skipper``); the skipper runs ``instead()``,
+    if given, then waits on the store."""
     if rank == skipper:
+        if instead is not None:
+            instead()
+            torch.cuda.synchronize()
         meet(f"{tag}/done", timeout_s=PEER_TIMEOUT_S + PEER_SLACK_S + 60)
     else:
         _expect_timeout(rank, tag, fn, skipper, failures, **kw)
@@ -435,7 +442,18 @@ def _missing_peer(rank, world_size):
         fluxlite.synchronize()
         _scenario(rank, W, meet, gen, failures, f"mid-call ({op})", skipper,
                   lambda: fused(a, w, impl="fused", timeout=PEER_TIMEOUT_S), step_is_flag=True)
-    # (d) during the backward of Column -> GELU -> Row (sequence parallel, fused both ways)
+    # (d) GEMM-AllReduce, a peer gone after its partials: the waiting rank's reduction completes, but
+    # the peer never sets its finished flags. A stream wait on them would never end (synchronize()
+    # could only report a stuck GPU); the producer's bounded kernel must time out naming the peer.
+    from fluxlite.host_flags import REDUCED_ROWS
+
+    a, w = _operands(gen, 2048, 1024, 2048)
+    fluxlite.gemm_ar(a, w, impl="fused", timeout=15)  # both ranks: kernels compiled and loaded
+    fluxlite.synchronize()
+    call = lambda: fluxlite.gemm_ar(a, w, impl="fused", timeout=PEER_TIMEOUT_S)  # noqa: E731
+    _scenario(rank, W, meet, gen, failures, "gemm_ar peer gone after its partials", 0, call,
+              instead=lambda: never_finished(call), step_is_flag=True, what=REDUCED_ROWS)
+    # (e) during the backward of Column -> GELU -> Row (sequence parallel, fused both ways)
     _skipped_backward(rank, meet, gen, failures, "during backward (Column -> GELU -> Row)", seed=1234, steps=1)
     meet("end")
     assert not failures, f"rank {rank}: {len(failures)} failures:\n" + "\n".join(failures)

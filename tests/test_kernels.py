@@ -1,7 +1,8 @@
 """The Triton kernels under the interpreter (CPU, ``TRITON_INTERPRET=1`` from conftest), on small
 shapes: the plain GEMM core, the AG consumer's flag waits and timeout record, the RS producer's
-partials and counters, and the whole fused protocol with the kernel as the consumer on 2 and 4
-gloo ranks (``FLUXLITE_CPU_CONSUMER=triton``).
+partials and counters, GEMM-AllReduce's one-shot reduction, the producer's bounded wait for the
+peers' finished flags, the alignment kernel, and the whole fused protocol with the kernel as the
+consumer on 2 and 4 gloo ranks (``FLUXLITE_CPU_CONSUMER=triton``).
 
 bf16 is upcast to fp32 inside the kernel under the interpreter (its bf16 arithmetic is broken), and
 its fp32->bf16 store truncates: bf16 tolerances allow two bf16 ulps of the reference's scale.
@@ -10,21 +11,24 @@ its fp32->bf16 store truncates: bf16 tolerances allow two bf16 ulps of the refer
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
 
 from fluxlite import schedule as sch
-from fluxlite.epilogue import PLAIN
+from fluxlite.epilogue import PLAIN, Epilogue
 from fluxlite.host_flags import exception_from_record
 from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
 from fluxlite.kernels import align as align_kern
+from fluxlite.kernels import finished_wait as finished_wait_kern
+from fluxlite.kernels import gemm_ar as ar_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
-from fluxlite.ops import AG, RS
-from fluxlite.kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_RS, MIRROR_WORD,
-                                           RECORD_WORDS)
+from fluxlite.ops import AG, AR, RS
+from fluxlite.kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_FINISHED,
+                                           ERR_TIMEOUT_RS, MIRROR_WORD, RECORD_WORDS)
 
 from .dist_utils import run_ranks
 
@@ -169,36 +173,33 @@ def test_ag_consumer_records_a_peer_in_another_call():
     assert exc.mine == sch.describe_signature(sig) and exc.theirs == sch.describe_signature(theirs)
 
 
-def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, r=0, W=2, timeout_s=1.0,
-               release_slot=-1):
+def _rs_launch(a, w, b, partial, recv, flags, sig, counters, error, epoch, out, r=0, W=2, timeout_s=1.0):
     s = RS.schedule(W, r, a.shape[0], CFG.block_m, 2)
     rs_kern.launch(a=a, weight=w, out=out, bias=b, partial=partial, recv=recv,
                    flags=flags[sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
                    counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=r, world_size=W,
                    sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
                    timeout_s=timeout_s, ep=PLAIN, config=CFG, cache={}, **_tables(RS, s, w.shape[0]),
-                   peer_tiles=(W - 1) * s.local_tiles(core.column_blocks(w.shape[0], CFG)), release_slot=release_slot)
+                   peer_tiles=(W - 1) * s.local_tiles(core.column_blocks(w.shape[0], CFG)))
     return s
 
 
-@pytest.mark.parametrize("release", [False, True], ids=["gemm_rs", "gemm_ar"])
-def test_rs_kernel_timeout_records_and_releases_the_gather(release):
-    """A peer that never sends its partials: the kernel records the timeout, still counts every peer
-    tile, and (GEMM-AllReduce) sets the finished flags that its producer waits on after it."""
+def test_rs_kernel_timeout_records_and_still_counts_every_peer_tile():
+    """A peer that never sends its partials: the kernel records the timeout and still counts every
+    peer tile (the producer's stream waits on the counters end); it sets no flag of its own."""
     W, K, N, mc, epoch = 2, 32, 32, 40, 6
     a, w = torch.randn(W * mc, K), torch.randn(N, K)
     sig = sch.call_signature(RS.code, W * mc, K, N, torch.float32, 2)
     flags = _flags_with_signature(W, sig, epoch % 2, (1,))  # arrived, but no split ever comes
     counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
-    release_slot = sch.finished_slot(W, 0) if release else -1
+    before = flags.clone()
     s = _rs_launch(a, w, None, torch.empty(W, mc, N), torch.zeros(W, mc, N), flags, sig, counters, error, epoch,
-                   torch.empty(mc, N), timeout_s=0.01, release_slot=release_slot)
+                   torch.empty(mc, N), timeout_s=0.01)
     assert error[0].item() == ERR_TIMEOUT_RS and error[4].item() == 1, error.tolist()
     n_tiles = -(-N // CFG.block_n)
     assert [counters[sch.counter_slot(1, sp)].item() for sp in range(2)] == [s.split_tiles(sp, n_tiles) for sp in range(2)]
-    finished = [flags[_slot(W, epoch, sch.finished_slot(W, p))].item() for p in range(W)]
-    assert finished == ([sch.SET] * W if release else [0] * W), finished
+    assert torch.equal(flags, before), "the finished flags are waited on by a bounded kernel: nothing to release"
 
 
 @pytest.mark.parametrize("mismatch", [False, True], ids=["agree", "mismatch"])
@@ -265,6 +266,136 @@ def test_the_direct_launch_key_separates_what_triton_compiles_apart():
     t = torch.empty(8, dtype=torch.float32)
     assert _spec(t, True) != _spec(t[1:], True)
     assert _spec(t, True) != _spec(t.double(), True)
+
+def _finished_wait(flags, error, epoch, rank, W, timeout_s):
+    finished_wait_kern.launch(flags=flags[sch.region_start(W, epoch % 2):], error=error,
+                              call=torch.tensor([epoch], dtype=torch.int32), first=sch.finished_slot(W, 0), rank=rank,
+                              world_size=W, timeout_s=timeout_s, cache={})
+
+
+def test_finished_wait_returns_once_every_peer_has_finished():
+    """Rank 1 of 3; peers 0 and 2 set their finished flags (its own stays clear: it waits on no one
+    for it). Nothing is recorded and no flag changes."""
+    W, epoch = 3, 5
+    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    for p in (0, 2):
+        flags[_slot(W, epoch, sch.finished_slot(W, p))] = sch.SET
+    before = flags.clone()
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    _finished_wait(flags, error, epoch, 1, W, 1.0)
+    assert error.tolist() == [0] * RECORD_WORDS and torch.equal(flags, before)
+
+
+def test_finished_wait_records_a_peer_that_never_finishes():
+    """Rank 0 of 3: peer 1 finished, peer 2 never does (it died after its partials). The wait ends
+    after its timeout with a record naming peer 2, its flag, the call, and mirrors it to the host."""
+    W, epoch = 3, 8
+    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    flags[_slot(W, epoch, sch.finished_slot(W, 1))] = sch.SET
+    error, mirror = _mirrored_record()
+    _finished_wait(flags, error, epoch, 0, W, 0.01)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_FINISHED, sch.finished_slot(W, 2), epoch, 0, 2, 2)
+    assert _mirrored(error, mirror)
+    exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
+    assert isinstance(exc, FluxliteTimeoutError)
+    assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch, exc.step) == (0, 2, 2, 0, epoch, "flag")
+    assert "reduced rows" in str(exc) and "peer rank 2" in str(exc)
+
+
+def test_finished_wait_returns_at_once_after_an_earlier_failure():
+    """The consumer's wait already failed (its record is set): no peer's flag is waited for, so a
+    peer missing from the whole call costs one timeout, the consumer's."""
+    W, epoch = 2, 3
+    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    error[:6] = torch.tensor([ERR_TIMEOUT_RS, sch.data_slot(W, 1, 0), epoch, 0, 1, 0], dtype=torch.int32)
+    before = error.clone()
+    t0 = time.monotonic()
+    _finished_wait(flags, error, epoch, 0, W, 30.0)
+    assert time.monotonic() - t0 < 5.0, "waited for the timeout after a failure was recorded"
+    assert torch.equal(error, before), "the first failure stays the record"
+
+
+def _one_shot(flags, partials, out, bias, error, epoch, rank, sig, timeout_s=1.0, scale=1.0):
+    """GEMM-AllReduce's one-shot kernel on rank ``rank`` of ``len(flags)``: every rank's flag array and
+    partial, by address, as the fused state hands them over."""
+    W = len(flags)
+    counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
+    ar_kern.launch(partials=torch.tensor([p.data_ptr() for p in partials], dtype=torch.int64), out=out, bias=bias,
+                   flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
+                   flags=flags[rank][sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
+                   counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=rank,
+                   world_size=W, sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
+                   parity=epoch % 2, timeout_s=timeout_s, ep=Epilogue(scale=scale), config=CFG, cache={})
+    return counters
+
+
+def _one_shot_ranks(W, rank, epoch, M, N, finished):
+    """Flag arrays of ``W`` ranks where every peer of ``rank`` has arrived at a one-shot call of
+    epoch ``epoch``, and those in ``finished`` have announced their partials; the partials."""
+    sig = sch.call_signature(AR.code, M, 16, N, torch.float32, 1)
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    flags[rank] = _flags_with_signature(W, sig, epoch % 2, [p for p in range(W) if p != rank])
+    for p in finished:
+        flags[rank][_slot(W, epoch, sch.finished_slot(W, p))] = sch.SET
+    g = torch.Generator().manual_seed(M * N)
+    return sig, flags, [torch.randn(M, N, generator=g) for _ in range(W)]
+
+
+def test_one_shot_kernel_announces_once_and_reduces_every_partial_in_rank_order():
+    """Rank 1 of 3, every peer finished: each peer's flag array gets exactly our finished flag of the
+    call's region; out is scale * (P0 + P1 + P2) + bias, summed in that order, every element written."""
+    W, r, epoch, M, N = 3, 1, 6, 5, 4096 + 37  # two column blocks, the second ragged
+    sig, flags, partials = _one_shot_ranks(W, r, epoch, M, N, finished=(0, 2))
+    before = [f.clone() for f in flags]
+    bias = torch.randn(N)
+    out = torch.full((M, N), float("nan"))
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    counters = _one_shot(flags, partials, out, bias, error, epoch, r, sig, scale=0.5)
+    assert error.tolist() == [0] * RECORD_WORDS
+    want = ((partials[0] + partials[1]) + partials[2]) * 0.5 + bias
+    assert torch.equal(out, want), (out - want).abs().max()
+    for p in (0, 2):
+        before[p][_slot(W, epoch, sch.finished_slot(W, r))] = sch.SET
+    assert all(torch.equal(f, b) for f, b in zip(flags, before)), "a flag other than our finished one changed"
+    assert counters[sch.claim_slot(W)].item() == CFG.num_progs, "every program claimed; the first announced"
+
+
+def test_one_shot_kernel_records_a_peer_that_never_finishes_and_reads_no_peer():
+    """Rank 0 of 3: peer 1 finished, peer 2 arrived but never announces its partial. The record names
+    peer 2, its finished flag, the call and no chunk (every row); the output is this rank's own partial
+    only (the peers' partials are NaN here: read, they would show)."""
+    W, r, epoch, M, N = 3, 0, 9, 3, 40
+    sig, flags, partials = _one_shot_ranks(W, r, epoch, M, N, finished=(1,))
+    for p in (1, 2):
+        partials[p].fill_(float("nan"))
+    error, mirror = _mirrored_record()
+    out = torch.full((M, N), float("nan"))
+    _one_shot(flags, partials, out, None, error, epoch, r, sig, timeout_s=0.01)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_RS, sch.finished_slot(W, 2), epoch, 0, 2, -1)
+    assert _mirrored(error, mirror)
+    assert torch.equal(out, partials[0])
+    exc = exception_from_record(error.tolist(), rank=r, world_size=W, timeout_s=0.01)
+    assert isinstance(exc, FluxliteTimeoutError) and (exc.peer, exc.split, exc.what) == (2, 0, "partials")
+
+
+def test_one_shot_kernel_records_a_peer_in_another_call():
+    """Peer 1 arrived at another call (its signature differs): a mismatch, before its partial is read."""
+    W, r, epoch, M, N = 2, 0, 4, 2, 24
+    sig, flags, partials = _one_shot_ranks(W, r, epoch, M, N, finished=(1,))
+    theirs = sch.call_signature(RS.code, M, 16, N, torch.float32, 1)
+    at = sch.signature_slot(W, epoch % 2, 1)
+    flags[r][at : at + sch.SIG_WORDS] = torch.tensor(theirs, dtype=torch.int32)
+    partials[1].fill_(float("nan"))
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    out = torch.full((M, N), float("nan"))
+    _one_shot(flags, partials, out, None, error, epoch, r, sig)
+    exc = exception_from_record(error.tolist(), rank=r, world_size=W, timeout_s=1.0)
+    assert isinstance(exc, FluxliteCallMismatchError) and exc.theirs == sch.describe_signature(theirs)
+    assert torch.equal(out, partials[0])
+
 
 def _align(flags, state, parity, rank=0, timeout_s=1.0, ready=True, signature=(71, 72, 73, 74), error=None):
     """Run the alignment kernel on stale tile counters, which it must zero whatever else it does."""

@@ -7,9 +7,11 @@
   disagreement that makes one rank need a bigger workspace, or one on the first call of a fresh
   workspace, ends in some ``FluxliteError`` on every rank within the timeout (+ slack).
 - **Bounded waits.** A missing peer before the first fused call (the others' call builds the
-  workspace collectively), during growth, and during the backward pass of Column -> GELU -> Row
-  layers ends in ``FluxliteTimeoutError`` on the waiting rank within the timeout (+ slack), naming
-  the missing peer. (A missing peer mid-call, at a flag, is tests/test_timeouts.py's.)
+  workspace collectively), during growth, in a GEMM-AllReduce (absent from the call, or gone after
+  its partials: it never sets its ``finished`` flags), and during the backward pass of Column ->
+  GELU -> Row layers ends in ``FluxliteTimeoutError`` on the waiting rank within the timeout
+  (+ slack), naming the missing peer. (A missing peer mid-call, at a flag, is
+  tests/test_timeouts.py's.)
 - **Afterwards.** The workspace is poisoned: the next fused call raises ``FluxliteError`` at once.
   Sequential calls still work. After ``fluxlite.release_workspaces()`` on every rank, fused calls of
   both ops are correct again (float64 references, NaN-filled ``out=`` and ``torch.empty``).
@@ -24,6 +26,7 @@ failure prints the seed, and ``FLUXLITE_TEST_SEED=<seed>`` replays it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import time
@@ -37,8 +40,10 @@ import fluxlite
 from fluxlite import FluxliteError, FluxliteTimeoutError
 
 from fluxlite import FluxliteCallMismatchError
+from fluxlite.host_flags import REDUCED_ROWS
 
 from .dist_utils import run_ranks
+from .faults import never_finished
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
 
 # Set in the environment so that the spawned ranks (which import this module again) use the same seed.
@@ -81,8 +86,9 @@ MISMATCHES = [
     ("rs dtype", RS_BASE, _with(RS_BASE, dtype=BF16)),
     ("op ag_gemm vs gemm_rs", ("ag", dict(m=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
     ("op gemm_rs vs ag_gemm", ("rs", dict(M=48, K=24, N=16)), ("ag", dict(m=48, K=24, N=16))),
-    ("ar M", ("ar", dict(M=47, K=24, N=16)), ("ar", dict(M=45, K=24, N=16))),
-    ("op gemm_ar vs gemm_rs", ("ar", dict(M=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
+    ("ar M (one-shot)", ("ar", dict(M=47, K=24, N=16)), ("ar", dict(M=45, K=24, N=16))),
+    ("ar N (one-shot)", ("ar", dict(M=5, K=24, N=16)), ("ar", dict(M=5, K=24, N=20))),
+    ("op gemm_ar (one-shot) vs gemm_rs", ("ar", dict(M=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
 ]
 
 
@@ -315,12 +321,15 @@ def _disagreement(ctx: _Ctx, name: str, base, odd_spec, odd: int) -> None:
 
 
 def _missing_peer(ctx: _Ctx, tag: str, call, skipper: int, *, step_is_flag: bool | None,
-                  poison_at_once: bool = True) -> None:
+                  poison_at_once: bool = True, instead=None, what: str | None = None) -> None:
     """Every rank but ``skipper`` runs ``call()``, which must raise FluxliteTimeoutError naming the
-    skipper within the timeout + slack. The skipper waits on the store, outside every collective."""
+    skipper (and waiting for ``what``, if given) within the timeout + slack. The skipper runs
+    ``instead()``, if given, then waits on the store, outside every collective."""
     r = ctx.rank
     done = f"{tag}/waiters done"
     if r == skipper:
+        if instead is not None:
+            instead()
         ctx.meet(done, timeout_s=PEER_TIMEOUT_S + PEER_SLACK_S + 20)
         _recover(ctx, tag)
         return
@@ -337,6 +346,8 @@ def _missing_peer(ctx: _Ctx, tag: str, call, skipper: int, *, step_is_flag: bool
         if step_is_flag is not None and (exc.step == "flag") != step_is_flag:
             want = "'flag'" if step_is_flag else "a collective workspace step, not 'flag'"
             ctx.fail(f"{tag}: step={exc.step!r}, expected {want}: {exc}")
+        if what is not None and exc.what != what:
+            ctx.fail(f"{tag}: waited for {exc.what!r}, expected {what!r}: {exc}")
     if poison_at_once:
         _check_poisoned(ctx, tag)
     else:  # a workspace that was never built: the next call raises too, at once or after its own timeout
@@ -401,11 +412,22 @@ def _missing_peer_worker(rank: int, W: int) -> None:
             big = ("rs", dict(M=_rows_to_grow(fluxlite.get_workspace().capacity, 64 * 4, W), K=24, N=64))
         _missing_peer(ctx, f"missing peer during growth ({op}, {big[1]})", lambda: _call(big, PEER_TIMEOUT_S),
                       skipper=skipper, step_is_flag=False)
-    # (c) GEMM-AllReduce in steady state: a call every rank makes, then one a rank skips (a flag wait).
+    # (c) GEMM-AllReduce in steady state, one-shot: a call every rank makes, then one a rank skips (a
+    # flag wait in the reduction).
     ar = ("ar", dict(M=4 * W + 1, K=24, N=16))
     _call(ar, PEER_TIMEOUT_S)
-    _missing_peer(ctx, "missing peer in a gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
+    _missing_peer(ctx, "missing peer in a one-shot gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
                   step_is_flag=True)
+    # (e) GEMM-AllReduce, two-shot (the one-shot turned off on every rank), a peer gone after its
+    # partials: they all arrive, so the waiting rank's own reduction completes, but the peer never
+    # announces its reduced rows (its finished flags).
+    gemm_ar = importlib.import_module("fluxlite.ops.gemm_ar")
+    one_shot_max, gemm_ar.ONE_SHOT_MAX_BYTES = gemm_ar.ONE_SHOT_MAX_BYTES, 0
+    ar = ("ar", dict(M=4 * W + 3, K=24, N=16))  # a shape no call made yet: the skipper's program is built anew
+    call = lambda: _call(ar, PEER_TIMEOUT_S)  # noqa: E731
+    _missing_peer(ctx, "two-shot gemm_ar peer gone after its partials", call, skipper=0, step_is_flag=True,
+                  what=REDUCED_ROWS, instead=lambda: never_finished(call))
+    gemm_ar.ONE_SHOT_MAX_BYTES = one_shot_max  # the workspaces were released since (recovery)
     ctx.report()
 
 

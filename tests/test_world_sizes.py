@@ -11,13 +11,15 @@
    under every overlap mode, against a single-process float64 autograd reference. At W=3 the fused
    protocol also runs with the Triton kernel (interpreted) as the consumer.
 2. **The producer programs' order and per-peer chunking**, pure Python for W = 2..8 and every rank:
-   AG push goes to ``r-1, r-2, ...`` (peer ``p`` consumes our chunk ``(r - p) % W``-th, so every peer
-   receives its next chunk first), AG pull and RS talk to ``r+1, r+2, ...``; each split's copy covers
-   exactly the rows whose blocks wait on (or count into) the flag that follows it, on the right
-   rank and slot. tests/test_schedule.py checks the schedule's own chunk order and flag layout;
+   AG push goes to ``r-1, r-2, ...`` (peer ``p`` consumes our chunk ``(r - p) % W``-th, so every
+   peer receives its next chunk first), AG pull and RS talk to ``r+1, r+2, ...``; each split's copy
+   covers exactly the rows whose blocks wait on (or count into) the flag that follows it, on the
+   right rank and slot. GEMM-AllReduce's gather announces its chunk to every peer, then waits for
+   every peer's in one bounded step (no stream wait), then pulls each peer's chunk into its rows.
+   tests/test_schedule.py checks the schedule's own chunk order and flag layout;
    tests/test_liveness.py the kernels' tile claiming. This file checks what neither does: the
-   programs that :mod:`fluxlite.fused` builds from the schedule. Also: fluxlite-profile's world
-   size comes from the GPUs or torchrun.
+   programs that :mod:`fluxlite.fused` builds from the schedule. Also: fluxlite-profile's world size
+   comes from the GPUs or torchrun.
 3. **GPU** (``gpu`` marker, for 4- and 8-GPU machines): the GPU tests' workers that work at any world
    size, on every GPU (:func:`tests.gpu_utils.gpu_world_size`) when there are more than 2.
 
@@ -38,11 +40,13 @@ import torch.nn.functional as F
 
 import fluxlite
 from fluxlite import schedule as sch
-from fluxlite.ops import AG, RS
+from fluxlite.ops import AG, AR, RS
 from fluxlite.ops.ag_gemm import PULL, _scales_offset
+from fluxlite.ops.gemm_ar import _red_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
-from fluxlite.fused.producer import COPY, FLAGS, SIGNAL, WAIT, Program, first_wait, stream_calls
+from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, WAIT, WAIT_FINISHED, Program, first_wait,
+                                     stream_calls)
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
@@ -214,7 +218,8 @@ def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool =
              epoch: int = 5):
     """``(ws, plan, call, steps, tensors)``: the producer program of rank ``r``'s call ``epoch``."""
     ws = _AddressMap(W, r)
-    plan = get_plan(ws, AG if op == "ag" else RS, rows, K, N, F32, PULL if op == "ag" and not push else "")
+    op_, variant = {"ag": AG, "rs": RS, "ar": AR}[op], PULL if op == "ag" and not push else ""
+    plan = get_plan(ws, op_, rows, K, N, F32, variant)
     call = Call.__new__(Call)  # the call's state without taking an epoch from a workspace
     call.ws = call.state = ws
     call.plan, call.epoch, call.parity = plan, epoch, epoch % 2
@@ -224,6 +229,9 @@ def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool =
         scales_gathered = torch.empty(W * rows) if row_scale else None
         steps = AG.steps(call, a, gathered, push, scales, scales_gathered)
         return ws, plan, call, steps, dict(a=a, gathered=gathered, scales=scales, scales_gathered=scales_gathered)
+    if op == "ar":
+        out = torch.empty(rows, N)
+        return ws, plan, call, AR.second_shot(call, out), dict(out=out)
     partial = torch.empty(W, rows // W, N)
     return ws, plan, call, RS.steps(call, partial), dict(partial=partial)
 
@@ -369,6 +377,35 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
                     assert slot == sch.data_slot(W, 0, s)
                     assert sorted(senders[(d, s)]) == [p for p in range(W) if p != d], (W, d, s)
                     assert all(slot + p * sch.peer_slots() == sch.data_slot(W, p, s) for p in range(W))
+
+
+@pytest.mark.parametrize("W", range(2, 9))
+def test_ar_gather_waits_for_every_peer_in_one_bounded_step_then_pulls_their_rows(W):
+    """After the join: our reduced chunk into our rows, our finished flag on every peer, then one
+    WAIT_FINISHED on every peer's finished flag (a kernel on CUDA: no stream wait can outlast a dead
+    peer), then each peer's reduced chunk into its rows; a chunk past M (M = 1) moves nothing."""
+    e, K, N = 7, 8, 40
+    for M in (1, 10 * W + 3):
+        for r in range(W):
+            ws, plan, call, steps, t = _program("ar", W, r, M, K, N, epoch=e)
+            mc, row, out = -(-M // W), N * 4, t["out"].data_ptr()
+            red = _red_offset(W, mc, N, 4)
+
+            def pull(c):
+                n = max(0, min(mc, M - c * mc))
+                return [(COPY, out + c * mc * row, ws.data_addr(c, e % 2) + red, n * row)] if n else []
+
+            peers = plan.sched.peers()
+            want = [(JOIN,), *pull(r), *[(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers]]
+            want.append((WAIT_FINISHED, [(_flag(ws, e, r, sch.finished_slot(W, p)), sch.SET, dict(peer=p, chunk=p))
+                                         for p in peers]))
+            want += [step for p in peers for step in pull(p)]
+            got = [(s[0], [(a, v, dict(peer=i["peer"], chunk=i["chunk"])) for a, v, i in s[1]]) if s[0] == WAIT_FINISHED
+                   else s for s in steps]
+            assert got == want, f"W={W} r={r} M={M}"
+            calls = stream_calls(steps)
+            assert not any(c[0] == FLAGS and any(op.operation == 1 for op in c[1]) for c in calls), "a stream wait"
+            assert [c[0] for c in calls].count(WAIT_FINISHED) == 1
 
 
 def _unbatched(calls: list) -> list:

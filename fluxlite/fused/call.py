@@ -26,7 +26,7 @@ from .. import schedule as sch
 from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..host_flags import host_set_flag, host_wait_flag
-from ..kernels import gemm_core
+from ..kernels import finished_wait, gemm_core
 from . import producer
 from .. import workspace as _workspace
 from .state import FusedState
@@ -311,6 +311,9 @@ class Call:
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
         self.align()
+        if not program.steps:  # no producer (GEMM-AllReduce's one-shot): no stream to fork and join
+            consume()
+            return
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
         before, after = program.on_stream
@@ -318,9 +321,18 @@ class Call:
         consume()
         if program.joins:  # the producer's JOIN waits for the consumer's work so far
             cu.event_record(state.consumer_done.cuda_event, main)
-        producer.enqueue_on_stream(after, side, state.consumer_done.cuda_event)
+        producer.enqueue_on_stream(after, side, state.consumer_done.cuda_event, self._wait_finished)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
+
+    def _wait_finished(self) -> None:
+        """The producer's WAIT_FINISHED on CUDA: the bounded wait for every peer's ``finished`` flag
+        (:mod:`fluxlite.kernels.finished_wait`), on the producer stream, with this call's timeout."""
+        state, W = self.state, self.ws.world_size
+        with torch.cuda.stream(state.producer_stream):
+            finished_wait.launch(flags=state.region(self.parity), error=state.error, call=state.call_number,
+                                 first=sch.finished_slot(W, 0), rank=self.ws.rank, world_size=W,
+                                 timeout_s=self.timeout_s, cache=state.finished_wait_kernels)
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
                 consume) -> bool:

@@ -7,17 +7,27 @@ beside the consumer GEMM. One program, two devices:
   ``signal`` a 32-bit stream write (which fences first), ``wait`` a 32-bit stream wait; a run of
   signals and waits with no copy between them is one ``cuStreamBatchMemOp`` call, in order (one
   node of a captured graph, not one per flag: each node adds about 1 µs to a graph's launch).
-  No SM is needed, so a persistent GEMM that holds every SM can never starve its own producer.
+  Until the consumer has finished no SM is needed, so a persistent GEMM that holds every SM can
+  never starve its own producer.
 
 A program is a list of steps on raw addresses (so a step costs a driver call, not a tensor view
 and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)``,
-``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages), and
+``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages),
 ``(JOIN,)``: wait until this call's consumer has finished (CPU: the consumer sets the state's
-``consumed`` word; CUDA: an event recorded after the kernel), for work on the consumer's output. No
-value depends on the call (flags are set to :data:`fluxlite.schedule.SET` and cleared by their
-owner; the call's signature and ``ready`` flag go out in its alignment step, not here), so one
-program, built once per plan, data half and addresses of the call's own tensors, serves every call,
-and a program captured in a CUDA graph replays correctly.
+``consumed`` word; CUDA: an event recorded after the kernel), for work on the consumer's output, and
+``(WAIT_FINISHED, waits)``: wait for every peer's ``finished`` flag (``waits``: one ``(address, value,
+info)`` per peer, on this rank's flags of the call). No value depends on the call (flags are set to
+:data:`fluxlite.schedule.SET` and cleared by their owner; the call's signature and ``ready`` flag go
+out in its alignment step, not here), so one program, built once per plan, data half and addresses
+of the call's own tensors, serves every call, and a program captured in a CUDA graph replays
+correctly.
+
+A CUDA stream wait has no timeout, so a WAIT may only wait on what a bounded kernel of this rank
+produces or releases: its own tile counters, or flags its consumer sets itself when its own wait
+fails (AG pull's ``ready``). A peer's ``finished`` flag is set by the peer's producer after the
+peer's kernel, and nothing of ours could set it in the peer's place; WAIT_FINISHED is therefore a
+kernel on CUDA (:mod:`fluxlite.kernels.finished_wait`, after a JOIN: the SMs are free by then),
+bounded by the call's timeout, and host waits like WAIT's on CPU.
 """
 
 from __future__ import annotations
@@ -30,20 +40,21 @@ import torch
 from .. import _cuda_driver as cu
 from ..host_flags import host_store, host_wait
 
-COPY, SIGNAL, WAIT, JOIN = "copy", "signal", "wait", "join"
+COPY, SIGNAL, WAIT, JOIN, WAIT_FINISHED = "copy", "signal", "wait", "join", "wait finished"
 
 
 def first_wait(steps: list) -> int:
-    """Index of the first WAIT or JOIN step (``len(steps)`` if none)."""
-    return next((i for i, step in enumerate(steps) if step[0] in (WAIT, JOIN)), len(steps))
+    """Index of the first WAIT, JOIN or WAIT_FINISHED step (``len(steps)`` if none)."""
+    return next((i for i, step in enumerate(steps) if step[0] in (WAIT, JOIN, WAIT_FINISHED)), len(steps))
 
 
 FLAGS = "flags"  # a stream call: a run of signals and waits as one memop batch
 
 
 def stream_calls(steps: list) -> list:
-    """``steps`` as the driver calls that enqueue them: ``(COPY, dst, src, nbytes)``, and
-    ``(FLAGS, batch)`` for each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`)."""
+    """``steps`` as the calls that enqueue them: ``(COPY, dst, src, nbytes)``, ``(FLAGS, batch)`` for
+    each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`), JOIN and WAIT_FINISHED
+    as they are."""
     calls, run = [], []
 
     def end_run() -> None:
@@ -52,7 +63,7 @@ def stream_calls(steps: list) -> list:
             run.clear()
 
     for step in steps:
-        if step[0] in (COPY, JOIN):
+        if step[0] in (COPY, JOIN, WAIT_FINISHED):
             end_run()
             calls.append(step)
             continue
@@ -94,17 +105,23 @@ def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
                 # the peer it waited for, is the one raised.
                 host_wait(consumed, 1, what="this rank's own consumer", peer=wait_info["rank"], chunk=-1,
                           **{**wait_info, "deadline": wait_info["deadline"] + wait_info["timeout_s"]})
+            elif step[0] == WAIT_FINISHED:
+                for address, value, info in step[1]:
+                    host_wait(address, value, **wait_info, **info)
             else:
                 host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def enqueue_on_stream(calls: list, stream: int, consumer_done: int = 0) -> None:
+def enqueue_on_stream(calls: list, stream: int, consumer_done: int = 0, wait_finished=None) -> None:
     """Enqueue ``calls`` (:func:`stream_calls`) on the raw CUDA ``stream`` handle; returns at once. A
-    JOIN waits for the raw event ``consumer_done``, recorded after the consumer."""
+    JOIN waits for the raw event ``consumer_done``, recorded after the consumer; a WAIT_FINISHED
+    calls ``wait_finished()``, which launches the bounded wait on ``stream``."""
     for call in calls:
         if call[0] == COPY:
             cu.memcpy_async(stream, call[1], call[2], call[3])
         elif call[0] == JOIN:
             cu.stream_wait_event(stream, consumer_done)
+        elif call[0] == WAIT_FINISHED:
+            wait_finished()
         else:
             cu.stream_batch_mem_op(stream, call[1])

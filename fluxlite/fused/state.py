@@ -24,7 +24,7 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..host_flags import exception_from_record, host_store, host_wait, resolve_timeout
-from ..kernels import align
+from ..kernels import align, finished_wait
 from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..process import PROCESS
@@ -102,7 +102,8 @@ class FusedState:
         self.sequence = torch.tensor([1, 0, 0], dtype=torch.int32, device=ws.device)
         self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
-        self._bound = (-1, (), None)  # (workspace generation, flag region views per parity, peers' flag addresses)
+        self.finished_wait_kernels: dict = {}  # the producer's bounded wait (fluxlite.kernels.finished_wait)
+        self._bound = (-1, (), None, ())  # (workspace generation, then what _bind makes)
         if ws.is_cuda:
             self._warm_up()
 
@@ -188,20 +189,34 @@ class FusedState:
         return int(self.sequence[1])
 
     def _bind(self) -> tuple:
-        """``(flag region views per parity, int64 [W] peers' flag addresses)`` for the workspace's
-        current buffers, made once per generation (a growth moves them)."""
+        """``(flag region views per parity, int64 [W] every rank's flag array address, int64 [W]
+        every rank's data half address per parity)`` (addresses as mapped here, on the workspace's
+        device) for the workspace's current buffers, made once per generation (a growth moves them)."""
         ws = self.ws
         if self._bound[0] != ws.generation:
             flags, W = ws.flags(ws.rank), ws.world_size
+
+            def addresses(of) -> torch.Tensor:
+                return torch.tensor([of(p) for p in range(W)], dtype=torch.int64).to(ws.device)
+
             regions = tuple(flags[sch.region_start(W, p):] for p in (0, 1))
-            bases = torch.tensor([ws.flag_addr(p) for p in range(W)], dtype=torch.int64).to(ws.device)
-            self._bound = (ws.generation, regions, bases)
+            data = tuple(addresses(lambda p, parity=parity: ws.data_addr(p, parity)) for parity in (0, 1))
+            self._bound = (ws.generation, regions, addresses(ws.flag_addr), data)
         return self._bound[1:]
 
     def region(self, parity: int) -> torch.Tensor:
         """int32 view of this rank's flag region ``parity`` followed by the signature slots: the
         fused kernels' flag array (:func:`fluxlite.schedule.region_start`)."""
         return self._bind()[0][parity]
+
+    def flag_bases(self) -> torch.Tensor:
+        """int64 ``[W]``: every rank's flag array, as mapped here (a kernel that sets peers' flags)."""
+        return self._bind()[1]
+
+    def data_bases(self, parity: int) -> torch.Tensor:
+        """int64 ``[W]``: every rank's data half ``parity``, as mapped here (a kernel that reads the
+        peers' buffers)."""
+        return self._bind()[2][parity]
 
     def align(self, parity: int, call: int, timeout_s: float, signature: torch.Tensor, ready: bool) -> None:
         """Start call ``call`` of parity ``parity``: count it, zero the tile counters, clear the
@@ -214,7 +229,7 @@ class FusedState:
         sig_at = sch.signature_slot(W, parity, r)
         ready_at = sch.region_start(W, parity) + sch.ready_slot(r) if ready else -1
         if ws.is_cuda:
-            align.launch(state=self.sequence, flag_bases=self._bind()[1], error=self.error, counters=self.counters,
+            align.launch(state=self.sequence, flag_bases=self.flag_bases(), error=self.error, counters=self.counters,
                          signature=signature, parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
                          sig_at=sig_at, ready_at=ready_at, timeout_s=timeout_s, cache=self._align_kernels)
             return
@@ -359,6 +374,9 @@ class FusedState:
                          signature=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device), parity=0,
                          rank=0, world_size=1, region=sch.region_slots(W), sig_at=sch.signature_slot(W, 0, 0),
                          ready_at=-1, timeout_s=self._timeout_s, cache=self._align_kernels)
+            # The producer's bounded wait for the peers' finished flags, likewise: alone, nothing to wait for.
+            finished_wait.launch(flags=own, error=self.error, call=self.call_number, first=sch.finished_slot(W, 0),
+                                 rank=0, world_size=1, timeout_s=self._timeout_s, cache=self.finished_wait_kernels)
             self.sequence[:1].fill_(1)  # the first call's parity; no null calls counted
             self.sequence[2:].fill_(0)  # nor calls
         self.drain(self._timeout_s)

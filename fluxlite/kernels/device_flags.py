@@ -49,6 +49,9 @@ ERR_MISMATCH = 4
 """A peer's call signature differs from this rank's."""
 ERR_TIMEOUT_ALIGN = 8
 """A peer never arrived at a parity-alignment (null) call (:mod:`fluxlite.kernels.align`)."""
+ERR_TIMEOUT_FINISHED = 16
+"""A producer's wait for a peer's ``finished`` flag timed out (:mod:`fluxlite.kernels.finished_wait`):
+the peer's reduced rows of a GEMM-AllReduce never became readable."""
 RECORD_WORDS = 16
 MIRROR_WORD = 6
 """Words ``6`` (low) and ``7`` (high) of the record: its mirror's device address (int64)."""
@@ -57,6 +60,7 @@ TIMEOUT_AG = tl.constexpr(ERR_TIMEOUT_AG)
 TIMEOUT_RS = tl.constexpr(ERR_TIMEOUT_RS)
 MISMATCH = tl.constexpr(ERR_MISMATCH)
 TIMEOUT_ALIGN = tl.constexpr(ERR_TIMEOUT_ALIGN)
+TIMEOUT_FINISHED = tl.constexpr(ERR_TIMEOUT_FINISHED)
 SIG_WORDS = tl.constexpr(4)  # fluxlite.schedule.SIG_WORDS
 _RECORD_WORDS = tl.constexpr(RECORD_WORDS)
 _MIRROR = tl.constexpr(MIRROR_WORD)
@@ -189,8 +193,9 @@ def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_n
 @triton.jit
 def release_flags(flags_ptr, first, world_size):
     """Set the ``world_size`` flags from slot ``first`` on (relaxed: no data goes with them). A kernel
-    whose wait failed calls it for the flags its producer's stream waits on after the kernel, which a
-    missing peer never sets, so the stream drains and the host can raise instead of hanging."""
+    whose wait failed calls it for the flags its producer's stream waits on after the kernel (AG
+    pull's ``ready`` slots), which a missing peer never sets, so the stream drains and the host can
+    raise instead of hanging."""
     for q in range(0, world_size):
         tl.atomic_max(flags_ptr + first + q, 1, sem="relaxed", scope="sys")
 

@@ -39,7 +39,7 @@ from ..epilogue import Epilogue
 from .. import schedule as sch
 from . import gemm_core as core
 from . import launch as direct
-from .device_flags import TIMEOUT_RS, drain_tma_stores, release_flags, signal_add, wait_peer
+from .device_flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
 
 
 @triton.jit
@@ -71,7 +71,7 @@ def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_pt
 
 
 @triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "a_rows", "rank", "world_size", "sig_base",
-                               "claim_slot", "release_slot", "timeout_ns"])
+                               "claim_slot", "timeout_ns"])
 def gemm_rs_kernel(
     a_desc,        # a [M, K_local]
     b_desc,        # weight [N, K_local], or weight.T when B_KMAJOR
@@ -90,7 +90,6 @@ def gemm_rs_kernel(
     a_rows,        # a's rows: W * chunk_rows, or fewer (a last chunk cut short: its rows past a read as 0)
     N, K, rank, world_size, sig_base,
     claim_slot,    # the tiles' claim counter (schedule.claim_slot)
-    release_slot,  # flags (one per rank from here) a failed wait sets for the producer's later waits; -1: none
     timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
     PEER_SLOTS: tl.constexpr,
@@ -121,11 +120,8 @@ def gemm_rs_kernel(
             mask = row_ok[:, None] & col_ok[None, :]
             for p in range(0, world_size):
                 if p != rank:
-                    err = wait_peer(flags_ptr, slot + p * PEER_SLOTS, call_ptr, sig_base, sig_ptr, error_ptr,
-                                    timeout_ns, TIMEOUT_RS, p, chunk)
-                    if err != 0:
-                        if release_slot >= 0:  # a GEMM-AllReduce's gather waits on them
-                            release_flags(flags_ptr, release_slot, world_size)
+                    wait_peer(flags_ptr, slot + p * PEER_SLOTS, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns,
+                              TIMEOUT_RS, p, chunk)
                     acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
                                           BLOCK_N)
             y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
@@ -138,14 +134,13 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor, peer_tiles: int,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor,
            call: torch.Tensor, rank: int, world_size: int, sig_base: int, timeout_s: float, ep: Epilogue,
-           config: core.GemmConfig, cache: dict, release_slot: int = -1) -> None:
+           config: core.GemmConfig, cache: dict) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
     of a row-major ``[K, N]``), ``out: [mc, N]``, ``partial``/``recv: [W, mc, N]`` with ``mc`` rows
     per chunk (``M / W``, or ``ceil(M / W)`` when the last chunk is cut short); ``peer_tiles``:
     the tile table's leading tiles of the peers' chunks; the tables and flag arguments come from the
     call plan, ``cache`` keeps its compiled kernels; ``ep``: the epilogue, a scale only (of the
-    reduced sum, before the bias); ``release_slot``: the first of the flags (one per rank) that a
-    failed wait sets, to release stream waits of the producer after the kernel (-1: none)."""
+    reduced sum, before the bias)."""
     M, K = a.shape
     N = weight.shape[0]
     mc = partial.shape[1]
@@ -160,7 +155,7 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
         (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, rows_tma),
          bias, core.descriptor(partial, half, rows_tma), core.descriptor(recv, half, rows_tma), blocks, tiles, flags,
          sig, counters, error, call, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
-         sch.claim_slot(world_size), release_slot, int(timeout_s * 1e9), ep.scale),
+         sch.claim_slot(world_size), int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
              B_KMAJOR=b_kmajor, USE_TMA=use_tma),
         num_warps=config.num_warps, num_stages=config.num_stages,

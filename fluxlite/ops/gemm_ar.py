@@ -2,13 +2,29 @@
 
 ``a: [M, K_local]`` on each of ``W`` ranks (the reduction dim split over them, the rows the same),
 ``weight: [N, K_local]`` -> ``[M, N]`` on every rank: the sum over ranks, then the scale and the
-bias, once. Any ``M`` (a decode step's 1 row too): the rows are cut into ``W`` chunks of
-``mc = ceil(M / W)`` rows, the last one cut short.
+bias, once. Any ``M`` (a decode step's 1 row too).
 
-The fused protocol is two-shot, and its first shot is GEMM-RS's (:mod:`fluxlite.ops.gemm_rs`, the
-same consumer kernel): every rank reduces one chunk of rows, then the ranks gather the reduced
-chunks. Rank ``r``, a call of parity ``P``; ``recv: [W, mc, N]`` and ``red: [mc, N]`` are
-symmetric (data half ``P``)::
+The fused protocol has two paths, chosen by the bytes a rank would read from its peers in one shot
+(:meth:`GemmAllReduce.one_shot`, :data:`ONE_SHOT_MAX_BYTES`): the same on every rank of a call, since it depends
+only on what the call signature holds.
+
+**One-shot** (small calls: decode). Rank ``r``, a call of parity ``P``; every rank's partial
+``[M, N]`` sits at the start of its data half ``P`` (symmetric)::
+
+    align:  every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
+    GEMM:   partial = a @ weight.T, into our data half P                (torch.matmul: cuBLAS on CUDA)
+    reduce: every peer d: d.finished[r] = 1; wait for every peer's ready, signature and finished
+            (bounded); out = scale * sum_q partial_q + b, q in rank order, each read where it lies
+            (one kernel on CUDA, kernels/gemm_ar.py, reading the peers' memory; the /dev/shm
+            mappings on CPU)
+
+No producer step and no copy: three launches on CUDA. A rank's partial is written again two calls
+later, once every peer has finished this call, so no barrier ends it.
+
+**Two-shot** (the rest); its first shot is GEMM-RS's (:mod:`fluxlite.ops.gemm_rs`, the same consumer
+kernel): the rows are cut into ``W`` chunks of ``mc = ceil(M / W)`` rows, the last one cut short;
+every rank reduces one chunk, then the ranks gather the reduced chunks. ``recv: [W, mc, N]`` and
+``red: [mc, N]`` are symmetric (data half ``P``)::
 
     align:    every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
     consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
@@ -16,7 +32,8 @@ symmetric (data half ``P``)::
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
               join (the consumer is done: red is complete)
               out[our rows] <- red;  every peer p: p.finished[r] = 1
-              for p in r+1, r+2, ...: wait finished[p]; out[p's rows] <- p.red
+              wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
+              for p in r+1, r+2, ...: out[p's rows] <- p.red
 
 A rank's ``red`` is read by its peers until they finish the call; it is written again two calls
 later, after every peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no
@@ -31,11 +48,29 @@ import torch.distributed as dist
 
 from .. import schedule as sch
 from ..epilogue import apply as apply_epilogue
-from ..fused import Call
-from ..fused.producer import COPY, JOIN, SIGNAL, WAIT
+from ..fused import Call, FusedState, Plan
+from ..fused.producer import COPY, JOIN, SIGNAL, WAIT_FINISHED
+from ..host_flags import REDUCED_ROWS, host_store
+from ..kernels import gemm_ar as kernel
 from ..workspace import view_offset
 from .gemm_rs import GemmReduceScatter
 from .op import Args
+
+ONE_SHOT_MAX_BYTES = 8 << 20
+"""The most bytes a rank may read from its peers in a one-shot call, ``(W - 1) * M * N *
+element_size``; a larger call is two-shot.
+
+Per rank the one-shot reads ``W - 1`` whole partials in one step after the GEMM, with no copy and
+one flag round trip; the two-shot moves ``2 (W - 1) / W`` partials in two dependent steps, through
+some ten dependent launches, copies and flag waits of a few microseconds each, and overlaps its
+first step with its GEMM. At ``W = 2`` both move one partial per rank, so the one-shot costs no
+bytes more and saves the steps; at ``W = 8`` it reads four times the two-shot's bytes. A budget on
+the bytes read from the peers keeps the one-shot where its extra bytes take less time than the
+steps it saves, and where the GEMM is too short for the two-shot's overlap to pay: 8 MiB take
+some 20-30 microseconds over one GPU's NVLink (300-400 GB/s). It covers decode at ``W = 2`` (256
+rows of ``N = 16384`` in bf16), and shrinks with the ranks: at ``W = 4`` a partial of 2.7 MiB, at
+``W = 8`` 1.1 MiB (73 rows of ``N = 8192`` in bf16). It is read at every call: a test that changes
+it releases the workspaces first (a plan's views are made for one path)."""
 
 
 def _red_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
@@ -44,7 +79,8 @@ def _red_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> 
 
 
 class GemmAllReduce(GemmReduceScatter):
-    """GEMM-RS's first shot (its schedule, slots, kernel and producer steps), then a gather."""
+    """One shot for small calls; else GEMM-RS's first shot (its schedule, slots, kernel and producer
+    steps), then a gather."""
 
     name = "gemm_ar"
     code = 3
@@ -79,26 +115,75 @@ class GemmAllReduce(GemmReduceScatter):
         y = apply_epilogue(reduced, args.ep, args.bias, None, args.a.dtype)
         return y if args.out is None else args.out.copy_(y)
 
-    # ---- the tile protocol: GEMM-RS's, on chunks of ceil(M / W) rows, then the gather ------------------
+    # ---- the tile protocol: one shot for small calls; else GEMM-RS's on chunks of ceil(M / W) rows, then the gather
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return -(-rows // world_size)
 
+    def one_shot(self, world_size: int, M: int, N: int, element_size: int) -> bool:
+        """Whether a fused call of ``M`` rows and ``N`` columns reduces in one shot (:data:`ONE_SHOT_MAX_BYTES`)."""
+        return (world_size - 1) * M * N * element_size <= ONE_SHOT_MAX_BYTES
+
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
-        """``recv`` for the chunks' partials, then ``red``, this rank's reduced chunk."""
+        """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, then ``red``,
+        this rank's reduced chunk."""
+        if self.one_shot(world_size, M, N, element_size):
+            return M * N * element_size
         mc = self.chunk_rows(M, world_size)
         return _red_offset(world_size, mc, N, element_size) + mc * N * element_size
+
+    def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
+        """One shot for a call small enough (:meth:`one_shot`), else two."""
+        M, N = args.a.shape[0], args.weight.shape[0]
+        if self.one_shot(state.ws.world_size, M, N, args.a.element_size()):
+            return self._one_shot(state, plan, args)
+        return super().fused(state, plan, args)
+
+    def _one_shot(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
+        """The one-shot call (module docstring): the GEMM into our data half, then one reduction of
+        every rank's partial, read where it lies; no producer."""
+        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
+        W, r = ws.world_size, ws.rank
+        M, N = a.shape[0], weight.shape[0]
+        state.check()
+        call = Call(state, self.name, plan, args.timeout_s)
+        parity = call.parity
+        partial = call.views(lambda: ws.data(r, parity, (M, N), a.dtype))  # what the peers read
+        out = args.out if args.out is not None else a.new_empty((M, N))
+
+        def consume_torch() -> None:
+            torch.matmul(a, weight.t(), out=partial)
+            for p in range(W):  # after the partial: x86 keeps the order of these stores (fluxlite.host_flags)
+                if p != r:
+                    host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
+            for p in range(W):
+                if p != r:
+                    call.wait_peer(sch.finished_slot(W, p), peer=p, chunk=-1, split=0, what="partials")
+            acc = ws.data(0, parity, (M, N), a.dtype).to(torch.promote_types(a.dtype, torch.float32), copy=True)
+            for q in range(1, W):  # rank order on every rank: every rank's sum is the same
+                acc += ws.data(q, parity, (M, N), a.dtype)
+            out.copy_(apply_epilogue(acc, ep, bias, None, a.dtype))
+
+        def consume_triton() -> None:
+            torch.matmul(a, weight.t(), out=partial)
+            kernel.launch(partials=state.data_bases(parity), out=out, bias=bias, flag_bases=state.flag_bases(),
+                          flags=state.region(parity), sig=plan.signature_dev, counters=state.counters,
+                          error=state.error, call=state.call_number, rank=r, world_size=W,
+                          sig_base=call.signature_base, parity=parity, timeout_s=args.timeout_s, ep=ep,
+                          config=plan.config, cache=plan.kernels)
+
+        call.run(lambda: call.program((), list), consume_triton if plan.consumer == "triton" else consume_torch,
+                 call.replay_key(a, weight, out, bias, scale=ep.scale))
+        return out
 
     def data_views(self, ws, rank: int, parity: int, chunk_rows: int, N: int, dtype: torch.dtype) -> tuple:
         W, size = ws.world_size, dtype.itemsize
         return (ws.data(rank, parity, (W, chunk_rows, N), dtype),
                 ws.data(rank, parity, (chunk_rows, N), dtype, offset=_red_offset(W, chunk_rows, N, size)))
 
-    def release_slot(self, world_size: int) -> int:
-        return sch.finished_slot(world_size, 0)  # the peers' second-shot waits
-
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather: once our consumer is done, our reduced chunk into ``out`` and
-        announced to the peers; each peer's reduced chunk, once announced, pulled into ``out``."""
+        """The gather: once our consumer is done, our reduced chunk into ``out`` and announced to the
+        peers; once every peer has announced its own (a bounded wait: WAIT_FINISHED), the peers'
+        reduced chunks pulled into ``out``."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W, r = ws.world_size, ws.rank
         mc = plan.sched.chunk_rows
@@ -113,9 +198,9 @@ class GemmAllReduce(GemmReduceScatter):
         if rows_of(r):
             steps.append((COPY, out.data_ptr() + r * mc * row, ws.data_addr(r, parity) + red_offset, rows_of(r) * row))
         steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in plan.sched.peers()]
+        steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
+                                       dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in plan.sched.peers()]))
         for p in plan.sched.peers():
-            steps.append((WAIT, call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
-                          dict(what="reduced rows", peer=p, chunk=p)))
             if rows_of(p):
                 steps.append((COPY, out.data_ptr() + p * mc * row, ws.data_addr(p, parity) + red_offset,
                               rows_of(p) * row))

@@ -163,7 +163,7 @@ class GemmReduceScatter(Op):
         def consume_triton() -> None:
             kernel.launch(a=a, weight=weight, out=reduced, bias=bias, partial=partial, recv=recv,
                           peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
-                          rank=r, ep=ep, release_slot=self.release_slot(W), **call.kernel_args())
+                          rank=r, ep=ep, **call.kernel_args())
 
         second = red is not None  # the second shot's steps address out
         copied = (partial.data_ptr(), out.data_ptr()) if second else (partial.data_ptr(),)
@@ -179,11 +179,6 @@ class GemmReduceScatter(Op):
         """``(recv, red)`` in this rank's data half: ``recv[p]`` receives rank ``p``'s partial of our rows;
         ``red`` is where the reduced chunk waits for a second shot (``None``: straight into ``out``)."""
         return ws.data(rank, parity, (ws.world_size, chunk_rows, N), dtype), None
-
-    def release_slot(self, world_size: int) -> int:
-        """The first of the flag slots a kernel whose wait failed sets itself (-1: none), so that the
-        producer's waits on them end."""
-        return -1
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
         """Producer steps after the reduce-scatter (:meth:`data_views` gave a ``red``)."""

@@ -1,0 +1,20 @@
+"""Ways the safety tests make a rank fail at a chosen point of a fused call, shared by the CPU and
+GPU safety tests (tests/test_safety_cpu.py, tests/test_gpu_safety.py). fluxlite is imported where it
+is used: a GPU test's worker imports it only once its device is set."""
+
+from __future__ import annotations
+
+
+def never_finished(call) -> None:
+    """Run ``call()``, a fused gemm_ar (two-shot), as a rank that dies once its partials have left:
+    its producer sets none of its ``finished`` flags and waits for none of the peers'. Its program
+    is built afresh only for a plan and data half it has not run yet: give it a new shape."""
+    from fluxlite.fused.producer import SIGNAL, WAIT_FINISHED
+    from fluxlite.ops import AR
+
+    second_shot = AR.second_shot
+    AR.second_shot = lambda c, out: [step for step in second_shot(c, out) if step[0] not in (SIGNAL, WAIT_FINISHED)]
+    try:
+        call()
+    finally:
+        del AR.second_shot
