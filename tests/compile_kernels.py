@@ -78,6 +78,8 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
     # while the operands keep TMA.
     tma_modes = ((True, True), (True, False), (False, False))
     for (use_tma, rows_tma), kmajor, bias in itertools.product(tma_modes, (False, True), (False, True)):
+        if use_tma and not rows_tma and kmajor:
+            continue  # pointer stores: the weight's layout changes nothing of them
         def desc(shape, tma=use_tma):
             return f"tensordesc<{dtype}[{', '.join(map(str, shape))}]>" if tma else f"*{dtype}"
         consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, B_KMAJOR=kmajor, USE_TMA=use_tma)
@@ -108,7 +110,7 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
         if kmajor or not bias:
             continue
         # The epilogue switches: every activation with a row scale (SwiGLU reads the gated weight).
-        for act in range(1, 5):
+        for act in range(1, 5) if rows_tma == use_tma else (4,):  # pointer stores: SwiGLU's half-width tile
             gated = act == 4
             ag_ep = dict(ag, b_desc=desc([2, bn // 2, bk]) if gated else b,
                          out=desc([1, bm, bn // 4], rows_tma) if gated else half, scale_local="*fp32", scale_gathered="*fp32")

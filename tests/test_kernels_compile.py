@@ -19,7 +19,8 @@ def test_kernels_compile_for_hopper():
     script = os.path.join(os.path.dirname(__file__), "compile_kernels.py")
     run = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=280)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    # 8 (TMA, K-major, bias) x 2 ops in bf16, 8 AG epilogue variants (4 activations x TMA), GEMM-AllReduce's
-    # one-shot reduction (aligned with a bias, unaligned without), 2 in fp16, the parity-alignment kernel
-    # and the producer's bounded wait for the peers' finished flags
-    assert run.stdout.count("ok ") == 30, run.stdout
+    # 8 (TMA, K-major, bias) x 2 ops in bf16, 8 AG epilogue variants (4 activations x TMA), the TMA
+    # operands with pointer-stored outputs (bias x 2 ops, and SwiGLU), GEMM-AllReduce's one-shot
+    # reduction (aligned with a bias, unaligned without), 2 in fp16, the parity-alignment kernel and
+    # the producer's bounded wait for the peers' finished flags
+    assert run.stdout.count("ok ") == 35, run.stdout
