@@ -43,6 +43,7 @@ class Timer:
     def __init__(self, tp: TPGroup, device: torch.device) -> None:
         self.tp, self.device = tp, torch.device(device)
         self.cuda = self.device.type == "cuda"
+        self.mode: str | None = None  # while a timed call runs: "throughput" (queued) or "latency" (alone)
         self.cycles_per_ms = 0.0
         if self.cuda:
             self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -83,8 +84,12 @@ class Timer:
         t0 = time.perf_counter()
         if self.cuda:
             self.start.record()
-        for i in range(n):
-            fn(inputs[(first + i) % len(inputs)])
+        self.mode = "throughput"
+        try:
+            for i in range(n):
+                fn(inputs[(first + i) % len(inputs)])
+        finally:
+            self.mode = None
         if self.cuda:
             self.end.record()
         enqueue = (time.perf_counter() - t0) * 1e3
@@ -97,7 +102,7 @@ class Timer:
         t0 = time.perf_counter()
         if self.cuda:
             self.start.record()
-        fn(x)
+        self._alone(fn, x)
         if self.cuda:
             self.end.record()
         self.sync()
@@ -109,10 +114,18 @@ class Timer:
         self.align()
         self._sleep(sleep_ms)
         t0 = time.perf_counter()
-        fn(x)
+        self._alone(fn, x)
         ms = (time.perf_counter() - t0) * 1e3
         self.sync()
         return ms
+
+    def _alone(self, fn: Callable, x) -> None:
+        """One call, marked as made alone (:attr:`mode` ``"latency"``) while it runs."""
+        self.mode = "latency"
+        try:
+            fn(x)
+        finally:
+            self.mode = None
 
 
 def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict[str, str]]:

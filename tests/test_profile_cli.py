@@ -67,6 +67,20 @@ def test_efficiency_against_the_limit():
     assert math.isnan(limit.efficiency(10.0, math.nan, 6.0))
 
 
+def test_transfer_bytes_follow_each_ops_protocol():
+    """Per rank: (bytes pulled from each peer, bytes copied locally), bf16, W=2."""
+    from fluxlite.ops.gemm_ar import AR
+
+    assert limit.transfer_bytes("ag_gemm", 2, 1024, 64, 96, 2) == (512 * 64 * 2, 0)  # the peer's rows
+    assert limit.transfer_bytes("gemm_rs", 2, 1024, 64, 96, 2) == (512 * 96 * 2, 512 * 96)  # its partials
+    small, large = 8, 1 << 16
+    assert AR.one_shot(2, small, 96, 2) and not AR.one_shot(2, large, 96, 2)
+    assert limit.transfer_bytes("gemm_ar", 2, small, 64, 96, 2) == (small * 96 * 2, small * 96 * 2)
+    chunk = large // 2 * 96 * 2
+    assert limit.transfer_bytes("gemm_ar", 2, large, 64, 96, 2) == (2 * chunk, chunk // 2)
+    assert limit.transfer_bytes("gemm_ar", 1, large, 64, 96, 2) == (0, 0)
+
+
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory) -> Path:
     """One profile on 2 CPU ranks, checked by the tests below; its ``--out`` folder."""
@@ -412,3 +426,21 @@ def test_layer_timings_rejects_a_model_without_fluxlite_layers():
         layer_timings(torch.nn.Linear(3, 4))
     with pytest.raises(ValueError, match="sample_every must be a positive int"):
         layer_timings(torch.nn.Linear(3, 4), sample_every=0)
+
+
+def test_auto_is_timed_as_a_call_that_declares_each_mode():
+    """The timer marks what it times (a queued batch: throughput; one call alone: latency), and the
+    profile's ``auto`` runs in that mode (``both`` outside the timed calls)."""
+    from types import SimpleNamespace
+
+    from fluxlite.profile.run import declared_mode
+    from fluxlite.timing import Timer
+
+    timer = Timer(SimpleNamespace(world_size=1), torch.device("cpu"))
+    seen = []
+    fn = declared_mode(timer, lambda x: seen.append(dispatch.call_mode(torch.device("cpu"))))
+    fn(None)
+    timer.throughput(fn, [None], 0, 2, 0.0)
+    timer.latency(fn, None)
+    timer.host(fn, None, 0.0)
+    assert seen == ["both", "throughput", "throughput", "latency", "latency"] and timer.mode is None

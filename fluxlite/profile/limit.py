@@ -15,8 +15,11 @@ The bytes moved on each rank (``W`` ranks, ``e`` bytes per element):
 - GEMM-RS ``[M, K_local]`` -> ``[M/W, N]``: the partials, ``(W-1)·(M/W)·N·e``, pulled from the peers,
   and the reduction's reads of the same bytes. A local copy moves as many HBM bytes as those reads
   when it copies half as many (each byte is read once and written once), so that is what runs.
-- GEMM-AllReduce ``[M, K_local]`` -> ``[M, N]``: as GEMM-RS on chunks of ``ceil(M/W)`` rows, and the
-  reduced chunks back from each peer: twice the bytes from each peer.
+- GEMM-AllReduce ``[M, K_local]`` -> ``[M, N]``, two shots: as GEMM-RS on chunks of ``ceil(M/W)``
+  rows, and the reduced chunks back from each peer: twice the bytes from each peer. One shot (a call
+  small enough, :meth:`fluxlite.ops.gemm_ar.GemmAllReduce.one_shot`): every peer's whole partial,
+  ``M·N·e`` from each, and this rank's own partial read and the output written, which a local copy of
+  ``M·N·e`` bytes matches.
 
 Since every rank does the same, each GPU's HBM and links carry what they carry in the fused op.
 Nothing is computed on the copied bytes: the limit has no reduction arithmetic and no flags.
@@ -58,8 +61,12 @@ def transfer_bytes(op: str, world_size: int, M: int, K: int, N: int, element_siz
     if op == "ag_gemm":
         return (M // W) * K * element_size, 0
     chunk = -(-M // W) * N * element_size
-    if op == "gemm_ar":  # two shots: the partials out, the reduced chunks back
-        return 2 * chunk, (W - 1) * chunk // 2
+    if op == "gemm_ar":
+        from ..ops.gemm_ar import AR
+
+        if AR.one_shot(W, M, N, element_size):  # every peer's whole partial
+            return M * N * element_size, M * N * element_size
+        return 2 * chunk, (W - 1) * chunk // 2  # two shots: the partials out, the reduced chunks back
     return chunk, (W - 1) * chunk // 2
 
 

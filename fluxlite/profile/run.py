@@ -5,7 +5,7 @@ Implementations timed (:data:`IMPLS`), all in the same rounds: ``gemm`` (the per
 engine alone) and ``limit`` (the GEMM with that copy running beside it: what an overlapped op can
 cost at best, :mod:`fluxlite.profile.limit`); ``sequential``, ``decomposed`` and ``fused``
 (fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works)
-and ``auto``. Figures derived from the throughput times (:func:`derive`)::
+and ``auto``, timed in each mode as a call that declares that mode (:func:`declared_mode`). Figures derived from the throughput times (:func:`derive`)::
 
     speedup     = T_sequential / T_impl                        (per mode)
     exposed     = T_impl - T_gemm                               (the communication left visible)
@@ -75,6 +75,18 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
     return make, {name: fn for name, fn in cases.items() if fn is not None}
 
 
+def declared_mode(timer: Timer, fn: Callable) -> Callable:
+    """``fn`` (an ``auto`` call) run as a caller who says which mode its calls are in
+    (:func:`fluxlite.dispatch.assume_mode`): ``"throughput"`` while ``timer`` queues a batch,
+    ``"latency"`` while it times one call alone, ``"both"`` otherwise (the warm-up and the check). So
+    the profile's ``auto`` row is what ``auto`` gives a caller in each mode that declares it; one that
+    does not gets the ``both`` choice in every mode (docs/dispatch.md)."""
+    def run(x):
+        with dispatch.assume_mode(timer.mode or "both"):
+            return fn(x)
+    return run
+
+
 def all_reduce_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     """The sum over ranks of ``x`` (a fresh tensor): GEMM-AllReduce's collective alone."""
     out = x.clone()
@@ -114,6 +126,8 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
     ``wrap``: applied to every case (``fn(inputs) -> output``) before it is timed."""
     tp, device = timer.tp, timer.device
     make, cases = op_case(shape, tp, dtype, device)
+    if "auto" in cases:
+        cases["auto"] = declared_mode(timer, cases["auto"])
     transfer, no_limit = add_limit_cases(timer, shape, dtype, cases)
     if wrap is not None:
         cases = {name: wrap(fn) for name, fn in cases.items()}
