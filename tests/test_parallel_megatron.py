@@ -179,6 +179,7 @@ def _worker(rank, W, on_gpu, cases):
 
 CPU_CASES = [  # (sequence_parallel, gated linear unit, dtype, overlap, tolerance)
     (False, False, torch.float32, "auto", FP32_TOL),
+    (False, False, torch.float32, "fused", FP32_TOL),  # the Row forward through GEMM-AllReduce's protocol
     (True, False, torch.float32, "sequential", FP32_TOL),
     (True, False, torch.float32, "fused", FP32_TOL),
     (True, True, torch.float32, "fused", FP32_TOL),
