@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|overlap|norm|graphs|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|overlap|limit|allreduce|norm|graphs|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -92,6 +92,21 @@ if want overlap; then
   FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 420 python3 -m fluxlite.profile --model llama3-70b --tp "$NPROC" \
     --tokens 8192 --nproc "$NPROC" --tune --no-progress --out "$OUT/overlap_llama3_70b" 2>&1 \
     | tee "$OUT/overlap_llama3_70b.log" | grep -v '^W1' | tail -16
+  status=$((status | PIPESTATUS[0]))
+fi
+if want limit; then  # where a fused call's time goes against the overlap limit, aligned and unaligned shapes
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_overlap.py --rounds 5 --out "$OUT/bench_overlap.json" \
+    --shapes 8192,8192,14336 8192,8192,5120 16384,8192,4096 ag:6000,5000,7000 rs:6000,7000,5000 ag:3000,5000,3500 \
+    rs:7000,4500,7000 ag:2048,8192,7168 2>&1 | tee "$OUT/bench_overlap.log" | grep -v '^W1' | grep '^ag\|^rs'
+  status=$((status | PIPESTATUS[0]))
+fi
+if want allreduce; then  # GEMM-AllReduce at decode (one-shot) and prefill (two-shot) sizes, and auto, three modes
+  shapes=()
+  for s in 1,14336,8192 8,4096,8192 64,14336,8192 256,4096,8192 2048,14336,8192 8192,4096,8192 4096,5000,7000; do
+    shapes+=(--shape "ar:$s")
+  done
+  FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 300 python3 -m fluxlite.profile --nproc "$NPROC" --tune --no-progress \
+    "${shapes[@]}" --out "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | grep -v '^W1' | tail -14
   status=$((status | PIPESTATUS[0]))
 fi
 if want graphs; then  # fused calls replayed from a CUDA graph vs eager vs sequential (host, latency, throughput)
