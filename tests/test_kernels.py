@@ -492,7 +492,8 @@ def _protocol(rank, W, dtype):
 
     assert os.environ["FLUXLITE_CPU_CONSUMER"] == "triton"
     g = torch.Generator().manual_seed(11)  # the same global operands on every rank
-    for m, K, N in [(45, 64, 40), (33, 70, 24), (20, 37, 24)]:
+    # K=70, 37: operands zero-padded; N=21: output rows stored by pointer, operands loaded by TMA
+    for m, K, N in [(45, 64, 40), (33, 70, 24), (20, 37, 24), (16, 64, 21)]:
         A, Wt, bias = (torch.randn(W * m, K, generator=g).to(dtype), torch.randn(W * N, K, generator=g).to(dtype),
                        torch.randn(W * N, generator=g).to(dtype))
         w, b = Wt[rank * N : (rank + 1) * N], bias[rank * N : (rank + 1) * N]

@@ -5,7 +5,8 @@ Implementations timed (:data:`IMPLS`), all in the same rounds: ``gemm`` (the per
 engine alone) and ``limit`` (the GEMM with that copy running beside it: what an overlapped op can
 cost at best, :mod:`fluxlite.profile.limit`); ``sequential``, ``decomposed`` and ``fused``
 (fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works)
-and ``auto``, timed in each mode as a call that declares that mode (:func:`declared_mode`). Figures derived from the throughput times (:func:`derive`)::
+and ``auto``, timed in each mode as a call that declares that mode (:func:`declared_mode`). Figures
+derived from the throughput times (:func:`derive`)::
 
     speedup     = T_sequential / T_impl                        (per mode)
     exposed     = T_impl - T_gemm                               (the communication left visible)
