@@ -526,14 +526,14 @@ def test_kernel_operands_whose_rows_tma_cannot_load_are_zero_padded(K, kmajor):
     of 128 bytes; the torch consumer's, and rows TMA can load, are left as they are."""
     from types import SimpleNamespace
 
-    from fluxlite.ops.op import Args, kernel_args
+    from fluxlite.ops.op import Args, pad_for_tma
 
     a = torch.randn(5, K).to(torch.bfloat16)
     w = torch.randn(6, K).to(torch.bfloat16)
     w = w.t().contiguous().t() if kmajor else w
     args = Args(None, a, w, None, None, PLAIN, 1.0, {})
-    assert kernel_args(SimpleNamespace(consumer="torch"), args) is args
-    used = kernel_args(SimpleNamespace(consumer="triton"), args)
+    assert pad_for_tma(SimpleNamespace(consumer="torch"), args) is args
+    used = pad_for_tma(SimpleNamespace(consumer="triton"), args)
     if K % 8 == 0:
         assert used is args
         return
@@ -542,3 +542,18 @@ def test_kernel_operands_whose_rows_tma_cannot_load_are_zero_padded(K, kmajor):
     assert used.weight.is_contiguous() != kmajor  # the layout the kernel reads stays the same
     assert torch.equal(used.a[:, :K], a) and torch.equal(used.weight[:, :K], w)
     assert not used.a[:, K:].any() and not used.weight[:, K:].any()
+
+
+def test_gemm_ar_pads_for_its_kernel_only_in_two_shots():
+    """One-shot GEMM-AllReduce computes its partial with cuBLAS (any K): its operands stay as given."""
+    from types import SimpleNamespace
+
+    from fluxlite.ops.op import Args
+
+    state = SimpleNamespace(consumer="triton", ws=SimpleNamespace(world_size=2))
+    w = torch.randn(6, 69).to(torch.bfloat16)
+    small = Args(None, torch.randn(4, 69).to(torch.bfloat16), w, None, None, PLAIN, 1.0, {})
+    large = Args(None, torch.randn(1 << 20, 69).to(torch.bfloat16), w, None, None, PLAIN, 1.0, {})
+    assert AR.one_shot(2, 4, 6, 2) and not AR.one_shot(2, 1 << 20, 6, 2)
+    assert AR.kernel_operands(state, small) is small
+    assert AR.kernel_operands(state, large).a.shape == (1 << 20, 128)

@@ -131,6 +131,12 @@ class GemmAllReduce(GemmReduceScatter):
         mc = self.chunk_rows(M, world_size)
         return _red_offset(world_size, mc, N, element_size) + mc * N * element_size
 
+    def kernel_operands(self, state: FusedState, args: Args) -> Args:
+        """One shot: as given (cuBLAS computes the partial, at any ``K``); two shots: GEMM-RS's."""
+        if self.one_shot(state.ws.world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size()):
+            return args
+        return super().kernel_operands(state, args)
+
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
         """One shot for a call small enough (:meth:`one_shot`), else two."""
         M, N = args.a.shape[0], args.weight.shape[0]

@@ -178,6 +178,11 @@ class Op:
         return sched.kernel_blocks(lambda chunk, split: self.block_slot(sched.world_size, sched.rank, chunk, split,
                                                                         variant))
 
+    def kernel_operands(self, state: fused.FusedState, args: Args) -> Args:
+        """``args`` as this op's fused path takes them: the GEMM runs in the fused kernel, so rows that
+        TMA cannot load are padded (:func:`pad_for_tma`)."""
+        return pad_for_tma(state, args)
+
     # ---- the call path every op shares -----------------------------------------------------------
     def __call__(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, out=None, **options):
         """The public call (each op's module wraps it with its signature and docs)."""
@@ -186,7 +191,7 @@ class Op:
         if repeat is not None:
             args = self.as_used(repeat, a, weight, bias, out, options)
             with torch.no_grad():
-                return self.result(self.fused(repeat.state, repeat.plan, kernel_args(repeat.state, args)), args)
+                return self.result(self.fused(repeat.state, repeat.plan, self.kernel_operands(repeat.state, args)), args)
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, **options)
         choice, dispatch_key = self.choose(impl, args)
         if choice.impl == "fused":
@@ -232,7 +237,7 @@ class Op:
             if impl != "fused":
                 return getattr(self, impl)(args)
             state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s), args.timeout_s)
-            args = kernel_args(state, args)
+            args = self.kernel_operands(state, args)
             plan = self.prepare(state, args, choice.config)
             value = self.fused(state, plan, args)
             if remember is not None:
@@ -292,7 +297,7 @@ ROW_ALIGN_BYTES = 128
 """How far the fused kernel's operands are padded when TMA cannot load them."""
 
 
-def kernel_args(state: fused.FusedState, args: Args) -> Args:
+def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
     """``args`` as the fused kernel takes them. TMA loads rows that start 16-byte aligned; where ``a``'s
     rows do not (``K % 8 != 0`` in bf16) the kernel would fall back to element-wise pointer loads,
     which ran 11-15x slower than cuBLAS on an H200. There ``a: [M, K]`` and ``weight: [N, K]`` (or its
