@@ -520,26 +520,29 @@ def test_fused_protocol_with_the_kernel_as_consumer(world_size, dtype):
     run_ranks(_protocol, world_size, dtype, env={"FLUXLITE_CPU_CONSUMER": "triton"})
 
 
-@pytest.mark.parametrize("K,kmajor", [(69, False), (69, True), (72, False)])
-def test_kernel_operands_whose_rows_tma_cannot_load_are_zero_padded(K, kmajor):
-    """The Triton consumer's ``a`` and weight of rows off 16 bytes get zero columns up to a multiple
-    of 128 bytes; the torch consumer's, and rows TMA can load, are left as they are."""
+@pytest.mark.parametrize("K,N,kmajor", [(69, 6, False), (69, 8, True), (72, 6, False), (72, 8, True), (72, 6, True),
+                                        (69, 6, True)])
+def test_kernel_operands_whose_rows_tma_cannot_load_are_made_loadable(K, N, kmajor):
+    """For the Triton consumer: rows of ``a`` and the weight off 16 bytes get zero columns up to a
+    multiple of 128 bytes; a K-major weight whose rows (N wide) are off 16 bytes becomes row-major.
+    The torch consumer's, and rows TMA can load, are left as they are."""
     from types import SimpleNamespace
 
     from fluxlite.ops.op import Args, pad_for_tma
 
     a = torch.randn(5, K).to(torch.bfloat16)
-    w = torch.randn(6, K).to(torch.bfloat16)
+    w = torch.randn(N, K).to(torch.bfloat16)
     w = w.t().contiguous().t() if kmajor else w
     args = Args(None, a, w, None, None, PLAIN, 1.0, {})
     assert pad_for_tma(SimpleNamespace(consumer="torch"), args) is args
     used = pad_for_tma(SimpleNamespace(consumer="triton"), args)
-    if K % 8 == 0:
+    k_ok, rows_ok = K % 8 == 0, (K % 8 == 0) if not kmajor else (N % 8 == 0)
+    if k_ok and rows_ok:
         assert used is args
         return
-    Kp = -(-K // 64) * 64
-    assert used.a.shape == (5, Kp) and used.weight.shape == (6, Kp)
-    assert used.weight.is_contiguous() != kmajor  # the layout the kernel reads stays the same
+    Kp = K if k_ok else -(-K // 64) * 64
+    assert used.a.shape == (5, Kp) and used.weight.shape == (N, Kp)
+    assert used.weight.is_contiguous() == (not kmajor or not rows_ok)  # a K-major weight stays so if TMA reads it
     assert torch.equal(used.a[:, :K], a) and torch.equal(used.weight[:, :K], w)
     assert not used.a[:, K:].any() and not used.weight[:, K:].any()
 

@@ -298,24 +298,35 @@ ROW_ALIGN_BYTES = 128
 
 
 def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
-    """``args`` as the fused kernel takes them. TMA loads rows that start 16-byte aligned; where ``a``'s
-    rows do not (``K % 8 != 0`` in bf16) the kernel would fall back to element-wise pointer loads,
-    which ran 11-15x slower than cuBLAS on an H200. There ``a: [M, K]`` and ``weight: [N, K]`` (or its
-    transpose) are zero-padded to ``[M, Kp]`` and ``[N, Kp]``, ``Kp`` the next multiple of
-    :data:`ROW_ALIGN_BYTES`: zeros add nothing to any product, and one copy of each costs far less.
+    """``args`` as the fused kernel takes them. TMA loads rows that start 16-byte aligned; where a row
+    operand's do not, the kernel would fall back to element-wise pointer loads, which ran 11-15x slower
+    than cuBLAS on an H200. So, for the Triton consumer only:
+
+    - ``a: [M, K]`` and ``weight: [N, K]`` rows off 16 bytes (``K % 8 != 0`` in bf16): both are
+      zero-padded to ``Kp`` columns, the next multiple of :data:`ROW_ALIGN_BYTES` (zeros add nothing
+      to any product; a K-major weight gets zero rows);
+    - a K-major weight (the transpose of a row-major ``[K, N]``, a backward's ``W.t()``, read in rows
+      of ``N``) whose rows are off 16 bytes: copied to row-major ``[N, K]`` first.
+
     Rows that TMA can load are left as they are: padding them to whole 128-byte lines too measured no
-    faster, only the copy's cost slower (BENCHMARKS.md). Unchanged unless the consumer is the Triton
-    kernel. Every rank has the same ``K``, so every rank pads alike (``Kp`` is in the call's signature)."""
-    K, size = args.a.shape[1], args.a.element_size()
-    if (K * size) % 16 == 0 or state.consumer != "triton":
+    faster, only the copy's cost slower (BENCHMARKS.md). Every rank has the same ``K``, so every rank
+    pads alike (``Kp`` is in the call's signature)."""
+    a, weight = args.a, args.weight
+    (N, K), size = weight.shape, a.element_size()
+    k_ok = (K * size) % 16 == 0
+    weight_ok = k_ok if weight.is_contiguous() else (N * size) % 16 == 0
+    if (k_ok and weight_ok) or state.consumer != "triton":
         return args
-    pad = -K % (ROW_ALIGN_BYTES // size)
-    weight = args.weight
-    if weight.is_contiguous():
-        weight = torch.nn.functional.pad(weight, (0, pad))
-    else:  # K-major: the transpose of a row-major [K, N], which gets zero rows
-        weight = torch.nn.functional.pad(weight.t(), (0, 0, 0, pad)).t()
-    return dataclasses.replace(args, a=torch.nn.functional.pad(args.a, (0, pad)), weight=weight)
+    if not weight_ok:
+        weight = weight.contiguous()
+    if not k_ok:
+        pad = -K % (ROW_ALIGN_BYTES // size)
+        a = torch.nn.functional.pad(a, (0, pad))
+        if weight.is_contiguous():
+            weight = torch.nn.functional.pad(weight, (0, pad))
+        else:
+            weight = torch.nn.functional.pad(weight.t(), (0, 0, 0, pad)).t()
+    return dataclasses.replace(args, a=a, weight=weight)
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
