@@ -4,7 +4,8 @@ Implementations timed (:data:`IMPLS`), all in the same rounds: ``gemm`` (the per
 ``torch.matmul``), ``comm`` (the collective alone), ``copy`` (the op's bytes moved by the copy
 engine alone) and ``limit`` (the GEMM with that copy running beside it: what an overlapped op can
 cost at best, :mod:`fluxlite.profile.limit`); ``sequential``, ``decomposed`` and ``fused``
-(fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works)
+(fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works;
+for GEMM-AllReduce, which torch does not fuse, the GEMM then ``symm_mem.one_shot_all_reduce``)
 and ``auto``, timed in each mode as a call that declares that mode (:func:`declared_mode`). Figures
 derived from the throughput times (:func:`derive`)::
 
@@ -56,12 +57,22 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
             x["gathered"] = all_gather_rows(a, tp)  # the GEMM alone's input
         else:
             x["partial"] = torch.randn(M, N, device=device, dtype=dtype)  # the collective alone's input
+        if shape.op == "gemm_ar" and device.type == "cuda":
+            x["symm"] = symmetric_buffer((M, N), dtype, device, group_name)  # torch's all-reduce reads it
         return x
 
     def call(x, impl):
         return op(x["a"], x["w"], group=tp.group, impl=impl, timeout=TIMEOUT_S)
 
-    torch_op = None  # torch.ops.symm_mem has no fused GEMM-AllReduce
+    def torch_ar(x):
+        """torch has no fused GEMM-AllReduce: the GEMM into a symmetric buffer, then its one-shot
+        all-reduce (every rank reads every peer's buffer; no multicast)."""
+        if x["symm"] is None:
+            raise RuntimeError("no symmetric buffer for torch's one_shot_all_reduce")
+        torch.matmul(x["a"], x["w"].t(), out=x["symm"])
+        return torch.ops.symm_mem.one_shot_all_reduce(x["symm"], "sum", group_name)
+
+    torch_op = torch_ar
     if ag:
         gemm, comm = (lambda x: torch.matmul(x["gathered"], x["w"].t())), (lambda x: all_gather_rows(x["a"], tp))
         torch_op = lambda x: torch.ops.symm_mem.fused_all_gather_matmul(x["a"], [x["w"].t()], 0, group_name)[1][0]  # noqa: E731
@@ -86,6 +97,20 @@ def declared_mode(timer: Timer, fn: Callable) -> Callable:
         with dispatch.assume_mode(timer.mode or "both"):
             return fn(x)
     return run
+
+
+def symmetric_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, group_name: str):
+    """A tensor in torch's symmetric memory, rendezvoused over the group (collective), or ``None`` where
+    torch cannot make one (the ``torch_symm_mem`` case then fails and is reported)."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        t = symm_mem.empty(*shape, dtype=dtype, device=device)
+        symm_mem.rendezvous(t, group_name)
+        return t
+    except Exception as exc:  # noqa: BLE001 - reported as the case's failure
+        print(f"rank {dist.get_rank()}: torch symmetric memory failed: {exc!r}", flush=True)
+        return None
 
 
 def all_reduce_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
