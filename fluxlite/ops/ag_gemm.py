@@ -82,8 +82,10 @@ class AllGatherGemm(Op):
         out, gathered = value
         if not args.options["return_gathered"]:
             return out
-        # The fused kernel's rows may be zero-padded (fluxlite.ops.op.kernel_args): the caller's K columns.
-        return out, gathered[:, : args.a.shape[1]]
+        K = args.a.shape[1]
+        if gathered.shape[1] != K:  # rows zero-padded for the kernel (Op.kernel_operands): the caller's K,
+            gathered = gathered[:, :K].contiguous()  # contiguous as every other impl's (and the fake's)
+        return out, gathered
 
     # ---- the references ----------------------------------------------------------------------------
     def sequential(self, args: Args):
