@@ -82,7 +82,7 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
             continue  # pointer stores: the weight's layout changes nothing of them
         def desc(shape, tma=use_tma):
             return f"tensordesc<{dtype}[{', '.join(map(str, shape))}]>" if tma else f"*{dtype}"
-        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, B_KMAJOR=kmajor, USE_TMA=use_tma)
+        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, B_KMAJOR=kmajor)
         none = {} if bias else dict(bias_ptr=None)
         b = desc([bk, bn] if kmajor else [bn, bk])
         half = desc([1, bm, bn // 2], rows_tma)

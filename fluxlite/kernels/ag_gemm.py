@@ -37,7 +37,7 @@ from .device_flags import TIMEOUT_AG, release_flags, wait_peer
 def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flags_ptr, sig_ptr, error_ptr, call_ptr,
            start, stop, chunk_rows, a_rows, N, K, world_size, sig_base, timeout_ns, scale,
            ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-           B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr, PEERS: tl.constexpr):
+           B_KMAJOR: tl.constexpr, PEERS: tl.constexpr):
     """This program's tiles of ``[start, stop)`` (round robin), A rows from ``a_src`` (``a_rows``
     rows). ``PEERS``: the peers' chunks, whose rows sit at ``chunk * chunk_rows`` of ``a_src`` (the
     gathered buffer) behind their flags; else the local chunk, read in place from row 0."""
@@ -45,7 +45,7 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
     OUT_N: tl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N  # output columns per tile
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last flag slot this program saw ready: no re-polling
-    for tile in tl.range(core.first_tile(start), stop, tl.num_programs(0), flatten=USE_TMA and not PEERS):
+    for tile in tl.range(core.first_tile(start), stop, tl.num_programs(0), flatten=isinstance(a_src, tl.tensor_descriptor) and not PEERS):
         chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
         a_row = row0
         if PEERS:
@@ -57,7 +57,7 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
                     ready_slot = slot
                 else:
                     release_flags(flags_ptr, 0, world_size)  # the pull producer's waits: ready, slots 0..W-1
-        acc = core.mainloop(a_src, b_desc, a_row, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, GATED, USE_TMA)
+        acc = core.mainloop(a_src, b_desc, a_row, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, GATED)
         offs_w, w_ok = core.weight_rows(j, N, BLOCK_N, GATED)
         row_ok = offs_r < rows
         scales = row_scales
@@ -93,14 +93,13 @@ def ag_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     B_KMAJOR: tl.constexpr,
-    USE_TMA: tl.constexpr,
 ):
     _tiles(a_local, b_desc, out, bias_ptr, scale_local, blocks_ptr, tiles_ptr, flags_ptr, sig_ptr, error_ptr,
            call_ptr, 0, local_tiles, chunk_rows, chunk_rows, N, K, world_size, sig_base, timeout_ns, scale,
-           ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, False)
+           ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, False)
     _tiles(gathered, b_desc, out, bias_ptr, scale_gathered, blocks_ptr, tiles_ptr, flags_ptr, sig_ptr, error_ptr,
            call_ptr, local_tiles, num_tiles, chunk_rows, world_size * chunk_rows, N, K, world_size, sig_base,
-           timeout_ns, scale, ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA, True)
+           timeout_ns, scale, ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, True)
 
 
 def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
@@ -129,7 +128,7 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
          scale_local if ep.row_scaled else None, scale_gathered if ep.row_scaled else None, blocks, tiles, flags,
          sig, error, call, num_tiles, local_tiles, m, N, K, world_size, sig_base, int(timeout_s * 1e9), ep.scale),
         dict(ACTIVATION=ep.code, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-             B_KMAJOR=b_kmajor, USE_TMA=use_tma),
+             B_KMAJOR=b_kmajor),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
 

@@ -11,7 +11,7 @@ For a tile (row block ``i`` of the schedule, column block ``j``)::
 The grid is persistent (one program per SM). Each op walks its tiles in the order of the schedule's
 tile table (:meth:`fluxlite.schedule.TileSchedule.tile_order`) in loops over tiles that hold the K
 loop inside. Where no tile of a loop waits (AG's local chunk), the loop is written
-``tl.range(..., flatten=USE_TMA)``: on the TMA path the compiler fuses the two loops into one
+``tl.range(..., flatten=True)`` on the TMA path: there the compiler fuses the two loops into one
 software pipeline, so the first K steps of a program's next tile load while the current tile's
 last steps and its epilogue run. A pipeline restarted per tile leaves the tensor cores idle for the
 refill and the epilogue of every tile: measured on an H100, that cost 2-9% against cuBLAS.
@@ -19,8 +19,10 @@ refill and the epilogue of every tile: measured on an H100, that cost 2-9% again
 A tile leaves the program in two halves of ``BLOCK_N / 2`` columns (:func:`store_tile`): the store
 then stages half the bytes in shared memory, which leaves room for a fourth pipeline stage.
 
-The operands' loads go through TMA descriptors (``USE_TMA``) when their rows are 16-byte aligned,
-else masked pointer loads. Each output (and GEMM-RS's partials) is a descriptor or a pointer on its
+The operands' loads go through TMA descriptors when their rows are 16-byte aligned, else masked
+pointer loads: the launcher passes descriptors or pointers, and the kernel reads which from the
+argument's type (``isinstance(x, tl.tensor_descriptor)``, fixed when the kernel compiles), as it
+does for each output. Each output (and GEMM-RS's partials) is a descriptor or a pointer on its
 own, by its own rows' alignment (:func:`store_tile` checks which it got): an output of ``N % 8 != 0``
 bf16 columns then costs pointer stores only, while the main loop keeps TMA. ``B_KMAJOR``: the weight is given as ``B.T`` (``[K, N]`` row-major, a backward's ``W.t()``),
 read in place. Under the Triton interpreter (:data:`INTERPRET`) bf16 operands are upcast to fp32
@@ -87,10 +89,10 @@ def weight_rows(j, N, BLOCK_N: tl.constexpr, GATED: tl.constexpr):
 
 @triton.jit
 def mainloop(a_desc, b_desc, a_row, a_row_limit, j, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, B_KMAJOR: tl.constexpr, GATED: tl.constexpr, USE_TMA: tl.constexpr):
+             BLOCK_K: tl.constexpr, B_KMAJOR: tl.constexpr, GATED: tl.constexpr):
     """``A[a_row : a_row + BLOCK_M, :K] @ B[weight_rows(j)].T`` in fp32.
 
-    With USE_TMA the descriptors zero-fill out-of-range rows/columns (gated: ``b_desc`` is 3-D over
+    Given descriptors, they zero-fill out-of-range rows/columns (gated: ``b_desc`` is 3-D over
     the weight as ``[2, N, K]``, so one load brings the gate and up rows together); otherwise
     ``a_desc``/``b_desc`` are plain pointers to contiguous row-major tensors, ``A`` having
     ``a_row_limit`` rows. ``N``: output columns (``B`` has ``N`` rows, or ``2*N`` gated).
@@ -100,7 +102,7 @@ def mainloop(a_desc, b_desc, a_row, a_row_limit, j, N, K, BLOCK_M: tl.constexpr,
     compile): the kernels write their other loops as ``while`` loops.
     """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if USE_TMA:
+    if isinstance(a_desc, tl.tensor_descriptor):
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([a_row, k * BLOCK_K])
             if B_KMAJOR:

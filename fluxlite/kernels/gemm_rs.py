@@ -55,12 +55,12 @@ def _publish(counters_ptr, slot, partial):
 @triton.jit
 def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending, chunk_rows,
                a_rows, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               B_KMAJOR: tl.constexpr, USE_TMA: tl.constexpr):
+               B_KMAJOR: tl.constexpr):
     """Peer tile ``tile`` (a table index) into ``partial``; counts the tile stored before it. Returns
     the counter slot now pending."""
     chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
     acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                        B_KMAJOR, False, USE_TMA)
+                        B_KMAJOR, False)
     _publish(counters_ptr, pending, partial)
     offs_r = tl.arange(0, BLOCK_M)
     offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -97,7 +97,6 @@ def gemm_rs_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     B_KMAJOR: tl.constexpr,
-    USE_TMA: tl.constexpr,
 ):
     offs_r = tl.arange(0, BLOCK_M)
     pending = tl.full((), -1, tl.int32)  # counter slot of the peer tile stored last, not yet counted
@@ -106,11 +105,11 @@ def gemm_rs_kernel(
         next_tile = core.claim_tile(counters_ptr, claim_slot)  # its latency hides behind this tile
         if tile < peer_tiles:
             pending = _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending,
-                                 chunk_rows, a_rows, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, USE_TMA)
+                                 chunk_rows, a_rows, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR)
         else:
             chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
             acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N,
-                                BLOCK_K, B_KMAJOR, False, USE_TMA)
+                                BLOCK_K, B_KMAJOR, False)
             _publish(counters_ptr, pending, partial)  # before any wait: never hold back what the peers wait for
             pending = tl.full((), -1, tl.int32)
             n0 = j * BLOCK_N
@@ -157,6 +156,6 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
          sig, counters, error, call, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
          sch.claim_slot(world_size), int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-             B_KMAJOR=b_kmajor, USE_TMA=use_tma),
+             B_KMAJOR=b_kmajor),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
