@@ -23,6 +23,7 @@ group's timeout.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -84,12 +85,9 @@ class Timer:
         t0 = time.perf_counter()
         if self.cuda:
             self.start.record()
-        self.mode = "throughput"
-        try:
+        with self._marked("throughput"):
             for i in range(n):
                 fn(inputs[(first + i) % len(inputs)])
-        finally:
-            self.mode = None
         if self.cuda:
             self.end.record()
         enqueue = (time.perf_counter() - t0) * 1e3
@@ -102,7 +100,8 @@ class Timer:
         t0 = time.perf_counter()
         if self.cuda:
             self.start.record()
-        self._alone(fn, x)
+        with self._marked("latency"):
+            fn(x)
         if self.cuda:
             self.end.record()
         self.sync()
@@ -114,16 +113,18 @@ class Timer:
         self.align()
         self._sleep(sleep_ms)
         t0 = time.perf_counter()
-        self._alone(fn, x)
+        with self._marked("latency"):
+            fn(x)
         ms = (time.perf_counter() - t0) * 1e3
         self.sync()
         return ms
 
-    def _alone(self, fn: Callable, x) -> None:
-        """One call, marked as made alone (:attr:`mode` ``"latency"``) while it runs."""
-        self.mode = "latency"
+    @contextlib.contextmanager
+    def _marked(self, mode: str):
+        """:attr:`mode` is ``mode`` inside: a queued batch is ``"throughput"``, a call alone ``"latency"``."""
+        self.mode = mode
         try:
-            fn(x)
+            yield
         finally:
             self.mode = None
 
