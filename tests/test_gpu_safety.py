@@ -447,7 +447,9 @@ def _missing_peer(rank, world_size):
     # could only report a stuck GPU); the producer's bounded kernel must time out naming the peer.
     from fluxlite.host_flags import REDUCED_ROWS
 
-    a, w = _operands(gen, 2048, 1024, 2048)
+    # 4096 x 2048 bf16 partials: over the one-shot budget, so the call is two-shot (a one-shot call
+    # sets its finished flags in its reduction kernel, with nothing for a producer to skip)
+    a, w = _operands(gen, 4096, 1024, 2048)
     fluxlite.gemm_ar(a, w, impl="fused", timeout=15)  # both ranks: kernels compiled and loaded
     fluxlite.synchronize()
     call = lambda: fluxlite.gemm_ar(a, w, impl="fused", timeout=PEER_TIMEOUT_S)  # noqa: E731
