@@ -45,7 +45,7 @@ from fluxlite.ops.ag_gemm import PULL, _scales_offset
 from fluxlite.ops.gemm_ar import _red_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
-from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, WAIT, WAIT_FINISHED, Program, first_wait,
+from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, STAGE, WAIT, WAIT_FINISHED, Program, first_wait,
                                      stream_calls)
 
 from .dist_utils import run_ranks
@@ -320,7 +320,11 @@ def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_ord
         # A missing peer leaves these waits to the kernel's timeout, which releases them.
         assert Program.of(steps)[:2] == (steps, waits[0])
         # Every peer may pull our rows before we wait on anyone: no cycle of waits at any W.
-        staged = steps.index((COPY, ws.data_addr(r, e % 2), t["a"].data_ptr(), rows * row))
+        staged = steps.index((STAGE, ws.data_addr(r, e % 2), t["a"].data_ptr(), rows * row))
+        assert staged == 0, "the staging copy comes first: on CUDA it runs before the consumer"
+        assert steps[-1] == (COPY, t["gathered"].data_ptr() + r * rows * row, t["a"].data_ptr(), rows * row), \
+            "the caller's copy of its own rows goes last: nothing waits on it"
+        assert not any(s[0] == STAGE for s in steps[1:]), "one staging copy (no row scale here)"
         readies = [steps.index((SIGNAL, _flag(ws, e, p, sch.ready_slot(r)), sch.SET)) for p in plan.sched.peers()]
         assert staged < min(readies) and max(readies) < waits[0], f"W={W} r={r}"
         peers = [s[3]["peer"] for s in steps if s[0] == WAIT]
@@ -330,7 +334,7 @@ def test_ag_pull_sets_every_ready_flag_before_it_waits_and_pulls_in_consumer_ord
             end = _check_split_pairs(ws, steps, e, i + 1, r, lambda s: sch.pulled_slot(W, p, s),
                                      t["gathered"].data_ptr() + p * rows * row, ws.data_addr(p, e % 2), row,
                                      plan.sched.split_rows, plan.sched.splits)
-            assert end == len(steps) or steps[end][0] == WAIT
+            assert end == len(steps) - 1 or steps[end][0] == WAIT
         blocks = AG.kernel_blocks(plan.sched, PULL).tolist()
         assert all(slot == sch.pulled_slot(W, c, sch.split_of_data_slot(W, slot)) for c, _, _, slot in blocks if c != r)
 
@@ -432,9 +436,13 @@ def test_cuda_stream_calls_enqueue_each_program_in_order_with_flag_runs_batched(
         ws, plan, call, steps, t = _program(op, W, W - 1, rows, 8, 40, push=push)
         program = Program.of(steps, cuda=True)
         before, after = program.on_stream
-        as_steps = [s if s[0] == COPY else s[:3] for s in steps]  # a wait's info stays on the host
+        staged = [s for s in steps if s[0] == STAGE]
+        assert program.staged == tuple(s[1:] for s in staged) and steps[:len(staged)] == staged, (op, push)
+        assert bool(staged) == (not push), "only AG pull stages rows (on the caller's stream, before the consumer)"
+        # a wait's info stays on the host
+        as_steps = [s if s[0] == COPY else s[:3] for s in steps[len(staged):]]
         assert _unbatched(before) + _unbatched(after) == as_steps, (op, push)
-        assert _unbatched(before) == as_steps[:program.first_wait], "nothing from the first wait on goes ahead"
+        assert _unbatched(before) == as_steps[:program.first_wait - len(staged)], "nothing from the first wait on goes ahead"
         for calls in (before, after):
             kinds = [c[0] for c in calls]
             assert all(not (x == y == FLAGS) for x, y in zip(kinds, kinds[1:])), "runs are maximal"

@@ -314,6 +314,8 @@ class Call:
         if not program.steps:  # no producer (GEMM-AllReduce's one-shot): no stream to fork and join
             consume()
             return
+        for dst, src, nbytes in program.staged:  # before the consumer takes the SMs a copy may need
+            cu.memcpy_async(main, dst, src, nbytes)
         cu.event_record(state.call_start.cuda_event, main)
         cu.stream_wait_event(side, state.call_start.cuda_event)
         before, after = program.on_stream

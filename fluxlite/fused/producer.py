@@ -13,7 +13,8 @@ beside the consumer GEMM. One program, two devices:
 A program is a list of steps on raw addresses (so a step costs a driver call, not a tensor view
 and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)``,
 ``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages),
-``(JOIN,)``: wait until this call's consumer has finished (CPU: the consumer sets the state's
+``(STAGE, dst, src, nbytes)``: a copy within this rank's memory that a peer waits on (AG pull's
+staging); ``(JOIN,)``: wait until this call's consumer has finished (CPU: the consumer sets the state's
 ``consumed`` word; CUDA: an event recorded after the kernel), for work on the consumer's output, and
 ``(WAIT_FINISHED, waits)``: wait for every peer's ``finished`` flag (``waits``: one ``(address, value,
 info)`` per peer, on this rank's flags of the call). No value depends on the call (flags are set to
@@ -21,6 +22,13 @@ info)`` per peer, on this rank's flags of the call). No value depends on the cal
 out in its alignment step, not here), so one program, built once per plan, data half and addresses
 of the call's own tensors, serves every call, and a program captured in a CUDA graph replays
 correctly.
+
+A copy within one GPU may run on its SMs (the driver picks), and the persistent consumer can hold
+every SM while it waits: a same-device copy that a peer's consumer waits on, behind a consumer
+that waits on that peer, is a deadlock that only a timeout ends (measured on two H200s: one AG pull
+call in 40-80). So such a copy is a STAGE, which on CUDA runs on the caller's stream after the
+alignment kernel and before the consumer and the producer's first step (:attr:`Program.staged`);
+a same-device COPY that nothing waits on goes last.
 
 A CUDA stream wait has no timeout, so a WAIT may only wait on what a bounded kernel of this rank
 produces or releases: its own tile counters, or flags its consumer sets itself when its own wait
@@ -40,7 +48,7 @@ import torch
 from .. import _cuda_driver as cu
 from ..host_flags import host_store, host_wait
 
-COPY, SIGNAL, WAIT, JOIN, WAIT_FINISHED = "copy", "signal", "wait", "join", "wait finished"
+COPY, STAGE, SIGNAL, WAIT, JOIN, WAIT_FINISHED = "copy", "stage", "signal", "wait", "join", "wait finished"
 
 
 def first_wait(steps: list) -> int:
@@ -76,18 +84,25 @@ def stream_calls(steps: list) -> list:
 
 class Program(NamedTuple):
     """A producer program with where its first wait is, found once when it is built (:meth:`of`),
-    and on CUDA its driver calls before and after that wait (:func:`stream_calls`)."""
+    and on CUDA its driver calls before and after that wait (:func:`stream_calls`), and its STAGE
+    copies, which go on the caller's stream before the consumer."""
 
     steps: list
     first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
     on_stream: tuple[list, list] | None = None
     joins: bool = False  # it waits for the consumer to finish (a JOIN step)
+    staged: tuple = ()  # CUDA: the STAGE steps, as (dst, src, nbytes)
 
     @classmethod
     def of(cls, steps: list, cuda: bool = False) -> "Program":
         at = first_wait(steps)
-        return cls(steps, at, (stream_calls(steps[:at]), stream_calls(steps[at:])) if cuda else None,
-                   any(step[0] == JOIN for step in steps))
+        staged = tuple(step[1:] for step in steps if step[0] == STAGE)
+        if any(step[0] != STAGE for step in steps[:len(staged)]):
+            raise ValueError("a producer program's STAGE steps come first")
+        rest = steps[len(staged):]
+        at_rest = at - len(staged)
+        return cls(steps, at, (stream_calls(rest[:at_rest]), stream_calls(rest[at_rest:])) if cuda else None,
+                   any(step[0] == JOIN for step in steps), staged)
 
 
 def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
@@ -95,7 +110,7 @@ def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
     (``wait_info['epoch']`` names the call in a timeout); a JOIN waits for the int32 at ``consumed``."""
     with torch.no_grad():
         for step in steps:
-            if step[0] == COPY:
+            if step[0] in (COPY, STAGE):
                 ctypes.memmove(step[1], step[2], step[3])
             elif step[0] == SIGNAL:
                 host_store(step[1], step[2])

@@ -14,10 +14,11 @@ peer's (chunk, split) flag is set::
       producer: for p in r-1, r-2, ...: p.gathered[r] <- a, split by split, p.pushed (r, s) = 1
     pull (``gathered`` is a fresh tensor that the caller keeps, e.g. for a backward):
       align:    every peer p: p.signature[P][r] <- ours
-      producer: staging[r] <- a;  every peer p: p.ready[r] = 1          # our rows may now be pulled
-                gathered[r] <- a                                        # for the caller
+      stage:    staging[r] <- a         (on the caller's stream, before the consumer: see below)
+      producer: every peer p: p.ready[r] = 1                            # our rows may now be pulled
                 for p in r+1, r+2, ...: wait ready[p] >= 1
                                         gathered[p] <- p.staging, split by split, pulled (p, s) = 1
+                gathered[r] <- a                                        # for the caller; nothing waits on it
     consumer: for each row block (schedule order): a peer's block waits for the peer's ready flag,
               checks its signature, waits for the (chunk, split) flag; out = epilogue(A @ W.T)
 
@@ -25,6 +26,11 @@ With a row scale (the deferred norm's 1/sigma) each rank's ``[m]`` fp32 scales t
 pushed into the peers' scale area before the first split's flag, or staged beside the staged rows
 and pulled before the first split. The schedule starts on the local chunk (``first = 0``), which
 needs no wait.
+
+The staging copy is the one copy a peer waits on that stays within one GPU, and such a copy may run
+on the SMs. Queued beside the consumer, it could wait for SMs that the consumer holds while the
+consumer waits for the peer, whose consumer waits for these rows: so it runs before the consumer
+(:data:`fluxlite.fused.producer.STAGE`), and costs the copy's time before the GEMM starts.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from .. import schedule as sch
 from .._decomposed import exchange, wait_all
 from .._sequential import all_gather_rows, epilogue_linear
 from ..fused import Call, FusedState, Plan, get_plan, producer
-from ..fused.producer import COPY, SIGNAL, WAIT
+from ..fused.producer import COPY, SIGNAL, STAGE, WAIT
 from ..kernels import ag_gemm as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
@@ -228,11 +234,12 @@ class AllGatherGemm(Op):
             return steps
         dst = gathered.data_ptr()
         staged_scales = _scales_offset(m, row)
-        steps = [(COPY, ws.data_addr(r, parity), src, m * row)]  # staged for the peers to pull
+        # Staged for the peers to pull: a same-device copy, which must not wait for SMs that a
+        # consumer holds while it waits on a peer (fluxlite.fused.producer, STAGE)
+        steps = [(STAGE, ws.data_addr(r, parity), src, m * row)]
         if row_scale is not None:
-            steps.append((COPY, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
+            steps.append((STAGE, ws.data_addr(r, parity) + staged_scales, row_scale.data_ptr(), 4 * m))
         steps += [(SIGNAL, call.flag_addr(p, sch.ready_slot(r)), sch.SET) for p in plan.sched.peers()]
-        steps.append((COPY, dst + r * m * row, src, m * row))  # only for the caller: nothing waits on it
         for p in plan.sched.peers():
             steps.append((WAIT, call.flag_addr(r, sch.ready_slot(p)), sch.SET, dict(what="staged rows", peer=p, chunk=p)))
             staged = ws.data_addr(p, parity)
@@ -241,6 +248,8 @@ class AllGatherGemm(Op):
             for s, (lo, hi) in enumerate(plan.split_rows):
                 steps += [(COPY, dst + (p * m + lo) * row, staged + lo * row, (hi - lo) * row),
                           (SIGNAL, call.flag_addr(r, sch.pulled_slot(W, p, s)), sch.SET)]
+        # Only for the caller, and last: nothing waits on it, so on SMs it may wait for the consumer
+        steps.append((COPY, dst + r * m * row, src, m * row))
         return steps
 
 
