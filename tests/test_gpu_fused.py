@@ -180,6 +180,42 @@ def _replays(plan) -> int:
     return sum(isinstance(g, Replay) for g in plan.bound.graphs.values())
 
 
+def _pull_beside_push(rank, W):
+    """AG pull and push calls, alternating, every activation and a row scale (each a kernel of its
+    own, as a layer stack runs them), with a short timeout: a pull call whose same-device staging
+    copy waited behind its own consumer ran into that timeout once in 40-80 such calls."""
+    import fluxlite
+    from fluxlite import epilogue as E
+
+    gen = torch.Generator(device=_dev()).manual_seed(77)  # the same weights on every rank
+    m, K, N = 2048, 8192, 3584
+    failures = []
+    for rnd in range(6):
+        for act in E.ACTIVATIONS:
+            w = (torch.randn(2 * N if act == "swiglu" else N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+            a = torch.randn(m, K, device=_dev()).to(BF16)
+            s = torch.rand(m, device=_dev()) + 0.5
+            full = torch.empty((W * m, K), dtype=BF16, device=_dev())
+            dist.all_gather_into_tensor(full, a)
+            scales = torch.empty(W * m, device=_dev())
+            dist.all_gather_into_tensor(scales, s)
+            ep = E.Epilogue(act, True, 1.0)
+            ref = E.apply(full.float() @ w.float().t(), ep, None, scales, torch.float32)
+            for gathered in (False, True):
+                out = torch.full((W * m, N), float("nan"), dtype=BF16, device=_dev())
+                fluxlite.ag_gemm(a, w, impl="fused", return_gathered=gathered, out=out, activation=act, row_scale=s,
+                                 timeout=None if rnd == 0 else 10.0)  # the first round compiles
+                fluxlite.synchronize()
+                err = rel_err(out, ref)
+                if not err < (2e-2 if act == "swiglu" else TOL):
+                    failures.append(f"round {rnd} act={act} gathered={gathered}: rel err {err:.3g}")
+    assert not failures, "\n".join(failures)
+
+
+def test_pull_calls_beside_push_calls_never_wait_out_their_timeout():
+    run_gpu_ranks(_pull_beside_push, 2)
+
+
 def test_recurring_eager_calls_replay_from_graphs_with_fresh_data():
     run_gpu_ranks(_recurring_calls, 2)
 
