@@ -137,13 +137,17 @@ def _poisoned_then_released(rank: int, W: int) -> None:
     assert not failures, failures
 
 
-def _auto_follows_dispatch(rank: int, W: int) -> None:
+def _auto_setup(seed: int, W: int, m: int, K: int, N: int):
+    """``(counted checks, generator, dispatch key)`` of an auto AG-GEMM test on ``[m, K]`` rows per rank."""
     poison_empty_tensors()
-    counted = _Counted()
-    gen = torch.Generator().manual_seed(9)
-    m, K, N = 40, 16, 24
     tp = fluxlite.group.resolve_group(None)
     key = dispatch.Key.of("ag_gemm", tp, torch.empty(m, K), torch.empty(N, K), W * m)
+    return _Counted(), torch.Generator().manual_seed(seed), key
+
+
+def _auto_follows_dispatch(rank: int, W: int) -> None:
+    m, K, N = 40, 16, 24
+    counted, gen, key = _auto_setup(9, W, m, K, N)
     failures: list[str] = []
     calls = {"sequential": 0}
     seq = ops.AG.sequential
@@ -169,6 +173,31 @@ def _auto_follows_dispatch(rank: int, W: int) -> None:
     _ag(gen, rank, W, m, K, N, failures, "auto sequential", impl="auto")
     assert counted.ag == 3 and calls["sequential"] == 1, (counted.ag, calls)
     assert not failures, failures
+
+
+def _auto_per_mode(rank: int, W: int) -> None:
+    """Modes whose fused choices differ (two configs): each mode's calls repeat their own decisions.
+    Calls that alternate between the modes, as a profiler's rounds or a decode loop between prefill
+    batches do, must not re-check and re-plan on every switch."""
+    from fluxlite.kernels.gemm_core import GemmConfig
+
+    m, K, N = 24, 16, 40
+    counted, gen, key = _auto_setup(11, W, m, K, N)
+    queued = dispatch.Choice("fused", GemmConfig(group_m=16), source="cache")
+    alone = dispatch.Choice("fused", GemmConfig(num_stages=4), source="cache")
+    dispatch._MEMORY[key] = dispatch.Choices.of(queued, alone, queued)
+    failures: list[str] = []
+    for rep in range(4):
+        for mode in ("throughput", "latency"):
+            with dispatch.assume_mode(mode):
+                _ag(gen, rank, W, m, K, N, failures, f"auto {mode} rep {rep}", impl="auto")
+    assert counted.ag == 2, f"{counted.ag} full checks for 8 calls in two modes: one per mode expected"
+    assert not failures, failures
+
+
+@pytest.mark.timeout(120)
+def test_auto_repeats_each_modes_own_choice():
+    run_ranks(_auto_per_mode, 2)
 
 
 @pytest.mark.timeout(180)

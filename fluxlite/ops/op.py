@@ -263,8 +263,11 @@ class Op:
             # options holds every option of the op (defaults filled in), so their order is fixed
             plain = tuple((k, type(v), v) for k, v in options.items() if k not in self.tensor_options)
             layouts = tuple(_tensor_key(options.get(k)) for k in self.tensor_options)
+            # auto: the mode's choice is part of the key, so that calls in modes whose choices differ
+            # (two configs, say) each repeat their own decisions instead of replacing one another's
             key = (dist.group.WORLD if group is None else group, resolve_timeout(timeout), type(timeout),
-                   torch.cuda.current_device() if device >= 0 else -1, impl, plain, *map(_tensor_key, tensors), *layouts)
+                   torch.cuda.current_device() if device >= 0 else -1, impl, id(choice), plain,
+                   *map(_tensor_key, tensors), *layouts)
             repeat = self.repeats.get(key)
         except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
             return None, None
