@@ -391,11 +391,12 @@ def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype
     return _RULE["fused"] if fused_supported(device, dtype) else _RULE["decomposed"]
 
 
-def candidates(device: torch.device, fused: bool) -> list[Choice]:
-    """What a measurement times, in order of preference."""
+def candidates(device: torch.device, fused: bool, configured: bool = True) -> list[Choice]:
+    """What a measurement times, in order of preference. ``configured``: whether the call's fused path
+    runs the GEMM kernel, whose configs are then candidates of their own (else one fused candidate)."""
     out = [Choice("sequential", source="measured"), Choice("decomposed", source="measured")]
     if fused:
-        configs = GPU_CONFIGS if device.type == "cuda" else (None,)
+        configs = GPU_CONFIGS if device.type == "cuda" and configured else (None,)
         out += [Choice("fused", c, source="measured") for c in configs]
     return out
 
@@ -702,9 +703,10 @@ EXPLICIT = {impl: Choice(impl, source="explicit") for impl in MEASURED_IMPLS}
 
 
 def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[Choice], object],
-           timeout_s: float) -> Choice:
+           timeout_s: float, configured: bool = True) -> Choice:
     """What ``impl="auto"`` runs for a call (see the module docstring). ``run(choice)`` calls the op
-    on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank."""
+    on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank;
+    ``configured``: whether its fused path runs the GEMM kernel (:func:`candidates`)."""
     if key.world_size == 1 or a.shape[0] == 0:
         return _RULE["sequential"]
     tuned = _TUNING.get()
@@ -718,7 +720,7 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
             return rule(key.world_size, flops, a.device, a.dtype)
     if _workspace.capturing(a.device):
         return describe(key, flops, a.device, a.dtype)
-    choices = _agree(key, tp, a, run, timeout_s, retune)
+    choices = _agree(key, tp, a, run, timeout_s, retune, configured)
     if tuned is not None:
         tuned.add(key)
     return _mode_choice(choices, a)
@@ -739,7 +741,7 @@ def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
     return choice if (a.shape[0], id(choice)) in choices.warm else choices.both
 
 
-def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool) -> Choices:
+def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool, configured: bool) -> Choices:
     """The agreement step of a first sight (module docstring); every rank returns the same choices."""
     n = next(PROCESS.agreement_rounds.setdefault(tp.name, itertools.count()))  # store keys: never reset
     cached = None if retune else _choices_from(_disk_entries(cache_path()).get(key.text), "cache")
@@ -755,7 +757,7 @@ def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune
     same = {json.dumps(p["cached"], sort_keys=True) for p in peers}
     choices = _choices_from(peers[0]["cached"], "cache") if len(same) == 1 else None
     if choices is None or (not fused_ok and "fused" in {getattr(choices, m).impl for m in CALL_MODES}):
-        choices, record = _measure(key, tp, a, run, fused_ok)
+        choices, record = _measure(key, tp, a, run, fused_ok, configured)
         choices.warm.update((a.shape[0], id(getattr(choices, m))) for m in CALL_MODES)  # every candidate ran
         _store(key, choices, record)
     _MEMORY[key] = choices
@@ -769,11 +771,11 @@ def _timer(tp: TPGroup, device: torch.device) -> Timer:
     return timer
 
 
-def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool) -> tuple[Choices, dict]:
+def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool, configured: bool) -> tuple[Choices, dict]:
     """Time every candidate on every rank together (:func:`measure_until_settled`); the choices and
     the record of the measurement for the cache file: the rounds, each candidate's median ms and its
     ``[low, median, high]`` ratio to the baseline, per mode."""
-    options = {c.label: c for c in candidates(a.device, fused_ok)}
+    options = {c.label: c for c in candidates(a.device, fused_ok, configured)}
     fns = {label: (lambda _x, c=c: run(c)) for label, c in options.items()}
     timer = _timer(tp, a.device)
     _, failed = run_each_once(timer, fns, None)

@@ -407,6 +407,27 @@ def test_rule(monkeypatch):
         dispatch.auto_mode()
 
 
+def test_a_fused_path_without_the_gemm_kernel_is_one_candidate():
+    """GEMM-AllReduce's one shot computes its partial with cuBLAS: timing each kernel config would
+    measure the same call several times, and noise would give the modes different configs."""
+    from types import SimpleNamespace
+
+    from fluxlite.ops import AR
+    from fluxlite.ops.gemm_ar import ONE_SHOT_MAX_BYTES
+
+    cuda = torch.device("cuda", 0)
+    every = dispatch.candidates(cuda, True)
+    assert [c.impl for c in every].count("fused") == len(dispatch.GPU_CONFIGS) > 1
+    one = dispatch.candidates(cuda, True, configured=False)
+    assert [(c.impl, c.config) for c in one] == [("sequential", None), ("decomposed", None), ("fused", None)]
+    N, W = 8192, 2
+    rows = ONE_SHOT_MAX_BYTES // ((W - 1) * N * 2)  # the most rows of bf16 that still go in one shot
+    call = lambda m: SimpleNamespace(tp=SimpleNamespace(world_size=W), a=torch.empty(m, 64, dtype=torch.bfloat16),  # noqa: E731
+                                     weight=torch.empty(N, 64, dtype=torch.bfloat16))
+    assert not AR.kernel_configured(call(1)) and not AR.kernel_configured(call(rows))
+    assert AR.kernel_configured(call(rows + 1)), "a two-shot call runs the GEMM-RS kernel"
+
+
 @given(st.integers(1, 1 << 20))
 def test_m_buckets_are_contiguous_and_fine(rows):
     lo, hi = dispatch.bucket_rows(dispatch.m_bucket(rows))

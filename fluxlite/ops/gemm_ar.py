@@ -123,6 +123,10 @@ class GemmAllReduce(GemmReduceScatter):
         """Whether a fused call of ``M`` rows and ``N`` columns reduces in one shot (:data:`ONE_SHOT_MAX_BYTES`)."""
         return (world_size - 1) * M * N * element_size <= ONE_SHOT_MAX_BYTES
 
+    def kernel_configured(self, args: Args) -> bool:
+        """One-shot calls compute their partial with cuBLAS: no kernel config to choose."""
+        return not self.one_shot(args.tp.world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
+
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
         """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, then ``red``,
         this rank's reduced chunk."""
