@@ -17,12 +17,17 @@ aligned and synchronised around it), throughput (steps queued back to back behin
 memory over the warm-up; the modes interleaved; medians, then the max over ranks. Before timing, the
 first step's loss and grads under each mode are compared with Megatron's.
 
-TP communication: the step's collectives of ``[tokens, hidden]`` timed alone (NCCL all-gather and
-reduce-scatter, latency). Each of the swapped layers' ``L`` transformer layers makes 6 all-gathers
-and 4 reduce-scatters per step under sequence parallelism (forward: 2 AG, 2 RS; backward: the Row
-layers' grad AG, the Column layers' dgrad RS and input re-gather); Megatron's embedding and output
-layer add 3 AG and 2 RS. Reported: that sum, and how much of it a mode hides beyond Megatron's own
-overlap, ``T_megatron - T_mode``.
+``--no-sequence-parallel``: Megatron's default layout, every rank holding every token. The Row
+layers' forward then all-reduces (fluxlite: GEMM-AllReduce) and the Column layers' backward
+all-reduces its input grad.
+
+TP communication: the step's collectives of ``[tokens, hidden]`` timed alone (NCCL, latency). Each
+of the swapped layers' ``L`` transformer layers makes, per step, under sequence parallelism 6
+all-gathers and 4 reduce-scatters (forward: 2 AG, 2 RS; backward: the Row layers' grad AG, the
+Column layers' dgrad RS and input re-gather), and Megatron's embedding and output layer add 3 AG
+and 2 RS; without it, 4 all-reduces (forward: 2 Row outputs; backward: 2 Column input grads), and
+the embedding and the output layer add 2. Reported: that sum, and how much of it a mode hides
+beyond Megatron's own overlap, ``T_megatron - T_mode``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ def parse_args(argv=None):
     add_step_args(p, modes="megatron,fused,auto", dtypes=("bf16", "fp32"), warmup=3, iters=10, rounds=3, steps=3)
     p.add_argument("--layers", type=int, default=2, help="transformer layers (Llama-3-70B has 80)")
     p.add_argument("--vocab", type=int, default=32768)
+    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                   help="every rank holds every token (Megatron's default): the Row forward and the Column "
+                        "backward all-reduce")
     p.add_argument("--max-rel-err", type=float, default=5e-2,
                    help="exit 1 if a mode's first-step loss or any grad differs from Megatron's by more (norm-relative)")
     return p.parse_args(argv)
@@ -77,7 +85,7 @@ def build_gpt(a, W: int, dtype: torch.dtype, device, overlap: str | None):
 
     cfg = TransformerConfig(
         num_layers=a.layers, hidden_size=a.hidden, num_attention_heads=a.heads, num_query_groups=a.kv_heads,
-        ffn_hidden_size=a.ffn, tensor_model_parallel_size=W, sequence_parallel=True,
+        ffn_hidden_size=a.ffn, tensor_model_parallel_size=W, sequence_parallel=a.sequence_parallel,
         use_cpu_initialization=device.type == "cpu", params_dtype=dtype, bf16=dtype == torch.bfloat16,
         hidden_dropout=0.0, attention_dropout=0.0, add_bias_linear=False, gated_linear_unit=True,
         activation_func=F.silu, layernorm_epsilon=NORM_EPS,
@@ -126,18 +134,26 @@ def step(model, batch) -> torch.Tensor:
 
 
 def comm_alone_ms(a, tp, dtype: torch.dtype, device, timer: Timer, iters: int) -> dict:
-    """Latency (ms, median, max over ranks) of one all-gather and one reduce-scatter of the step's
-    ``[tokens, hidden]`` activations, alone (the collectives of fluxlite's sequential path, as the
-    profiler's ``comm``)."""
+    """Latency (ms, median, max over ranks) of one all-gather and one reduce-scatter (sequence
+    parallel), or one all-reduce (not), of the step's ``[tokens, hidden]`` activations, alone (the
+    collectives of fluxlite's sequential path, as the profiler's ``comm``), and the step's sum of
+    them (module docstring)."""
     rows = a.seq * a.batch
     shard = torch.randn(rows // tp.world_size, a.hidden, device=device).to(dtype)
     full = torch.randn(rows, a.hidden, device=device).to(dtype)
-    ops = dict(all_gather=lambda: all_gather_rows(shard, tp), reduce_scatter=lambda: reduce_scatter_rows(full, tp))
+    if a.sequence_parallel:
+        ops = dict(all_gather=lambda: all_gather_rows(shard, tp), reduce_scatter=lambda: reduce_scatter_rows(full, tp))
+    else:
+        ops = dict(all_reduce=lambda: dist.all_reduce(full, group=tp.group))
     times = {}
     for name, fn in ops.items():
         fn()
         times[name] = max(all_ranks(statistics.median(timer.time_once(fn) for _ in range(iters)), device, tp.world_size))
-    return times
+    if a.sequence_parallel:
+        per_layer, rest = 6 * times["all_gather"] + 4 * times["reduce_scatter"], 3 * times["all_gather"] + 2 * times["reduce_scatter"]
+    else:
+        per_layer, rest = 4 * times["all_reduce"], 2 * times["all_reduce"]
+    return dict(times, swapped_layers=a.layers * per_layer, step=a.layers * per_layer + rest)
 
 
 def main(argv=None) -> int:
@@ -188,10 +204,7 @@ def main(argv=None) -> int:
     results = {m: dict(latency_ms=max(all_ranks(statistics.median(latency[m]), device, W)),
                        throughput_ms=max(all_ranks(statistics.median(throughput[m]), device, W)),
                        peak_mem_gib=peak[m], max_rel_err_vs_megatron=errors.get(m, 0.0)) for m in modes}
-    comm = comm_alone_ms(a, tp, dtype, device, timer, a.iters)
-    per_layer = 6 * comm["all_gather"] + 4 * comm["reduce_scatter"]
-    comm_ms = dict(comm, swapped_layers=a.layers * per_layer,
-                   step=a.layers * per_layer + 3 * comm["all_gather"] + 2 * comm["reduce_scatter"])
+    comm_ms = comm_alone_ms(a, tp, dtype, device, timer, a.iters)
     base = results["megatron"]
     for m in modes[1:]:
         r = results[m]
@@ -202,8 +215,9 @@ def main(argv=None) -> int:
     accurate = all(e <= a.max_rel_err for e in errors.values())
     if rank == 0:
         print(f"GPTModel step (fwd+loss+bwd), {a.layers} layers, hidden {a.hidden}, ffn {a.ffn}, heads "
-              f"{a.heads}/{a.kv_heads}, vocab {a.vocab}, seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} with "
-              f"sequence parallelism, {_device_name(device)}; max over ranks")
+              f"{a.heads}/{a.kv_heads}, vocab {a.vocab}, seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} "
+              f"{'with' if a.sequence_parallel else 'without'} sequence parallelism, {_device_name(device)}; "
+              f"max over ranks")
         print(f"{'mode':>10} {'latency ms':>11} {'thruput ms':>11} {'vs megatron (lat/tp)':>21} {'peak GiB':>9} "
               f"{'max rel err':>12}")
         for m, r in results.items():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|overlap|limit|allreduce|norm|graphs|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|allreduce|norm|graphs|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -73,15 +73,27 @@ if want layers; then
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
 fi
-if want gpt; then  # a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl)
+# gpt: a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl), sequence parallel;
+# gpt-nosp: the same without sequence parallelism (the Row forward runs GEMM-AllReduce)
+for part in gpt gpt-nosp; do
+  want "$part" || continue
   if python3 -c "import megatron.core" 2>/dev/null; then
-    timeout 400 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_gpt.py --out "$OUT/bench_gpt.json" 2>&1 \
-      | tee "$OUT/bench_gpt.log" | grep -v '^W1' | tail -8
+    extra=(); [[ $part == gpt-nosp ]] && extra=(--no-sequence-parallel)
+    timeout 400 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_gpt.py "${extra[@]}" \
+      --out "$OUT/bench_$part.json" 2>&1 | tee "$OUT/bench_$part.log" | grep -v '^W1' | tail -8
     status=$((status | PIPESTATUS[0]))
   else
-    echo "gpu_suite.sh gpt: megatron-core is not importable (carry its wheel in .whl/)" >&2
+    echo "gpu_suite.sh $part: megatron-core is not importable (carry its wheel in .whl/)" >&2
     status=1
   fi
+done
+if want inference; then  # the TP decoder stack under CUDA graphs: prefill and decode, both decode layouts
+  for layout in sp replicated; do
+    timeout 240 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_inference.py --layers 2 \
+      --decode-layout "$layout" --out "$OUT/bench_inference_$layout.json" 2>&1 \
+      | tee "$OUT/bench_inference_$layout.log" | grep -v '^W1' | tail -32
+    status=$((status | PIPESTATUS[0]))
+  done
 fi
 if want norm; then  # norm -> AG-GEMM -> SwiGLU, unfused vs separate vs deferred fully fused
   timeout 200 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_norm_linear.py --out "$OUT/bench_norm_linear.json" \

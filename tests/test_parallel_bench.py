@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.dist_utils import run_script
 from tests.gpu_utils import SAFE_ENV
 
@@ -49,18 +51,19 @@ def test_bench_layers_cpu_smoke(tmp_path: Path):
     assert f"speedup fused over {modes[0]}" in log, log[-4000:]
 
 
-def test_bench_gpt_cpu_smoke(tmp_path: Path):
+@pytest.mark.parametrize("layout", ["sp", "no-sp"])
+def test_bench_gpt_cpu_smoke(tmp_path: Path, layout: str):
     """scripts/bench_gpt.py: Megatron's GPTModel with fluxlite's layers against Megatron's own (the
-    model-level benchmark), on gloo ranks: the first step must match Megatron's, and the report's
-    figures must follow from its times."""
-    import pytest
-
+    model-level benchmark), on gloo ranks, with sequence parallelism and without (GEMM-AllReduce in
+    the Row forward): the first step must match Megatron's, and the report's figures must follow from
+    its times."""
     pytest.importorskip("megatron.core")
     out = tmp_path / "bench_gpt.json"
     codes, log = torchrun(ROOT / "scripts" / "bench_gpt.py", 2, "--device", "cpu", "--dtype", "fp32", "--layers", "2",
                     "--hidden", "64", "--ffn", "96", "--heads", "8", "--kv-heads", "2", "--vocab", "128", "--seq", "32",
                     "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1", "--throughput-steps", "1",
-                    "--modes", "megatron,fused,sequential", "--out", str(out), out_dir=tmp_path)
+                    "--modes", "megatron,fused,sequential", "--out", str(out),
+                    *(["--no-sequence-parallel"] if layout == "no-sp" else []), out_dir=tmp_path)
     assert codes == [0, 0], log[-4000:]
     res = json.loads(out.read_text())
     assert set(res["results"]) == {"megatron", "fused", "sequential"} and res["accurate"], res
@@ -71,4 +74,6 @@ def test_bench_gpt_cpu_smoke(tmp_path: Path):
         assert abs(r["hidden_share_of_comm"] * res["comm_ms"]["step"] - r["hidden_vs_megatron_ms"]) < 1e-9, res
     comm = res["comm_ms"]
     assert 0 < comm["swapped_layers"] < comm["step"], comm
+    assert ("all_reduce" in comm) == (layout == "no-sp") and res["config"]["sequence_parallel"] == (layout == "sp")
     assert "TP communication of a step" in log
+    assert ("without sequence parallelism" in log) == (layout == "no-sp"), log[-2000:]
