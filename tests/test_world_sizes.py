@@ -400,7 +400,7 @@ def test_ar_gather_waits_for_every_peer_in_one_bounded_step_then_pulls_their_row
                 return [(COPY, out + c * mc * row, ws.data_addr(c, e % 2) + red, n * row)] if n else []
 
             peers = plan.sched.peers()
-            want = [(JOIN,), *pull(r), *[(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers]]
+            want = [(JOIN,), *[(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers], *pull(r)]
             want.append((WAIT_FINISHED, [(_flag(ws, e, r, sch.finished_slot(W, p)), sch.SET, dict(peer=p, chunk=p))
                                          for p in peers]))
             want += [step for p in peers for step in pull(p)]

@@ -31,7 +31,7 @@ every rank reduces one chunk, then the ranks gather the reduced chunks. ``recv: 
               blocks of our chunk: wait for every peer's (p, s); red = scale * (A @ W.T + sum_p recv[p]) + b
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
               join (the consumer is done: red is complete)
-              out[our rows] <- red;  every peer p: p.finished[r] = 1
+              every peer p: p.finished[r] = 1;  out[our rows] <- red
               wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
               for p in r+1, r+2, ...: out[p's rows] <- p.red
 
@@ -204,10 +204,11 @@ class GemmAllReduce(GemmReduceScatter):
         def rows_of(c: int) -> int:
             return max(0, min(mc, M - c * mc))
 
+        # red is complete at the JOIN: announce it first, so the peers' pulls need not wait for our own copy
         steps = [(JOIN,)]
+        steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in plan.sched.peers()]
         if rows_of(r):
             steps.append((COPY, out.data_ptr() + r * mc * row, ws.data_addr(r, parity) + red_offset, rows_of(r) * row))
-        steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in plan.sched.peers()]
         steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
                                        dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in plan.sched.peers()]))
         for p in plan.sched.peers():
