@@ -24,7 +24,8 @@ from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_ar, gemm_core, 
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
-RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot")
+RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot",
+           "reduced_counters")
 ONE_SHOT_INTS = ("M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot")
 TMA_STORE = "async_tma_copy_local_to_global"
 

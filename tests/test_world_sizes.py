@@ -42,7 +42,7 @@ import fluxlite
 from fluxlite import schedule as sch
 from fluxlite.ops import AG, AR, RS
 from fluxlite.ops.ag_gemm import PULL, _scales_offset
-from fluxlite.ops.gemm_ar import _red_offset
+from fluxlite.ops.gemm_ar import _gathered_offset, _red_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
 from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, STAGE, WAIT, WAIT_FINISHED, Program, first_wait,
@@ -384,31 +384,51 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
 
 
 @pytest.mark.parametrize("W", range(2, 9))
-def test_ar_gather_waits_for_every_peer_in_one_bounded_step_then_pulls_their_rows(W):
-    """After the join: our reduced chunk into our rows, our finished flag on every peer, then one
+def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bounded_step(W):
+    """The gather: per split, a stream wait on our own consumer's count of that split's reduced tiles
+    (released by our own bounded kernel, which counts every tile), then the split copied into every
+    peer's ``gathered[r]``; our finished flag on every peer; the join; our chunk into our rows; one
     WAIT_FINISHED on every peer's finished flag (a kernel on CUDA: no stream wait can outlast a dead
-    peer), then each peer's reduced chunk into its rows; a chunk past M (M = 1) moves nothing."""
+    peer); then each peer's chunk from our ``gathered`` into its rows. A chunk past M (M = 1) moves
+    nothing; the copies within this GPU all come after the join, when no consumer holds the SMs."""
     e, K, N = 7, 8, 40
     for M in (1, 10 * W + 3):
         for r in range(W):
             ws, plan, call, steps, t = _program("ar", W, r, M, K, N, epoch=e)
             mc, row, out = -(-M // W), N * 4, t["out"].data_ptr()
-            red = _red_offset(W, mc, N, 4)
-
-            def pull(c):
-                n = max(0, min(mc, M - c * mc))
-                return [(COPY, out + c * mc * row, ws.data_addr(c, e % 2) + red, n * row)] if n else []
-
+            red = ws.data_addr(r, e % 2) + _red_offset(W, mc, N, 4)
+            gathered = _gathered_offset(W, mc, N, 4)
+            counters = call.state.counters.data_ptr()
             peers = plan.sched.peers()
-            want = [(JOIN,), *[(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers], *pull(r)]
+
+            def rows_of(c):
+                return max(0, min(mc, M - c * mc))
+
+            want = []
+            for s, (lo, hi) in enumerate(plan.split_rows):
+                want.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n)))
+                hi = min(hi, rows_of(r))
+                want += [(COPY, ws.data_addr(p, e % 2) + gathered + (r * mc + lo) * row, red + lo * row, (hi - lo) * row)
+                         for p in peers if hi > lo]
+            want += [(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers]
+            want.append((JOIN,))
+            want += [(COPY, out + r * mc * row, red, rows_of(r) * row)] if rows_of(r) else []
             want.append((WAIT_FINISHED, [(_flag(ws, e, r, sch.finished_slot(W, p)), sch.SET, dict(peer=p, chunk=p))
                                          for p in peers]))
-            want += [step for p in peers for step in pull(p)]
+            want += [(COPY, out + p * mc * row, ws.data_addr(r, e % 2) + gathered + p * mc * row, rows_of(p) * row)
+                     for p in peers if rows_of(p)]
             got = [(s[0], [(a, v, dict(peer=i["peer"], chunk=i["chunk"])) for a, v, i in s[1]]) if s[0] == WAIT_FINISHED
-                   else s for s in steps]
+                   else s[:3] if s[0] == WAIT else s for s in steps]
             assert got == want, f"W={W} r={r} M={M}"
+            covered = sorted((s[1] - red, s[3]) for s in steps if s[0] == COPY and red <= s[2] < red + mc * row
+                             and ws.where(s[1])[0] == "data")  # (offset in red, bytes) of the pushes to one peer
+            assert sum(n for _, n in covered) == (W - 1) * rows_of(r) * row, "every reduced row goes to every peer once"
+            joined = steps.index((JOIN,))
+            assert all(ws.where(s[1])[1] != r for s in steps[:joined] if s[0] == COPY), "no copy within this GPU before the join"
             calls = stream_calls(steps)
-            assert not any(c[0] == FLAGS and any(op.operation == 1 for op in c[1]) for c in calls), "a stream wait"
+            waits = [op for c in calls if c[0] == FLAGS for op in c[1] if op.operation == 1]
+            assert all(op.address == counters + 4 * sch.counter_slot(r, s) for op, s in zip(waits, range(len(waits)))), \
+                "the only stream waits are on our own consumer's counters"
             assert [c[0] for c in calls].count(WAIT_FINISHED) == 1
 
 

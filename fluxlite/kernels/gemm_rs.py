@@ -13,7 +13,9 @@ A tile of peer chunk ``d`` stores its partial (in the input dtype) into the loca
 adds one to the ``(d, split)`` counter; the producer's copy engine waits for the full count and
 pushes the split into ``d``'s ``recv[r]``, then sets ``d``'s flag. A tile of the local chunk waits
 for every peer's ``(peer, split)`` flag and signature, then sums in fp32 in a fixed peer order
-(bit-stable across runs).
+(bit-stable across runs). With ``reduced_counters >= 0`` (GEMM-AllReduce's two shots) a stored local
+tile is counted too, into counter ``reduced_counters + split``, so that the producer can send each
+reduced split on as soon as it is complete.
 
 Liveness
 --------
@@ -71,7 +73,7 @@ def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_pt
 
 
 @triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "a_rows", "rank", "world_size", "sig_base",
-                               "claim_slot", "timeout_ns"])
+                               "claim_slot", "reduced_counters", "timeout_ns"])
 def gemm_rs_kernel(
     a_desc,        # a [M, K_local]
     b_desc,        # weight [N, K_local], or weight.T when B_KMAJOR
@@ -90,6 +92,7 @@ def gemm_rs_kernel(
     a_rows,        # a's rows: W * chunk_rows, or fewer (a last chunk cut short: its rows past a read as 0)
     N, K, rank, world_size, sig_base,
     claim_slot,    # the tiles' claim counter (schedule.claim_slot)
+    reduced_counters,  # counter of the local chunk's split 0 (split s: + s), or -1: local tiles are not counted
     timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
     PEER_SLOTS: tl.constexpr,
@@ -125,6 +128,8 @@ def gemm_rs_kernel(
                                           BLOCK_N)
             y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
             core.store_tile(out, y, 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N)
+            if reduced_counters >= 0:  # counted after the next main loop, as a peer tile (its split: slot - W)
+                pending = reduced_counters + slot - world_size
         tile = next_tile
     _publish(counters_ptr, pending, partial)
 
@@ -133,13 +138,14 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor, peer_tiles: int,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor,
            call: torch.Tensor, rank: int, world_size: int, sig_base: int, timeout_s: float, ep: Epilogue,
-           config: core.GemmConfig, cache: dict) -> None:
+           config: core.GemmConfig, cache: dict, reduced_counters: int = -1) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
     of a row-major ``[K, N]``), ``out: [mc, N]``, ``partial``/``recv: [W, mc, N]`` with ``mc`` rows
     per chunk (``M / W``, or ``ceil(M / W)`` when the last chunk is cut short); ``peer_tiles``:
     the tile table's leading tiles of the peers' chunks; the tables and flag arguments come from the
     call plan, ``cache`` keeps its compiled kernels; ``ep``: the epilogue, a scale only (of the
-    reduced sum, before the bias)."""
+    reduced sum, before the bias); ``reduced_counters``: where the local chunk's stored tiles are
+    counted per split (-1: not counted)."""
     M, K = a.shape
     N = weight.shape[0]
     mc = partial.shape[1]
@@ -154,7 +160,7 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
         (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, rows_tma),
          bias, core.descriptor(partial, half, rows_tma), core.descriptor(recv, half, rows_tma), blocks, tiles, flags,
          sig, counters, error, call, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
-         sch.claim_slot(world_size), int(timeout_s * 1e9), ep.scale),
+         sch.claim_slot(world_size), reduced_counters, int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
              B_KMAJOR=b_kmajor),
         num_warps=config.num_warps, num_stages=config.num_stages,

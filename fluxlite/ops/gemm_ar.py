@@ -23,22 +23,27 @@ later, once every peer has finished this call, so no barrier ends it.
 
 **Two-shot** (the rest); its first shot is GEMM-RS's (:mod:`fluxlite.ops.gemm_rs`, the same consumer
 kernel): the rows are cut into ``W`` chunks of ``mc = ceil(M / W)`` rows, the last one cut short;
-every rank reduces one chunk, then the ranks gather the reduced chunks. ``recv: [W, mc, N]`` and
-``red: [mc, N]`` are symmetric (data half ``P``)::
+every rank reduces one chunk, then the ranks gather the reduced chunks. ``recv: [W, mc, N]``,
+``red: [mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data half ``P``)::
 
     align:    every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
     consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
-              blocks of our chunk: wait for every peer's (p, s); red = scale * (A @ W.T + sum_p recv[p]) + b
+              blocks of our chunk: wait for every peer's (p, s); red = scale * (A @ W.T + sum_p recv[p]) + b;
+                                   counter (r, s) += 1
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
-              join (the consumer is done: red is complete)
-              every peer p: p.finished[r] = 1;  out[our rows] <- red
+              for s: wait counter (r, s); every peer p: p.gathered[r] <- red rows of s
+              every peer p: p.finished[r] = 1
+              join (the consumer is done)
+              out[our rows] <- red
               wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
-              for p in r+1, r+2, ...: out[p's rows] <- p.red
+              for every peer p: out[p's rows] <- gathered[p]
 
-A rank's ``red`` is read by its peers until they finish the call; it is written again two calls
-later, after every peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no
-barrier is needed. The gather runs once the rank's own reduction is complete: the reduce-scatter
-half overlaps the GEMM, the gather half does not.
+The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
+most of the gather overlaps the GEMM; what remains after it is the last split's copy, the wait,
+and copies within this GPU. The copies between GPUs are the copy engine's; the ones within this
+GPU come after the join, when no consumer holds the SMs. ``red`` is read only by this rank;
+``gathered`` is written by the peers in this call and written again two calls later, after every
+peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import torch.distributed as dist
 from .. import schedule as sch
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call, FusedState, Plan
-from ..fused.producer import COPY, JOIN, SIGNAL, WAIT_FINISHED
+from ..fused.producer import COPY, JOIN, SIGNAL, WAIT, WAIT_FINISHED
 from ..host_flags import REDUCED_ROWS, host_store
 from ..kernels import gemm_ar as kernel
 from ..workspace import view_offset
@@ -76,6 +81,11 @@ it releases the workspaces first (a plan's views are made for one path)."""
 def _red_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
     """Where ``red`` sits in a data half: after ``recv``, aligned as a workspace view."""
     return view_offset(world_size * chunk_rows * N * element_size)
+
+
+def _gathered_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
+    """Where ``gathered`` (the peers' reduced chunks) sits in a data half: after ``red``."""
+    return view_offset(_red_offset(world_size, chunk_rows, N, element_size) + chunk_rows * N * element_size)
 
 
 class GemmAllReduce(GemmReduceScatter):
@@ -128,12 +138,12 @@ class GemmAllReduce(GemmReduceScatter):
         return not self.one_shot(args.tp.world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
-        """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, then ``red``,
-        this rank's reduced chunk."""
+        """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, ``red``, this
+        rank's reduced chunk, then ``gathered``, the peers' reduced chunks."""
         if self.one_shot(world_size, M, N, element_size):
             return M * N * element_size
         mc = self.chunk_rows(M, world_size)
-        return _red_offset(world_size, mc, N, element_size) + mc * N * element_size
+        return _gathered_offset(world_size, mc, N, element_size) + world_size * mc * N * element_size
 
     def kernel_operands(self, state: FusedState, args: Args) -> Args:
         """One shot: as given (cuBLAS computes the partial, at any ``K``); two shots: GEMM-RS's."""
@@ -191,29 +201,40 @@ class GemmAllReduce(GemmReduceScatter):
                 ws.data(rank, parity, (chunk_rows, N), dtype, offset=_red_offset(W, chunk_rows, N, size)))
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather: once our consumer is done, our reduced chunk into ``out`` and announced to the
-        peers; once every peer has announced its own (a bounded wait: WAIT_FINISHED), the peers'
-        reduced chunks pulled into ``out``."""
+        """The gather (module docstring): each reduced split pushed to every peer once the consumer
+        has counted it, then ``finished``; after the join our chunk into ``out``, and once every peer
+        has finished (a bounded wait: WAIT_FINISHED), the chunks they pushed."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W, r = ws.world_size, ws.rank
         mc = plan.sched.chunk_rows
         M, N = out.shape
-        row = N * out.element_size()
-        red_offset = _red_offset(W, mc, N, out.element_size())
+        size = out.element_size()
+        row = N * size
+        red = ws.data_addr(r, parity) + _red_offset(W, mc, N, size)
+        gathered = _gathered_offset(W, mc, N, size)
+        counters = call.state.counters.data_ptr()
+        peers = plan.sched.peers()
 
         def rows_of(c: int) -> int:
             return max(0, min(mc, M - c * mc))
 
-        # red is complete at the JOIN: announce it first, so the peers' pulls need not wait for our own copy
-        steps = [(JOIN,)]
-        steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in plan.sched.peers()]
+        steps = []
+        for s, (lo, hi) in enumerate(plan.split_rows):
+            steps.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n),
+                          dict(what="reduced tiles", peer=r, chunk=r, split=s)))
+            hi = min(hi, rows_of(r))  # a last chunk cut short: only its rows travel
+            if hi > lo:
+                steps += [(COPY, ws.data_addr(p, parity) + gathered + (r * mc + lo) * row, red + lo * row,
+                           (hi - lo) * row) for p in peers]
+        steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in peers]
+        steps.append((JOIN,))
         if rows_of(r):
-            steps.append((COPY, out.data_ptr() + r * mc * row, ws.data_addr(r, parity) + red_offset, rows_of(r) * row))
+            steps.append((COPY, out.data_ptr() + r * mc * row, red, rows_of(r) * row))
         steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
-                                       dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in plan.sched.peers()]))
-        for p in plan.sched.peers():
+                                       dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in peers]))
+        for p in peers:
             if rows_of(p):
-                steps.append((COPY, out.data_ptr() + p * mc * row, ws.data_addr(p, parity) + red_offset,
+                steps.append((COPY, out.data_ptr() + p * mc * row, ws.data_addr(r, parity) + gathered + p * mc * row,
                               rows_of(p) * row))
         return steps
 

@@ -140,6 +140,7 @@ class GemmReduceScatter(Op):
         partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
         out = args.out if args.out is not None else a.new_empty(self.out_shape(args))
         reduced = out if red is None else red  # where the consumer writes our reduced chunk
+        second = red is not None  # a second shot follows: its steps address out
         acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
 
         def consume_torch() -> None:
@@ -159,13 +160,17 @@ class GemmReduceScatter(Op):
                     call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
                     acc += recv[p, row0 : row0 + rows]
                 reduced[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, a.dtype)
+                if second:  # the second shot sends each reduced split on once it is complete
+                    slot = sch.counter_slot(r, split)
+                    done[slot] += 1
+                    host_set_flag(state.counters, slot, done[slot])
 
         def consume_triton() -> None:
             kernel.launch(a=a, weight=weight, out=reduced, bias=bias, partial=partial, recv=recv,
                           peer_tiles=plan.tiles.shape[0] - sched.local_tiles(plan.num_n), counters=state.counters,
-                          rank=r, ep=ep, **call.kernel_args())
+                          rank=r, ep=ep, reduced_counters=sch.counter_slot(r, 0) if second else -1,
+                          **call.kernel_args())
 
-        second = red is not None  # the second shot's steps address out
         copied = (partial.data_ptr(), out.data_ptr()) if second else (partial.data_ptr(),)
 
         def program() -> producer.Program:
