@@ -193,6 +193,22 @@ def _gamma_trains(rank, W):
     assert _rel(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rmsnorm_fold_in_the_weights_dtype_has_the_fp32_folds_bits(dtype):
+    """RMSNorm's fold multiplies in the weight's dtype (no fp32 copy of the weight): every product of
+    two 16-bit floats is exact in fp32, so rounding it once gives the fp32 fold's bits."""
+    from fluxlite.parallel.norm_linear import NormOptions, fold
+
+    g = torch.Generator().manual_seed(17)
+    w = (torch.randn(96, 200, generator=g) * torch.logspace(-6, 3, 200)).to(dtype)  # many exponents
+    gamma = (torch.randn(200, generator=g) * 3).to(dtype)
+    bias = torch.randn(96, generator=g).to(dtype)
+    norm = NormOptions("RMSNorm", 1e-6, False, True)
+    w_fold, b_fold = fold(w, bias, gamma, None, norm)
+    assert w_fold.dtype == dtype and torch.equal(w_fold, (w.float() * gamma.float()).to(dtype))
+    assert torch.equal(b_fold, bias) and b_fold.data_ptr() != bias.data_ptr()
+
+
 def test_fold_is_refreshed_when_parameters_change():
     run_ranks(_gamma_trains, 2)
 
