@@ -14,7 +14,10 @@ Mode ``megatron`` is the baseline a user compares against: the same block with m
 ``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
 Mode ``deferred`` is the deferred-norm block: fluxlite's ``LayerNormColumnParallelLinear`` (RMSNorm deferred
 past the GEMM, fused overlap) for QKV and fc1, fc1 with the SwiGLU epilogue, and no separate norms;
-the same weights (each norm's weight becomes its layer's ``layer_norm_weight``).
+the same weights (each norm's weight becomes its layer's ``layer_norm_weight``). Mode
+``deferred-unfused-act`` is that block with SwiGLU applied apart from fc1's epilogue, as the other
+modes do: the fused epilogue keeps no pre-activation, so its backward recomputes fc1's GEMM, and the
+pair of modes shows what that trade costs.
 
 The same block (same weights, same inputs) is timed under each mode. A step is: forward, backward
 from a fixed upstream gradient, and the TP all-reduce of the sequence-parallel grads (RMSNorm
@@ -194,6 +197,9 @@ def _peak_gib(device) -> float:
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
 
 
+DEFERRED_MODES = ("deferred", "deferred-unfused-act")  # the deferred-norm block, SwiGLU in fc1's epilogue or not
+
+
 class Blocks:
     """fluxlite's block, and its twins with the same weights: megatron-core's when ``megatron`` is a
     mode, the deferred-norm block when ``deferred`` is."""
@@ -222,7 +228,9 @@ class Blocks:
     def configure(self, mode: str) -> LlamaBlock:
         if mode == "megatron":
             return self.megatron
-        if mode == "deferred":
+        if mode in DEFERRED_MODES:  # fc1's epilogue applies SwiGLU, or the block does after it
+            fused_act = mode == "deferred"
+            self.deferred.fc1.activation, self.deferred.swiglu = ("swiglu" if fused_act else None), fused_act
             return self.deferred.configure("fused")
         return self.fluxlite.configure(mode)
 
@@ -324,7 +332,7 @@ def main(argv=None) -> int:
         if n % W:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
 
-    blocks = Blocks(a, W, dtype, device, "megatron" in modes, "deferred" in modes)
+    blocks = Blocks(a, W, dtype, device, "megatron" in modes, any(m in DEFERRED_MODES for m in modes))
     g = torch.Generator(device=device).manual_seed(1 + rank)
     x = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
     grad = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g)

@@ -67,7 +67,8 @@ if want gemm; then
 fi
 if want layers; then
   # megatron: the same block with megatron-core's layers (needs its wheel in .whl/), the baseline
-  modes=sequential,fused,auto,deferred  # deferred: the block with norms folded into QKV and fc1
+  # deferred: the block with norms folded into QKV and fc1 (SwiGLU in fc1's epilogue, or not)
+  modes=sequential,fused,auto,deferred,deferred-unfused-act
   python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
   timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --modes "$modes" --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
