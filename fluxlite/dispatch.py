@@ -703,10 +703,11 @@ EXPLICIT = {impl: Choice(impl, source="explicit") for impl in MEASURED_IMPLS}
 
 
 def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[Choice], object],
-           timeout_s: float, configured: bool = True) -> Choice:
+           timeout_s: float, configured: Callable[[], bool] = lambda: True) -> Choice:
     """What ``impl="auto"`` runs for a call (see the module docstring). ``run(choice)`` calls the op
     on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank;
-    ``configured``: whether its fused path runs the GEMM kernel (:func:`candidates`)."""
+    ``configured()``: whether its fused path runs the GEMM kernel (:func:`candidates`), asked only
+    when the call is measured."""
     if key.world_size == 1 or a.shape[0] == 0:
         return _RULE["sequential"]
     tuned = _TUNING.get()
@@ -741,7 +742,8 @@ def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
     return choice if (a.shape[0], id(choice)) in choices.warm else choices.both
 
 
-def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool, configured: bool) -> Choices:
+def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool,
+           configured: Callable[[], bool]) -> Choices:
     """The agreement step of a first sight (module docstring); every rank returns the same choices."""
     n = next(PROCESS.agreement_rounds.setdefault(tp.name, itertools.count()))  # store keys: never reset
     cached = None if retune else _choices_from(_disk_entries(cache_path()).get(key.text), "cache")
@@ -757,7 +759,7 @@ def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune
     same = {json.dumps(p["cached"], sort_keys=True) for p in peers}
     choices = _choices_from(peers[0]["cached"], "cache") if len(same) == 1 else None
     if choices is None or (not fused_ok and "fused" in {getattr(choices, m).impl for m in CALL_MODES}):
-        choices, record = _measure(key, tp, a, run, fused_ok, configured)
+        choices, record = _measure(key, tp, a, run, fused_ok, configured())
         choices.warm.update((a.shape[0], id(getattr(choices, m))) for m in CALL_MODES)  # every candidate ran
         _store(key, choices, record)
     _MEMORY[key] = choices

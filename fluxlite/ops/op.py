@@ -223,7 +223,7 @@ class Op:
         key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
         return dispatch.choose(key, args.tp, args.a, flops, lambda c: self.run(c, args),
-                               args.timeout_s, self.kernel_configured(args)), key
+                               args.timeout_s, lambda: self.kernel_configured(args)), key
 
     def kernel_configured(self, args: Args) -> bool:
         """Whether this call's fused path runs the GEMM kernel, so that its config matters (``auto``
