@@ -25,6 +25,7 @@ class Process:
     dispatch_timers: dict = field(default_factory=dict)  # (group, device) -> Timer for auto's measurements
     plain_gemm: dict = field(default_factory=dict)  # fluxlite.kernels.ag_gemm.gemm: tables and kernels
     repeats: dict[str, dict] = field(default_factory=dict)  # op name -> its remembered fused calls (fluxlite.ops.op)
+    warned: set = field(default_factory=set)  # keys of the warnings given once (fluxlite.parallel.utils.warn_once)
     # Counters whose values name keys in the process group's store: they only ever go up, and
     # reset() keeps them, so a key is never used twice in a process.
     workspace_releases: int = 0  # workspace releases so far: the prefix of the workspaces' store keys
@@ -50,6 +51,7 @@ class Process:
             self.dispatch.clear()
         self.dispatch_timers.clear()
         self.plain_gemm.clear()
+        self.warned.clear()
 
 
 PROCESS = Process()

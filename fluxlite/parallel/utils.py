@@ -12,14 +12,12 @@ import torch
 import torch.distributed as dist
 
 from ..group import TPGroup, resolve_group
-
-_WARNED: set = set()
-
+from ..process import PROCESS
 
 def warn_once(key, message: str) -> None:
-    """``warnings.warn(message)`` the first time ``key`` is seen in this process."""
-    if key not in _WARNED:
-        _WARNED.add(key)
+    """``warnings.warn(message)`` the first time ``key`` is seen in this process (:data:`fluxlite.process.PROCESS`)."""
+    if key not in PROCESS.warned:
+        PROCESS.warned.add(key)
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
