@@ -447,6 +447,16 @@ def _unbatched(calls: list) -> list:
     return steps
 
 
+def test_a_stage_step_after_a_signal_or_a_wait_is_refused():
+    """STAGE copies run on the caller's stream before the consumer, so a program must begin with them:
+    one placed later would be run out of its order on CUDA."""
+    stage, copy = (STAGE, 64, 128, 32), (COPY, 256, 512, 32)
+    assert Program.of([stage, (SIGNAL, 8, 1), copy], cuda=True).staged == ((64, 128, 32),)
+    for steps in ([(SIGNAL, 8, 1), stage], [copy, stage], [(WAIT, 8, 1, {}), stage]):
+        with pytest.raises(ValueError, match="STAGE steps come first"):
+            Program.of(steps, cuda=True)
+
+
 @pytest.mark.parametrize("W", range(2, 9))
 def test_cuda_stream_calls_enqueue_each_program_in_order_with_flag_runs_batched(W):
     """A CUDA program enqueues every step in its order, each maximal run of signals and waits as one
