@@ -107,6 +107,20 @@ def ag_reference(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None):
     return (ref + b.float() if b is not None else ref), gathered
 
 
+def ag_epilogue_reference(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, row_scale: torch.Tensor | None,
+                          ep) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``epilogue(all_gather(a) @ w.T)`` with the row scales gathered as the rows are (``ep``:
+    a :class:`fluxlite.epilogue.Epilogue`), and the gathered rows."""
+    from fluxlite import epilogue
+
+    product, gathered = ag_reference(a, w, None)
+    scales = None
+    if row_scale is not None:
+        scales = torch.empty(dist.get_world_size() * row_scale.shape[0], device=row_scale.device)
+        dist.all_gather_into_tensor(scales, row_scale.float())
+    return epilogue.apply(product, ep, None if b is None else b.float(), scales, torch.float32), gathered
+
+
 def rs_reference(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """float32 rows ``[r*M/W, (r+1)*M/W)`` of ``sum_ranks(a @ w.T) (+ b)`` (NCCL all-reduce)."""
     full = a.float() @ w.float().t()

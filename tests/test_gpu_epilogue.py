@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from fluxlite import epilogue as E
 
-from .gpu_utils import dev, rel_err, run_gpu_ranks
+from .gpu_utils import ag_epilogue_reference, dev, rel_err, run_gpu_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -31,12 +31,7 @@ def _cases(rank, W):
         b = torch.randn(w.shape[0], generator=gen, device=dev()).to(BF16)
         a = torch.randn(m, K, device=dev()).to(BF16)  # different rows on every rank
         s = torch.rand(m, device=dev()) + 0.5
-        full = torch.empty((W * m, K), dtype=BF16, device=dev())
-        dist.all_gather_into_tensor(full, a)
-        scales = torch.empty(W * m, device=dev())
-        dist.all_gather_into_tensor(scales, s)
-        ep = E.Epilogue(act, True, 0.5)
-        ref = E.apply(full.float() @ w.float().t(), ep, b.float(), scales, torch.float32)
+        ref, full = ag_epilogue_reference(a, w, b, s, E.Epilogue(act, True, 0.5))
         for gathered in (False, True):
             out = torch.full((W * m, N), float("nan"), dtype=BF16, device=dev())
             res = fluxlite.ag_gemm(a, w, b, impl="fused", return_gathered=gathered, out=out, activation=act,

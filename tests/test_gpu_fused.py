@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from .gpu_utils import ag_reference as _ag_reference, dev as _dev, rs_reference as _rs_reference, rel_err, run_gpu_ranks
+from .gpu_utils import ag_epilogue_reference, ag_reference as _ag_reference, dev as _dev, rs_reference as _rs_reference, rel_err, run_gpu_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -195,12 +195,7 @@ def _pull_beside_push(rank, W):
             w = (torch.randn(2 * N if act == "swiglu" else N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
             a = torch.randn(m, K, device=_dev()).to(BF16)
             s = torch.rand(m, device=_dev()) + 0.5
-            full = torch.empty((W * m, K), dtype=BF16, device=_dev())
-            dist.all_gather_into_tensor(full, a)
-            scales = torch.empty(W * m, device=_dev())
-            dist.all_gather_into_tensor(scales, s)
-            ep = E.Epilogue(act, True, 1.0)
-            ref = E.apply(full.float() @ w.float().t(), ep, None, scales, torch.float32)
+            ref, _ = ag_epilogue_reference(a, w, None, s, E.Epilogue(act, True, 1.0))
             for gathered in (False, True):
                 out = torch.full((W * m, N), float("nan"), dtype=BF16, device=_dev())
                 fluxlite.ag_gemm(a, w, impl="fused", return_gathered=gathered, out=out, activation=act, row_scale=s,

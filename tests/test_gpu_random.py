@@ -28,11 +28,10 @@ import random
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from fluxlite import epilogue as E
 
-from .gpu_utils import ag_reference, dev, gpu_world_size, rel_err, rs_reference, run_gpu_ranks
+from .gpu_utils import ag_epilogue_reference, dev, gpu_world_size, rel_err, rs_reference, run_gpu_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -95,12 +94,7 @@ def _run_case(case, W, gen) -> list[str]:
         else:
             res = fluxlite.ag_gemm(a, w, bias, impl="fused", out=out, return_gathered=op == "ag_pull",
                                    activation=case["activation"], row_scale=row_scale, scale=case["scale"])
-            product, gathered = ag_reference(a, w, None)
-            scales = None
-            if row_scale is not None:
-                scales = torch.empty(W * m, device=dev())
-                dist.all_gather_into_tensor(scales, row_scale)
-            ref = E.apply(product, ep, bias, scales, torch.float32)
+            ref, gathered = ag_epilogue_reference(a, w, bias, row_scale, ep)
             if op == "ag_pull" and not torch.equal(res[1], gathered):
                 failures.append(f"{case} call {call}: the gathered rows differ from all_gather(a)")
             if op == "ag_pull" and not res[1].is_contiguous():  # zero-padded rows (K % 8 != 0) are copied back

@@ -133,9 +133,13 @@ class GemmAllReduce(GemmReduceScatter):
         """Whether a fused call of ``M`` rows and ``N`` columns reduces in one shot (:data:`ONE_SHOT_MAX_BYTES`)."""
         return (world_size - 1) * M * N * element_size <= ONE_SHOT_MAX_BYTES
 
+    def call_is_one_shot(self, world_size: int, args: Args) -> bool:
+        """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
+        return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
+
     def kernel_configured(self, args: Args) -> bool:
         """One-shot calls compute their partial with cuBLAS: no kernel config to choose."""
-        return not self.one_shot(args.tp.world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
+        return not self.call_is_one_shot(args.tp.world_size, args)
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
         """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, ``red``, this
@@ -147,14 +151,13 @@ class GemmAllReduce(GemmReduceScatter):
 
     def kernel_operands(self, state: FusedState, args: Args) -> Args:
         """One shot: as given (cuBLAS computes the partial, at any ``K``); two shots: GEMM-RS's."""
-        if self.one_shot(state.ws.world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size()):
+        if self.call_is_one_shot(state.ws.world_size, args):
             return args
         return super().kernel_operands(state, args)
 
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
         """One shot for a call small enough (:meth:`one_shot`), else two."""
-        M, N = args.a.shape[0], args.weight.shape[0]
-        if self.one_shot(state.ws.world_size, M, N, args.a.element_size()):
+        if self.call_is_one_shot(state.ws.world_size, args):
             return self._one_shot(state, plan, args)
         return super().fused(state, plan, args)
 
