@@ -265,7 +265,7 @@ class TileSchedule:
         """Tiles of one chunk's ``split`` when each row block has ``num_n`` column blocks."""
         return len(self.split_blocks(split)) * num_n
 
-    def tile_order(self, num_n: int, group_m: int) -> torch.Tensor:
+    def tile_order(self, num_n: int, group_m: int, by_split: bool = False) -> torch.Tensor:
         """The order in which the consumer takes tiles: int32 ``[num_blocks * num_n, 2]`` of
         (row block index into :attr:`blocks`, column block).
 
@@ -275,8 +275,14 @@ class TileSchedule:
         a locality one: GEMM-RS claims tiles in this order, and the local chunk's tiles (which wait
         for the peers) must come after every tile the peers wait for. A group that mixed the two
         let a program hold a peer tile while it waited for the peers, who waited for that tile.
+
+        ``by_split``: nor does a group straddle two splits, so a chunk's splits finish one after
+        the other. For ops whose splits leave once computed (GEMM-RS): a group of all of a chunk's
+        row blocks, column by column, would finish every split only at the chunk's end, and hold
+        back every copy until then. AG-GEMM's splits arrive before their tiles run; it keeps the
+        wider groups' reuse of the weight.
         """
-        return _tile_order(self.world_size, self.blocks_per_chunk, num_n, group_m)
+        return _tile_order(self.world_size, self.blocks_per_chunk, self.splits if by_split else 1, num_n, group_m)
 
 
 @lru_cache(maxsize=256)
@@ -310,13 +316,15 @@ def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int,
 
 
 @lru_cache(maxsize=256)
-def _tile_order(chunks: int, blocks_per_chunk: int, num_n: int, group_m: int) -> torch.Tensor:
+def _tile_order(chunks: int, blocks_per_chunk: int, splits: int, num_n: int, group_m: int) -> torch.Tensor:
     if num_n < 1 or group_m < 1:
         raise ValueError(f"num_n and group_m must be >= 1, got {num_n} and {group_m}")
     order = []
     for c in range(chunks):
-        for first in range(0, blocks_per_chunk, group_m):
-            size = min(group_m, blocks_per_chunk - first)
-            base = c * blocks_per_chunk + first
-            order += [(base + i, j) for j in range(num_n) for i in range(size)]
+        for s in range(splits):  # the split's row blocks (as TileSchedule.split_blocks), or the whole chunk
+            start, stop = s * blocks_per_chunk // splits, (s + 1) * blocks_per_chunk // splits
+            for first in range(start, stop, group_m):
+                size = min(group_m, stop - first)
+                base = c * blocks_per_chunk + first
+                order += [(base + i, j) for j in range(num_n) for i in range(size)]
     return torch.tensor(order, dtype=torch.int32).reshape(len(order), 2)

@@ -46,7 +46,7 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
     programs, producers = [], []
     for r, s in enumerate(scheds):
         blocks = RS.kernel_blocks(s, "").tolist()
-        tiles = (order or (lambda s: s.tile_order(num_n, group_m).tolist()))(s)
+        tiles = (order or (lambda s: s.tile_order(num_n, group_m, RS.tiles_by_split).tolist()))(s)
         claim = iter(range(10**9))
         for pid in range(grid):
             programs.append(_rs_program(r, W, pid, grid, peer_tiles, blocks, tiles, claim, counters[r], flags[r],
@@ -171,14 +171,17 @@ def test_the_simulation_catches_a_chunk_straddling_order():
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 6), st.integers(0, 5), st.integers(1, 300), st.sampled_from([1, 7, 16, 64]),
        st.integers(1, 9), st.sampled_from([1, 2, 8]))
-def test_tile_order_covers_every_tile_once_and_never_mixes_chunks(W, rank, rows, block_m, num_n, group_m):
+def test_tile_order_covers_every_tile_once_and_never_mixes_chunks_or_splits(W, rank, rows, block_m, num_n, group_m):
     rank %= W
     for op in (AG, RS):
         s = sch.build(W, rank, rows, block_m, op.first)
-        order = s.tile_order(num_n, group_m).tolist()
+        order = s.tile_order(num_n, group_m, op.tiles_by_split).tolist()
         assert sorted(map(tuple, order)) == [(i, j) for i in range(s.num_blocks) for j in range(num_n)]
         chunk_pos = [i // s.blocks_per_chunk for i, _ in order]
         assert chunk_pos == sorted(chunk_pos), "a later chunk's tile comes before an earlier chunk's"
+        if op.tiles_by_split:
+            split_pos = [(c, int(s.blocks[i][3])) for c, (i, _) in zip(chunk_pos, order)]
+            assert split_pos == sorted(split_pos), "a later split's tile comes before an earlier split's"
         if op is RS:
             blocks = RS.kernel_blocks(s, "").tolist()
             local = [blocks[i][0] == rank for i, _ in order]

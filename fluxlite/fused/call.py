@@ -137,7 +137,7 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
         plan = Plan(sched, config, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     op.kernel_blocks(sched, variant).to(dev),
-                    sched.tile_order(num_n, config.group_m).to(dev),
+                    sched.tile_order(num_n, config.group_m, op.tiles_by_split).to(dev),
                     tuple(sched.split_rows(s) for s in range(sched.splits)), op.ready_on_arrival(variant), {})
         state.plan_builds += 1
         state.plans[key] = plan
