@@ -42,7 +42,7 @@ import fluxlite
 from fluxlite import schedule as sch
 from fluxlite.ops import AG, AR, RS
 from fluxlite.ops.ag_gemm import PULL, _scales_offset
-from fluxlite.ops.gemm_ar import _gathered_offset, _red_offset
+from fluxlite.ops.gemm_ar import _gathered_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
 from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, STAGE, WAIT, WAIT_FINISHED, Program, first_wait,
@@ -387,16 +387,17 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
 def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bounded_step(W):
     """The gather: per split, a stream wait on our own consumer's count of that split's reduced tiles
     (released by our own bounded kernel, which counts every tile), then the split copied into every
-    peer's ``gathered[r]``; our finished flag on every peer; the join; our chunk into our rows; one
-    WAIT_FINISHED on every peer's finished flag (a kernel on CUDA: no stream wait can outlast a dead
-    peer); then each peer's chunk from our ``gathered`` into its rows. A chunk past M (M = 1) moves
-    nothing; the copies within this GPU all come after the join, when no consumer holds the SMs."""
+    peer's ``gathered[r]`` from our rows of ``out`` (where the consumer reduced them); our finished
+    flag on every peer; the join; one WAIT_FINISHED on every peer's finished flag (a kernel on CUDA:
+    no stream wait can outlast a dead peer); then each peer's chunk from our ``gathered`` into its
+    rows. A chunk past M (M = 1) moves nothing; the copies within this GPU all come after the join,
+    when no consumer holds the SMs."""
     e, K, N = 7, 8, 40
     for M in (1, 10 * W + 3):
         for r in range(W):
             ws, plan, call, steps, t = _program("ar", W, r, M, K, N, epoch=e)
             mc, row, out = -(-M // W), N * 4, t["out"].data_ptr()
-            red = ws.data_addr(r, e % 2) + _red_offset(W, mc, N, 4)
+            red = out + r * mc * row
             gathered = _gathered_offset(W, mc, N, 4)
             counters = call.state.counters.data_ptr()
             peers = plan.sched.peers()
@@ -412,7 +413,6 @@ def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bo
                          for p in peers if hi > lo]
             want += [(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers]
             want.append((JOIN,))
-            want += [(COPY, out + r * mc * row, red, rows_of(r) * row)] if rows_of(r) else []
             want.append((WAIT_FINISHED, [(_flag(ws, e, r, sch.finished_slot(W, p)), sch.SET, dict(peer=p, chunk=p))
                                          for p in peers]))
             want += [(COPY, out + p * mc * row, ws.data_addr(r, e % 2) + gathered + p * mc * row, rows_of(p) * row)

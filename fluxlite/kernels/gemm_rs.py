@@ -15,7 +15,9 @@ pushes the split into ``d``'s ``recv[r]``, then sets ``d``'s flag. A tile of the
 for every peer's ``(peer, split)`` flag and signature, then sums in fp32 in a fixed peer order
 (bit-stable across runs). With ``reduced_counters >= 0`` (GEMM-AllReduce's two shots) a stored local
 tile is counted too, into counter ``reduced_counters + split``, so that the producer can send each
-reduced split on as soon as it is complete.
+reduced split on as soon as it is complete; it is counted as soon as its stores have landed, not
+after the next main loop as a peer tile is, since the local tiles come last: deferred, most splits'
+counts would wait for the GEMM's last wave, and their copies with them.
 
 Liveness
 --------
@@ -24,9 +26,9 @@ Tiles are claimed from a counter shared by the launch's programs
 comes before every local tile (:meth:`fluxlite.schedule.TileSchedule.tile_order`). So when a program
 waits on the peers, every tile they wait for has been claimed by a running program, which does not
 wait, even with too few resident programs or under the interpreter (programs run one at a time). A
-stored tile is counted after the program's next main loop, by when its stores have landed, but
+stored peer tile is counted after the program's next main loop, by when its stores have landed, but
 always before the program waits on anyone. A kernel whose wait timed out still computes and counts
-every peer tile, so the producer's stream waits on the counters always end.
+every tile, so the producer's stream waits on the counters always end.
 
 Unlike AG-GEMM's, this tile loop is not fused with the K loop into one pipeline: a fused loop
 computes the next tile's first K steps before this tile's epilogue, which would put a wait of a
@@ -77,7 +79,7 @@ def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_pt
 def gemm_rs_kernel(
     a_desc,        # a [M, K_local]
     b_desc,        # weight [N, K_local], or weight.T when B_KMAJOR
-    out,           # [M/W, N] as [1, M/W, N]
+    out,           # [M/W, N] as [1, M/W, N]; or fewer rows, a's (GEMM-AllReduce's last chunk cut short)
     bias_ptr,      # [N] or None
     partial,       # [W, M/W, N] this rank's partials of the peers' rows (local)
     recv,          # [W, M/W, N] the peers' partials of this rank's rows (symmetric)
@@ -118,7 +120,7 @@ def gemm_rs_kernel(
             n0 = j * BLOCK_N
             offs_n = n0 + tl.arange(0, BLOCK_N)
             col_ok = offs_n < N
-            row_ok = offs_r < rows
+            row_ok = (offs_r < rows) & (chunk * chunk_rows + row0 + offs_r < a_rows)  # out ends with a's rows
             mask = row_ok[:, None] & col_ok[None, :]
             for p in range(0, world_size):
                 if p != rank:
@@ -128,8 +130,8 @@ def gemm_rs_kernel(
                                           BLOCK_N)
             y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
             core.store_tile(out, y, 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N)
-            if reduced_counters >= 0:  # counted after the next main loop, as a peer tile (its split: slot - W)
-                pending = reduced_counters + slot - world_size
+            if reduced_counters >= 0:  # counted at once (its split: slot - W): the second shot waits for it
+                _publish(counters_ptr, reduced_counters + slot - world_size, out)
         tile = next_tile
     _publish(counters_ptr, pending, partial)
 
@@ -140,8 +142,9 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
            call: torch.Tensor, rank: int, world_size: int, sig_base: int, timeout_s: float, ep: Epilogue,
            config: core.GemmConfig, cache: dict, reduced_counters: int = -1) -> None:
     """Launch :func:`gemm_rs_kernel`. ``a: [M, K]``, ``weight: [N, K]`` (row-major, or the transpose
-    of a row-major ``[K, N]``), ``out: [mc, N]``, ``partial``/``recv: [W, mc, N]`` with ``mc`` rows
-    per chunk (``M / W``, or ``ceil(M / W)`` when the last chunk is cut short); ``peer_tiles``:
+    of a row-major ``[K, N]``), ``partial``/``recv: [W, mc, N]`` with ``mc`` rows per chunk (``M / W``,
+    or ``ceil(M / W)`` when the last chunk is cut short), ``out: [mc, N]``, or the rows of a chunk cut
+    short (those of ``a``); ``peer_tiles``:
     the tile table's leading tiles of the peers' chunks; the tables and flag arguments come from the
     call plan, ``cache`` keeps its compiled kernels; ``ep``: the epilogue, a scale only (of the
     reduced sum, before the bias); ``reduced_counters``: where the local chunk's stored tiles are
@@ -149,9 +152,9 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
     M, K = a.shape
     N = weight.shape[0]
     mc = partial.shape[1]
-    out3 = out.view(1, mc, N)
+    out3 = out.view(1, out.shape[0], N)
     use_tma = core.tma_ok(a, weight if weight.is_contiguous() else weight.t())
-    rows_tma = core.tma_ok(out3, partial, recv)  # the N-wide rows: out, and the partials both ways
+    rows_tma = core.tma_ok(out3, partial, recv) and out.shape[0] > 0  # the N-wide rows: out, and the partials
     b, b_kmajor = core.weight_operand(weight, config, use_tma)
     half = [1, config.block_m, config.block_n // 2]
     num_tiles = tiles.shape[0]

@@ -23,25 +23,25 @@ later, once every peer has finished this call, so no barrier ends it.
 
 **Two-shot** (the rest); its first shot is GEMM-RS's (:mod:`fluxlite.ops.gemm_rs`, the same consumer
 kernel): the rows are cut into ``W`` chunks of ``mc = ceil(M / W)`` rows, the last one cut short;
-every rank reduces one chunk, then the ranks gather the reduced chunks. ``recv: [W, mc, N]``,
-``red: [mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data half ``P``)::
+every rank reduces one chunk, straight into its rows of ``out``, then the ranks gather the reduced
+chunks. ``recv: [W, mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data half ``P``)::
 
     align:    every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
     consumer: blocks of peer chunk d: partial[d] tile = A @ W.T; counter (d, s) += 1
-              blocks of our chunk: wait for every peer's (p, s); red = scale * (A @ W.T + sum_p recv[p]) + b;
-                                   counter (r, s) += 1
+              blocks of our chunk: wait for every peer's (p, s);
+                                   out[our rows] = scale * (A @ W.T + sum_p recv[p]) + b; counter (r, s) += 1
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
-              for s: wait counter (r, s); every peer p: p.gathered[r] <- red rows of s
+              for s: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s
               every peer p: p.finished[r] = 1
               join (the consumer is done)
-              out[our rows] <- red
               wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
               for every peer p: out[p's rows] <- gathered[p]
 
 The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
 most of the gather overlaps the GEMM; what remains after it is the last split's copy, the wait,
-and copies within this GPU. The copies between GPUs are the copy engine's; the ones within this
-GPU come after the join, when no consumer holds the SMs. ``red`` is read only by this rank;
+and the copy of the peers' rows within this GPU. Hence finer splits than GEMM-RS's
+(:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The copies between GPUs are the
+copy engine's; the one within this GPU comes after the join, when no consumer holds the SMs.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
 peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
 """
@@ -78,14 +78,16 @@ rows of ``N = 16384`` in bf16), and shrinks with the ranks: at ``W = 4`` a parti
 it releases the workspaces first (a plan's views are made for one path)."""
 
 
-def _red_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
-    """Where ``red`` sits in a data half: after ``recv``, aligned as a workspace view."""
-    return view_offset(world_size * chunk_rows * N * element_size)
+ROW_BLOCKS_PER_SPLIT = 2
+"""Two-shot splits (:meth:`GemmAllReduce.schedule`) of about this many row blocks, at most
+:data:`fluxlite.schedule.MAX_SPLITS` / 2: a smaller last split leaves less of the gather after the
+GEMM, more splits cost more producer steps (copies and flags, 1-3 per peer each)."""
 
 
 def _gathered_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
-    """Where ``gathered`` (the peers' reduced chunks) sits in a data half: after ``red``."""
-    return view_offset(_red_offset(world_size, chunk_rows, N, element_size) + chunk_rows * N * element_size)
+    """Where ``gathered`` (the peers' reduced chunks) sits in a data half: after ``recv``, aligned as a
+    workspace view."""
+    return view_offset(world_size * chunk_rows * N * element_size)
 
 
 class GemmAllReduce(GemmReduceScatter):
@@ -129,6 +131,14 @@ class GemmAllReduce(GemmReduceScatter):
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return -(-rows // world_size)
 
+    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None
+                 ) -> sch.TileSchedule:
+        """GEMM-RS's schedule, with splits of :data:`ROW_BLOCKS_PER_SPLIT` row blocks by default."""
+        if splits is None and world_size > 1:
+            blocks = -(-self.chunk_rows(rows, world_size) // block_m)
+            splits = min(sch.MAX_SPLITS // 2, max(1, blocks // ROW_BLOCKS_PER_SPLIT))
+        return super().schedule(world_size, rank, rows, block_m, splits)
+
     def one_shot(self, world_size: int, M: int, N: int, element_size: int) -> bool:
         """Whether a fused call of ``M`` rows and ``N`` columns reduces in one shot (:data:`ONE_SHOT_MAX_BYTES`)."""
         return (world_size - 1) * M * N * element_size <= ONE_SHOT_MAX_BYTES
@@ -142,8 +152,8 @@ class GemmAllReduce(GemmReduceScatter):
         return not self.call_is_one_shot(args.tp.world_size, args)
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
-        """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, ``red``, this
-        rank's reduced chunk, then ``gathered``, the peers' reduced chunks."""
+        """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, then
+        ``gathered``, the peers' reduced chunks."""
         if self.one_shot(world_size, M, N, element_size):
             return M * N * element_size
         mc = self.chunk_rows(M, world_size)
@@ -198,22 +208,22 @@ class GemmAllReduce(GemmReduceScatter):
                  call.replay_key(a, weight, out, bias, scale=ep.scale))
         return out
 
-    def data_views(self, ws, rank: int, parity: int, chunk_rows: int, N: int, dtype: torch.dtype) -> tuple:
-        W, size = ws.world_size, dtype.itemsize
-        return (ws.data(rank, parity, (W, chunk_rows, N), dtype),
-                ws.data(rank, parity, (chunk_rows, N), dtype, offset=_red_offset(W, chunk_rows, N, size)))
+    def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
+        """This rank's chunk of ``out``'s rows (fewer than ``chunk_rows`` for a last chunk cut short)."""
+        start = min(rank * chunk_rows, out.shape[0])
+        return out.narrow(0, start, min(chunk_rows, out.shape[0] - start))
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather (module docstring): each reduced split pushed to every peer once the consumer
-        has counted it, then ``finished``; after the join our chunk into ``out``, and once every peer
-        has finished (a bounded wait: WAIT_FINISHED), the chunks they pushed."""
+        """The gather (module docstring): each reduced split pushed from ``out`` to every peer once the
+        consumer has counted it, then ``finished``; after the join, once every peer has finished (a
+        bounded wait: WAIT_FINISHED), the chunks they pushed into ``out``."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W, r = ws.world_size, ws.rank
         mc = plan.sched.chunk_rows
         M, N = out.shape
         size = out.element_size()
         row = N * size
-        red = ws.data_addr(r, parity) + _red_offset(W, mc, N, size)
+        red = out.data_ptr() + r * mc * row  # our reduced chunk, where the consumer wrote it
         gathered = _gathered_offset(W, mc, N, size)
         counters = call.state.counters.data_ptr()
         peers = plan.sched.peers()
@@ -231,8 +241,6 @@ class GemmAllReduce(GemmReduceScatter):
                            (hi - lo) * row) for p in peers]
         steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in peers]
         steps.append((JOIN,))
-        if rows_of(r):
-            steps.append((COPY, out.data_ptr() + r * mc * row, red, rows_of(r) * row))
         steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
                                        dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in peers]))
         for p in peers:

@@ -129,7 +129,7 @@ class GemmReduceScatter(Op):
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
         """The output by ``plan``: the producer program beside the consumer (the GPU kernel, or
         per-block matmuls on CPU). The consumer writes this rank's reduced chunk into ``out``
-        (GEMM-RS) or into the workspace (:meth:`data_views`), where a second shot takes it."""
+        (GEMM-RS), or into its rows of ``out`` (:meth:`reduced_rows`), where a second shot takes it."""
         ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
         W, r = ws.world_size, ws.rank
         K, N = a.shape[1], weight.shape[0]
@@ -137,11 +137,11 @@ class GemmReduceScatter(Op):
         mc = sched.chunk_rows
         state.check()
         call = Call(state, self.name, plan, args.timeout_s)
-        recv, red = call.views(lambda: self.data_views(ws, r, call.parity, mc, N, a.dtype))
+        recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # recv[p]: rank p's partial of our rows
         partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
         out = args.out if args.out is not None else a.new_empty(self.out_shape(args))
-        reduced = out if red is None else red  # where the consumer writes our reduced chunk
-        second = red is not None  # a second shot follows: its steps address out
+        reduced = self.reduced_rows(out, r, mc)  # where the consumer writes our reduced chunk
+        second = reduced is not out  # a second shot sends it on from there
         acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
 
         def consume_torch() -> None:
@@ -160,7 +160,9 @@ class GemmReduceScatter(Op):
                 for p in sched.peers():
                     call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
                     acc += recv[p, row0 : row0 + rows]
-                reduced[row0 : row0 + rows] = apply_epilogue(acc, ep, bias, None, a.dtype)
+                kept = min(rows, reduced.shape[0] - row0)  # a last chunk cut short keeps its real rows
+                if kept > 0:
+                    reduced[row0 : row0 + kept] = apply_epilogue(acc[:kept], ep, bias, None, a.dtype)
                 if second:  # the second shot sends each reduced split on once it is complete
                     slot = sch.counter_slot(r, split)
                     done[slot] += 1
@@ -181,13 +183,13 @@ class GemmReduceScatter(Op):
                  call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
         return out
 
-    def data_views(self, ws, rank: int, parity: int, chunk_rows: int, N: int, dtype: torch.dtype) -> tuple:
-        """``(recv, red)`` in this rank's data half: ``recv[p]`` receives rank ``p``'s partial of our rows;
-        ``red`` is where the reduced chunk waits for a second shot (``None``: straight into ``out``)."""
-        return ws.data(rank, parity, (ws.world_size, chunk_rows, N), dtype), None
+    def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
+        """Where the consumer writes this rank's reduced chunk: ``out`` itself, or (an op with a second
+        shot) the rows of ``out`` that the chunk fills, ``[<= chunk_rows, N]``."""
+        return out
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """Producer steps after the reduce-scatter (:meth:`data_views` gave a ``red``)."""
+        """Producer steps after the reduce-scatter (:meth:`reduced_rows` gave a part of ``out``)."""
         raise NotImplementedError
 
     def steps(self, call: Call, partial: torch.Tensor) -> list:
