@@ -57,7 +57,7 @@ if want tests; then
   done
 fi
 if want profile; then
-  timeout 90 torchrun --standalone --nproc-per-node "$NPROC" scripts/profile_host.py --top 18 2>&1 | tee "$OUT/profile_host.log" \
+  timeout 180 torchrun --standalone --nproc-per-node "$NPROC" scripts/profile_host.py --top 18 2>&1 | tee "$OUT/profile_host.log" \
     | grep -v '^W1' | head -30
   status=$((status | PIPESTATUS[0]))
 fi

@@ -1,5 +1,7 @@
 """Where the host time of one fused call goes: per-call host time of torch.matmul, sequential and
-fused (AG and RS), then a cProfile of fused calls, sorted by own time.
+fused (AG, RS, and GEMM-AllReduce at a decode size), then what ``impl="auto"`` adds to the host time
+of the implementation it chose (a repeated call should cost a dictionary look-up more), then a
+cProfile of fused calls, sorted by own time.
 
     torchrun --standalone --nproc-per-node 2 scripts/profile_host.py [--M 4096 --K 8192 --N 8192]
 
@@ -9,7 +11,6 @@ what is measured is the host's own work.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import os
@@ -23,6 +24,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fluxlite  # noqa: E402
+from fluxlite._cli import ArgumentParser, positive  # noqa: E402
 
 
 def host_us(fn, n: int = 50) -> float:
@@ -37,11 +39,12 @@ def host_us(fn, n: int = 50) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--M", type=int, default=4096)
-    parser.add_argument("--K", type=int, default=8192)
-    parser.add_argument("--N", type=int, default=8192)
-    parser.add_argument("--top", type=int, default=25)
+    parser = ArgumentParser(prog="profile_host.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--M", type=positive(), default=4096, help="rows of AG-GEMM (gathered) and GEMM-RS")
+    parser.add_argument("--K", type=positive(), default=8192, help="the hidden size (AG's K, RS's K over all ranks)")
+    parser.add_argument("--N", type=positive(), default=8192, help="output columns (AG's over all ranks, RS's)")
+    parser.add_argument("--decode-rows", type=positive(), default=64, help="rows of the GEMM-AllReduce calls")
+    parser.add_argument("--top", type=positive(), default=25, help="lines of each cProfile listing")
     args = parser.parse_args()
     tp = fluxlite.init()
     W, M, K, N = tp.world_size, args.M, args.K, args.N
@@ -50,14 +53,17 @@ def main() -> None:
     a_rs = torch.randn(M, K // W, device="cuda", dtype=torch.bfloat16)
     w_rs = torch.randn(N, K // W, device="cuda", dtype=torch.bfloat16)
     full = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    fns = {
-        "matmul": lambda: torch.matmul(full, w_ag.t()),
-        "ag_seq": lambda: fluxlite.ag_gemm(a_ag, w_ag, impl="sequential"),
-        "ag_fused": lambda: fluxlite.ag_gemm(a_ag, w_ag, impl="fused"),
-        "ag_fused_keep": lambda: fluxlite.ag_gemm(a_ag, w_ag, impl="fused", return_gathered=True),
-        "rs_seq": lambda: fluxlite.gemm_rs(a_rs, w_rs, impl="sequential"),
-        "rs_fused": lambda: fluxlite.gemm_rs(a_rs, w_rs, impl="fused"),
-    }
+    a_ar = torch.randn(args.decode_rows, K // W, device="cuda", dtype=torch.bfloat16)
+    calls = {"ag": lambda impl: fluxlite.ag_gemm(a_ag, w_ag, impl=impl),
+             "rs": lambda impl: fluxlite.gemm_rs(a_rs, w_rs, impl=impl),
+             "ar": lambda impl: fluxlite.gemm_ar(a_ar, w_rs, impl=impl)}
+    keys = {"ag": ("ag_gemm", a_ag, w_ag, M), "rs": ("gemm_rs", a_rs, w_rs, M),
+            "ar": ("gemm_ar", a_ar, w_rs, args.decode_rows)}  # (op, a, weight, the GEMM's rows per rank)
+    fns = {"matmul": lambda: torch.matmul(full, w_ag.t()),
+           "ag_fused_keep": lambda: fluxlite.ag_gemm(a_ag, w_ag, impl="fused", return_gathered=True)}
+    for op, call in calls.items():
+        for impl in ("sequential", "decomposed", "fused", "auto"):
+            fns[f"{op}_{impl}"] = lambda call=call, impl=impl: call(impl)
     for fn in fns.values():
         for _ in range(3):
             fn()
@@ -66,6 +72,10 @@ def main() -> None:
     res = {name: host_us(fn) for name, fn in fns.items()}
     if tp.rank == 0:
         print("host us per call:", {k: round(v, 1) for k, v in res.items()}, flush=True)
+        for op in calls:
+            chosen = _auto_choice(keys[op][0], tp, *keys[op][1:])
+            print(f"{op}: auto runs {chosen}, {res[f'{op}_auto'] - res[f'{op}_{chosen}']:+.1f} us of host time "
+                  f"over impl={chosen!r}", flush=True)
     for name in ("ag_fused", "rs_fused"):
         prof = cProfile.Profile()
         torch.cuda._sleep(50_000_000)
@@ -82,6 +92,15 @@ def main() -> None:
     fluxlite.synchronize()
     fluxlite.release_workspaces()
     dist.destroy_process_group()
+
+
+def _auto_choice(op: str, tp, a: torch.Tensor, weight: torch.Tensor, rows: int) -> str:
+    """The implementation ``auto`` runs for ``op``'s calls on ``a`` and ``weight`` (``rows``: the GEMM's
+    rows on each rank), as dispatch remembers it."""
+    from fluxlite import dispatch
+
+    choice = dispatch.remembered(dispatch.Key.of(op, tp, a, weight, rows))
+    return "sequential" if choice is None else choice.impl
 
 
 if __name__ == "__main__":
