@@ -16,7 +16,6 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..process import PROCESS
 from .gemm_core import interpreting
 
 _INT32 = (-(2**31), 2**31)
@@ -34,13 +33,15 @@ def _spec(arg, specialize: bool):
     return type(arg)  # a float or bool: typed, never specialised on its value
 
 
+_SPECIALIZED: dict = {}
+
+
 def _specialized(fn, count: int) -> tuple[bool, ...]:
     """Per positional argument of ``fn``: whether Triton specialises on its value."""
-    memo = PROCESS.kernel_specialization
-    flags = memo.get(fn)
+    flags = _SPECIALIZED.get(fn)
     if flags is None:
         skip, names = fn.do_not_specialize, fn.arg_names
-        flags = memo[fn] = tuple(i not in skip and names[i] not in skip for i in range(len(names)))
+        flags = _SPECIALIZED[fn] = tuple(i not in skip and names[i] not in skip for i in range(len(names)))
     return flags[:count]
 
 
