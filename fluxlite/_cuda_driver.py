@@ -23,6 +23,7 @@ import ctypes
 import threading
 from functools import lru_cache
 
+from .process import PROCESS
 
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 _WRITE_DEFAULT = 0x0  # with a system-wide memory barrier before the write
@@ -80,17 +81,16 @@ def ensure_context(device_index: int) -> None:
     _bound.device = device_index
 
 
-_PRIMARY: dict[int, int] = {}
-
-
 def _primary_context(device_index: int) -> int:
-    """The device's primary context (the runtime's), retained once per process."""
-    if device_index not in _PRIMARY:
+    """The device's primary context (the runtime's), retained once per process
+    (:attr:`fluxlite.process.Process.primary_contexts`)."""
+    contexts = PROCESS.primary_contexts
+    if device_index not in contexts:
         dev, ctx = ctypes.c_int(), _P()
         _check(_driver()["cuDeviceGet"](ctypes.byref(dev), device_index), "cuDeviceGet")
         _check(_driver()["cuDevicePrimaryCtxRetain"](ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-        _PRIMARY[device_index] = ctx.value
-    return _PRIMARY[device_index]
+        contexts[device_index] = ctx.value
+    return contexts[device_index]
 
 
 class MemOp(ctypes.Structure):

@@ -26,10 +26,13 @@ class Process:
     plain_gemm: dict = field(default_factory=dict)  # fluxlite.kernels.ag_gemm.gemm: tables and kernels
     repeats: dict[str, dict] = field(default_factory=dict)  # op name -> its remembered fused calls (fluxlite.ops.op)
     warned: set = field(default_factory=set)  # keys of the warnings given once (fluxlite.parallel.utils.warn_once)
+    kernel_specialization: dict = field(default_factory=dict)  # Triton kernel -> which args it specialises on (kernels.launch)
     # Counters whose values name keys in the process group's store: they only ever go up, and
     # reset() keeps them, so a key is never used twice in a process.
     workspace_releases: int = 0  # workspace releases so far: the prefix of the workspaces' store keys
     agreement_rounds: dict[str, Any] = field(default_factory=dict)  # group -> count of auto's agreements
+    # Retained once per process and never released (fluxlite._cuda_driver), so reset() keeps them too.
+    primary_contexts: dict[int, int] = field(default_factory=dict)  # device index -> its primary CUcontext
 
     def forget_workspaces(self) -> list:
         """Forget the workspaces (and the groups resolved for them) and start new store
@@ -52,6 +55,7 @@ class Process:
         self.dispatch_timers.clear()
         self.plain_gemm.clear()
         self.warned.clear()
+        self.kernel_specialization.clear()
 
 
 PROCESS = Process()

@@ -32,10 +32,14 @@ TMA_STORE = "async_tma_copy_local_to_global"
 
 def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None):
     """Compile ``fn`` for sm_90. ``types``: the runtime arguments' types, ``(type, 16)`` for one whose
-    value or address divides by 16 (as Triton specialises a launch on it); ``consts``: the constexprs
-    (an argument given as ``None`` is a constexpr ``None``)."""
+    value or address divides by 16 (as Triton specialises a launch on it), a list of types for a tuple
+    argument; ``consts``: the constexprs (an argument given as ``None`` is a constexpr ``None``)."""
     names = fn.arg_names
-    signature = {n: types[n][0] if isinstance(types.get(n), tuple) else types.get(n, "constexpr") for n in names}
+
+    def typed(t):
+        return tuple(t) if isinstance(t, list) else t[0] if isinstance(t, tuple) else t
+
+    signature = {n: typed(types.get(n, "constexpr")) for n in names}
     constexprs = {(names.index(k),): v for k, v in consts.items()}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items() if isinstance(t, tuple)}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
@@ -72,8 +76,8 @@ def pipelined_tile_loops(ttgir: str) -> int:
 def variants(dtype: str, config: gemm_core.GemmConfig):
     """``(name, kernel, types, constexprs, pipelined tile loops expected)`` for every variant."""
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    tables = {n: "*i32" for n in ("blocks_ptr", "tiles_ptr", "flags_ptr", "sig_ptr", "counters_ptr", "error_ptr",
-                                  "call_ptr")}
+    # the schedule's (blocks, tiles), the call's (flags, signature, error record, call count), RS's counters
+    tables = dict(table=["*i32"] * 2, sync=["*i32"] * 4, counters_ptr="*i32")
     scalars = dict(timeout_ns="i64", scale="fp32")
     # (operands by TMA, outputs by TMA): outputs of unaligned rows (N % 8 != 0) are stored by pointer
     # while the operands keep TMA.
@@ -100,8 +104,7 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
         if not use_tma and not kmajor:
             # GEMM-AllReduce's one-shot reduction (no GEMM, no TMA): rows 16-byte aligned (vector loads
             # and stores, N % 16 == 0) with a bias, and not aligned without one.
-            one_shot = dict(scalars, **{n: "*i32" for n in ("flags_ptr", "sig_ptr", "error_ptr", "call_ptr",
-                                                             "counters_ptr")},
+            one_shot = dict(scalars, sync=["*i32"] * 4, counters_ptr="*i32",
                             **{n: "i32" for n in ONE_SHOT_INTS}, partials_ptr="*i64", flag_bases_ptr="*i64",
                             out=f"*{dtype}", bias_ptr=f"*{dtype}")
             if bias:

@@ -30,12 +30,12 @@ from ..epilogue import PLAIN, Epilogue
 from ..process import PROCESS
 from . import gemm_core as core
 from . import launch as direct
-from .device_flags import TIMEOUT_AG, release_flags, wait_peer
+from .device_flags import TIMEOUT_AG, release_flags, sync_args, wait_peer
 
 
 @triton.jit
-def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flags_ptr, sig_ptr, error_ptr, call_ptr,
-           start, stop, chunk_rows, a_rows, N, K, world_size, sig_base, timeout_ns, scale,
+def _tiles(a_src, b_desc, out, bias_ptr, row_scales, table, sync, start, stop, chunk_rows, a_rows, N, K, world_size,
+           sig_base, timeout_ns, scale,
            ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
            B_KMAJOR: tl.constexpr, PEERS: tl.constexpr):
     """This program's tiles of ``[start, stop)`` (round robin), A rows from ``a_src`` (``a_rows``
@@ -46,17 +46,16 @@ def _tiles(a_src, b_desc, out, bias_ptr, row_scales, blocks_ptr, tiles_ptr, flag
     offs_r = tl.arange(0, BLOCK_M)
     ready_slot = tl.full((), -1, tl.int32)  # last flag slot this program saw ready: no re-polling
     for tile in tl.range(core.first_tile(start), stop, tl.num_programs(0), flatten=isinstance(a_src, tl.tensor_descriptor) and not PEERS):
-        chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
+        chunk, row0, rows, slot, j = core.tile_coords(table, tile)
         a_row = row0
         if PEERS:
             a_row = chunk * chunk_rows + row0
             if slot != ready_slot:
-                err = wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_AG,
-                                chunk, chunk)
+                err = wait_peer(sync, slot, sig_base, timeout_ns, TIMEOUT_AG, chunk, chunk)
                 if err == 0:
                     ready_slot = slot
                 else:
-                    release_flags(flags_ptr, 0, world_size)  # the pull producer's waits: ready, slots 0..W-1
+                    release_flags(sync[0], 0, world_size)  # the pull producer's waits: ready, slots 0..W-1
         acc = core.mainloop(a_src, b_desc, a_row, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, GATED)
         offs_w, w_ok = core.weight_rows(j, N, BLOCK_N, GATED)
         row_ok = offs_r < rows
@@ -80,12 +79,11 @@ def ag_gemm_kernel(
     bias_ptr,      # [N] ([2N] gated) or None
     scale_local,   # fp32 [m] this rank's row scales, or None
     scale_gathered,  # fp32 [W*m] the peers' row scales land here, or None
-    blocks_ptr,    # int32 [num_blocks, 4]: (chunk, row0, rows, flag slot or -1), schedule.kernel_blocks
-    tiles_ptr,     # int32 [num_tiles, 2]: (block, column block), the local chunk's first, schedule.tile_order
-    flags_ptr,     # int32 this rank's flag region of the call's parity (symmetric; signatures at sig_base)
-    sig_ptr,       # int32 [SIG_WORDS] this call's signature
-    error_ptr,     # int32 error record
-    call_ptr,      # int32 the device's call count: this call's number, for the error record
+    table,         # (blocks, tiles): int32 [num_blocks, 4] (chunk, row0, rows, flag slot or -1),
+                   # schedule.kernel_blocks; int32 [num_tiles, 2] (block, column block), the local chunk's
+                   # first, schedule.tile_order
+    sync,          # (flags, signature, error record, call count): device_flags.sync_args; the flags are
+                   # this rank's region of the call's parity (symmetric; signatures at sig_base)
     num_tiles, local_tiles, chunk_rows, N, K, world_size, sig_base, timeout_ns,
     scale,         # fp32 scalar epilogue scale
     ACTIVATION: tl.constexpr,  # fluxlite.epilogue.ACTIVATION_CODES; 4 (SwiGLU) reads a gated weight
@@ -94,12 +92,11 @@ def ag_gemm_kernel(
     BLOCK_K: tl.constexpr,
     B_KMAJOR: tl.constexpr,
 ):
-    _tiles(a_local, b_desc, out, bias_ptr, scale_local, blocks_ptr, tiles_ptr, flags_ptr, sig_ptr, error_ptr,
-           call_ptr, 0, local_tiles, chunk_rows, chunk_rows, N, K, world_size, sig_base, timeout_ns, scale,
-           ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, False)
-    _tiles(gathered, b_desc, out, bias_ptr, scale_gathered, blocks_ptr, tiles_ptr, flags_ptr, sig_ptr, error_ptr,
-           call_ptr, local_tiles, num_tiles, chunk_rows, world_size * chunk_rows, N, K, world_size, sig_base,
-           timeout_ns, scale, ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, True)
+    _tiles(a_local, b_desc, out, bias_ptr, scale_local, table, sync, 0, local_tiles, chunk_rows, chunk_rows, N, K,
+           world_size, sig_base, timeout_ns, scale, ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, False)
+    _tiles(gathered, b_desc, out, bias_ptr, scale_gathered, table, sync, local_tiles, num_tiles, chunk_rows,
+           world_size * chunk_rows, N, K, world_size, sig_base, timeout_ns, scale, ACTIVATION, BLOCK_M, BLOCK_N,
+           BLOCK_K, B_KMAJOR, True)
 
 
 def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
@@ -125,8 +122,9 @@ def launch(*, a_local: torch.Tensor, gathered: torch.Tensor, weight: torch.Tenso
         ag_gemm_kernel, cache, core.num_programs(config, num_tiles, a_local.device),
         (core.descriptor(a_local, a_block, use_tma), core.descriptor(gathered, a_block, use_tma), b,
          core.descriptor(out3, [1, config.block_m, out_n // 2], core.tma_ok(out3)), bias,
-         scale_local if ep.row_scaled else None, scale_gathered if ep.row_scaled else None, blocks, tiles, flags,
-         sig, error, call, num_tiles, local_tiles, m, N, K, world_size, sig_base, int(timeout_s * 1e9), ep.scale),
+         scale_local if ep.row_scaled else None, scale_gathered if ep.row_scaled else None, (blocks, tiles),
+         sync_args(flags, sig, error, call), num_tiles, local_tiles, m, N, K, world_size, sig_base,
+         int(timeout_s * 1e9), ep.scale),
         dict(ACTIVATION=ep.code, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
              B_KMAJOR=b_kmajor),
         num_warps=config.num_warps, num_stages=config.num_stages,

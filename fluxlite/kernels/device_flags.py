@@ -161,17 +161,18 @@ def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk)
 
 
 @triton.jit
-def wait_peer(flags_ptr, slot, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, code, peer, chunk):
-    """Wait for ``peer``'s data behind ``flags_ptr[slot]`` (``flags_ptr``: the call's flag region),
-    bounded:
+def wait_peer(sync, slot, sig_base, timeout_ns, code, peer, chunk):
+    """Wait for ``peer``'s data behind flag ``slot`` of the call's flag region, bounded. ``sync`` is
+    the call's ``(flags, signature, error record, call count)`` pointers (:func:`sync_args`):
 
     1. ``peer``'s ready flag (slot ``peer``, schedule.ready_slot): it has written its signature here;
-    2. its signature (at ``flags_ptr[sig_base + peer * SIG_WORDS]``) equals ours (``sig_ptr``);
+    2. its signature (at ``flags[sig_base + peer * SIG_WORDS]``) equals ours;
     3. the data flag ``slot``.
 
     Checking the signature before the data flag means a peer in another call is reported at once,
     whichever flags that call sets. Returns the error code in force: 0 when the data may be used.
     """
+    flags_ptr, sig_ptr, error_ptr, call_ptr = sync[0], sync[1], sync[2], sync[3]
     err = wait_set(flags_ptr + peer, call_ptr, error_ptr, timeout_ns, code, peer, peer, chunk)
     if err == 0:
         theirs = flags_ptr + sig_base + peer * SIG_WORDS
@@ -226,3 +227,10 @@ def drain_tma_stores():
             "cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;",
             "=r", [], dtype=tl.int32, is_pure=False, pack=1,
         )
+
+
+def sync_args(flags, sig, error, call) -> tuple:
+    """The ``sync`` argument of the kernels that wait on peers (:func:`wait_peer`): the call's flag
+    region, its signature ``[SIG_WORDS]``, the error record and the device's call count, as one
+    tuple of int32 tensors (Triton passes it as four pointers)."""
+    return flags, sig, error, call

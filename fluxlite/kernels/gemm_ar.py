@@ -43,7 +43,7 @@ from ..epilogue import Epilogue
 from .. import schedule as sch
 from . import gemm_core as core
 from . import launch as direct
-from .device_flags import TIMEOUT_RS, wait_peer
+from .device_flags import TIMEOUT_RS, sync_args, wait_peer
 
 BLOCK_N = 4096
 """Columns of a tile: 32 bytes of a bf16 partial per thread of 8 warps, so a program has enough loads
@@ -63,9 +63,8 @@ def one_shot_kernel(
     out,             # [M, N]
     bias_ptr,        # [N] or None
     flag_bases_ptr,  # int64 [W]: every rank's flag array as mapped here
-    flags_ptr,       # int32: this rank's flag region of the call
-    sig_ptr, error_ptr,
-    call_ptr,        # int32 the device's call count: this call's number, for the error record
+    sync,            # (flags, signature, error record, call count): device_flags.sync_args; the flags are
+                     # this rank's region of the call
     counters_ptr,    # int32 counters the alignment kernel zeroed; claim_slot's elects the program that signals
     M, N, rank, world_size, sig_base,
     finished_at,     # region offset of peer 0's finished flag (peer p's: + p)
@@ -83,8 +82,7 @@ def one_shot_kernel(
     err = tl.full((), 0, tl.int32)
     for p in range(0, world_size):
         if p != rank:
-            err = wait_peer(flags_ptr, finished_at + p, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns, TIMEOUT_RS,
-                            p, -1)
+            err = wait_peer(sync, finished_at + p, sig_base, timeout_ns, TIMEOUT_RS, p, -1)
     out_dtype = out.dtype.element_ty
     offs_r = tl.arange(0, 1)
     row_ok = offs_r < 1
@@ -119,7 +117,7 @@ def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | No
     tiles = M * triton.cdiv(N, BLOCK_N)
     direct.launch(
         one_shot_kernel, cache, core.num_programs(config, tiles, out.device),
-        (partials, out, bias, flag_bases, flags, sig, error, call, counters, M, N, rank, W, sig_base,
+        (partials, out, bias, flag_bases, sync_args(flags, sig, error, call), counters, M, N, rank, W, sig_base,
          sch.finished_slot(W, 0), sch.region_start(W, parity) + sch.finished_slot(W, rank), sch.claim_slot(W),
          int(timeout_s * 1e9), ep.scale),
         dict(BLOCK_N=BLOCK_N), num_warps=NUM_WARPS, num_stages=1)

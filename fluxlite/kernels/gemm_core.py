@@ -51,8 +51,10 @@ def claim_tile(counters_ptr, claim_slot):
 
 
 @triton.jit
-def tile_coords(tiles_ptr, blocks_ptr, tile):
-    """Tile id -> ``(chunk, row0, rows, slot, column block)`` from the schedule's tables."""
+def tile_coords(table, tile):
+    """Tile id -> ``(chunk, row0, rows, slot, column block)`` from the schedule's tables ``table``:
+    ``(blocks, tiles)``, int32 ``[num_blocks, 4]`` and ``[num_tiles, 2]`` (see the kernels' arguments)."""
+    blocks_ptr, tiles_ptr = table[0], table[1]
     i = tl.load(tiles_ptr + 2 * tile)
     j = tl.load(tiles_ptr + 2 * tile + 1)
     chunk = tl.load(blocks_ptr + 4 * i)

@@ -43,7 +43,7 @@ from ..epilogue import Epilogue
 from .. import schedule as sch
 from . import gemm_core as core
 from . import launch as direct
-from .device_flags import TIMEOUT_RS, drain_tma_stores, signal_add, wait_peer
+from .device_flags import TIMEOUT_RS, drain_tma_stores, signal_add, sync_args, wait_peer
 
 
 @triton.jit
@@ -57,12 +57,11 @@ def _publish(counters_ptr, slot, partial):
 
 
 @triton.jit
-def _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending, chunk_rows,
-               a_rows, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def _peer_tile(tile, a_desc, b_desc, partial, table, counters_ptr, pending, chunk_rows, a_rows, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                B_KMAJOR: tl.constexpr):
     """Peer tile ``tile`` (a table index) into ``partial``; counts the tile stored before it. Returns
     the counter slot now pending."""
-    chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
+    chunk, row0, rows, slot, j = core.tile_coords(table, tile)
     acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
                         B_KMAJOR, False)
     _publish(counters_ptr, pending, partial)
@@ -83,13 +82,11 @@ def gemm_rs_kernel(
     bias_ptr,      # [N] or None
     partial,       # [W, M/W, N] this rank's partials of the peers' rows (local)
     recv,          # [W, M/W, N] the peers' partials of this rank's rows (symmetric)
-    blocks_ptr,    # int32 [num_blocks, 4]: (chunk, row0, rows, slot), schedule.kernel_blocks: a peer
-                   # chunk's counter, or the local chunk's flag slot of peer 0 (peer p: + p * PEER_SLOTS)
-    tiles_ptr,     # int32 [num_tiles, 2]: (block, column block), peer chunks' first, schedule.tile_order
-    flags_ptr, sig_ptr,
+    table,         # (blocks, tiles): int32 [num_blocks, 4] (chunk, row0, rows, slot), schedule.kernel_blocks:
+                   # a peer chunk's counter, or the local chunk's flag slot of peer 0 (peer p: + p * PEER_SLOTS);
+                   # int32 [num_tiles, 2] (block, column block), peer chunks' first, schedule.tile_order
+    sync,          # (flags, signature, error record, call count): device_flags.sync_args
     counters_ptr,  # int32 local counters, zeroed before the call: per (chunk, split), then the claim
-    error_ptr,
-    call_ptr,      # int32 the device's call count: this call's number, for the error record
     peer_tiles, num_tiles, chunk_rows,
     a_rows,        # a's rows: W * chunk_rows, or fewer (a last chunk cut short: its rows past a read as 0)
     N, K, rank, world_size, sig_base,
@@ -109,10 +106,10 @@ def gemm_rs_kernel(
     while tile < num_tiles:
         next_tile = core.claim_tile(counters_ptr, claim_slot)  # its latency hides behind this tile
         if tile < peer_tiles:
-            pending = _peer_tile(tile, a_desc, b_desc, partial, blocks_ptr, tiles_ptr, counters_ptr, pending,
-                                 chunk_rows, a_rows, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR)
+            pending = _peer_tile(tile, a_desc, b_desc, partial, table, counters_ptr, pending, chunk_rows, a_rows, N, K,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR)
         else:
-            chunk, row0, rows, slot, j = core.tile_coords(tiles_ptr, blocks_ptr, tile)
+            chunk, row0, rows, slot, j = core.tile_coords(table, tile)
             acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N,
                                 BLOCK_K, B_KMAJOR, False)
             _publish(counters_ptr, pending, partial)  # before any wait: never hold back what the peers wait for
@@ -124,8 +121,7 @@ def gemm_rs_kernel(
             mask = row_ok[:, None] & col_ok[None, :]
             for p in range(0, world_size):
                 if p != rank:
-                    wait_peer(flags_ptr, slot + p * PEER_SLOTS, call_ptr, sig_base, sig_ptr, error_ptr, timeout_ns,
-                              TIMEOUT_RS, p, chunk)
+                    wait_peer(sync, slot + p * PEER_SLOTS, sig_base, timeout_ns, TIMEOUT_RS, p, chunk)
                     acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
                                           BLOCK_N)
             y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
@@ -161,8 +157,8 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
     direct.launch(
         gemm_rs_kernel, cache, core.num_programs(config, num_tiles, a.device),
         (core.descriptor(a, [config.block_m, config.block_k], use_tma), b, core.descriptor(out3, half, rows_tma),
-         bias, core.descriptor(partial, half, rows_tma), core.descriptor(recv, half, rows_tma), blocks, tiles, flags,
-         sig, counters, error, call, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
+         bias, core.descriptor(partial, half, rows_tma), core.descriptor(recv, half, rows_tma), (blocks, tiles),
+         sync_args(flags, sig, error, call), counters, peer_tiles, num_tiles, mc, M, N, K, rank, world_size, sig_base,
          sch.claim_slot(world_size), reduced_counters, int(timeout_s * 1e9), ep.scale),
         dict(PEER_SLOTS=sch.peer_slots(), BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
              B_KMAJOR=b_kmajor),

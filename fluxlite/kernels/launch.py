@@ -6,8 +6,10 @@ that way and keeps the compiled kernel; later calls hand the same arguments stra
 launcher. A call's specialisation key is computed here the way Triton computes it (a tensor's dtype
 and 16-byte alignment; a host TMA descriptor's dtype, block shape, strides and alignment; an int's
 width, and whether it equals 1 or is divisible by 16 unless it is in ``do_not_specialize``; a
-float's type), so a call that Triton would compile differently never runs a kernel compiled for
-another.
+float's type; a tuple's elements each so, always specialised), so a call that Triton would compile
+differently never runs a kernel compiled for another. Tuples group pointers only (a kernel's
+``sync`` and ``table``): an int in one would be specialised on its value whatever
+``do_not_specialize`` says, and compile a kernel per row count.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..process import PROCESS
 from .gemm_core import interpreting
 
 _INT32 = (-(2**31), 2**31)
 
 
 def _spec(arg, specialize: bool):
+    if isinstance(arg, tuple):  # Triton specialises every element of a tuple, do_not_specialize or not
+        return tuple(_spec(x, True) for x in arg)
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
     if isinstance(arg, TensorDescriptor):
@@ -33,15 +38,13 @@ def _spec(arg, specialize: bool):
     return type(arg)  # a float or bool: typed, never specialised on its value
 
 
-_SPECIALIZED: dict = {}
-
-
 def _specialized(fn, count: int) -> tuple[bool, ...]:
     """Per positional argument of ``fn``: whether Triton specialises on its value."""
-    flags = _SPECIALIZED.get(fn)
+    memo = PROCESS.kernel_specialization
+    flags = memo.get(fn)
     if flags is None:
         skip, names = fn.do_not_specialize, fn.arg_names
-        flags = _SPECIALIZED[fn] = tuple(i not in skip and names[i] not in skip for i in range(len(names)))
+        flags = memo[fn] = tuple(i not in skip and names[i] not in skip for i in range(len(names)))
     return flags[:count]
 
 
