@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|allreduce|norm|graphs|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|models|allreduce|norm|graphs|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -112,6 +112,25 @@ if want limit; then  # where a fused call's time goes against the overlap limit,
     --shapes 8192,8192,14336 8192,8192,5120 16384,8192,4096 ag:6000,5000,7000 rs:6000,7000,5000 ag:3000,5000,3500 \
     rs:7000,4500,7000 ag:2048,8192,7168 2>&1 | tee "$OUT/bench_overlap.log" | grep -v '^W1' | grep '^ag\|^rs'
   status=$((status | PIPESTATUS[0]))
+fi
+if want limit-unaligned; then  # the same against the limit, at shapes whose N and K are not multiples of 128
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_overlap.py --rounds 5 \
+    --out "$OUT/bench_overlap_unaligned.json" --shapes ag:8192,5184,6976 rs:8192,6976,5184 ag:6144,7232,5440 \
+    rs:6144,5440,7232 ag:12288,4160,9664 rs:12288,9664,4160 ag:4096,9280,11072 rs:4096,11072,9280 2>&1 \
+    | tee "$OUT/bench_overlap_unaligned.log" | grep -v '^W1' | grep '^ag\|^rs'
+  status=$((status | PIPESTATUS[0]))
+fi
+# models: every AG and GEMM-RS shape of four presets (forward and backward) against the limit, fused and
+# torch's fused ops only (MODEL_TOKENS: the token counts, default 8192)
+if want models; then
+  for tokens in ${MODEL_TOKENS:-8192}; do
+    for model in llama3-8b llama3-70b qwen2.5-72b gpt3-175b; do
+      timeout 300 python3 -m fluxlite.profile --model "$model" --tp "$NPROC" --tokens "$tokens" --nproc "$NPROC" \
+        --ops ag,rs --impls fused,torch_symm_mem --rounds 5 --no-progress --out "$OUT/models/${model}_$tokens" 2>&1 \
+        | tee "$OUT/models_${model}_$tokens.log" | grep -v '^W1' | tail -12
+      status=$((status | PIPESTATUS[0]))
+    done
+  done
 fi
 if want allreduce; then  # GEMM-AllReduce at decode (one-shot) and prefill (two-shot) sizes, and auto, three modes
   shapes=()
