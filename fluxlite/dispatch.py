@@ -38,9 +38,9 @@ call ran: a fused call can only be captured after it ran eagerly with its shape
 choice, warm up inside ``assume_mode("throughput")`` (or measure first, in the same process).
 
 A repeated call costs a dictionary look-up: the key of a call's signature (:meth:`Key.of`), the
-choices of the key, then the mode as above (where the three choices are one, not even that). The
-ops look for a repeat of a fused call's decisions only while some remembered choice is fused
-(:func:`fused_remembered`).
+choices of the key, then the mode as above (where the three choices are one, not even that):
+:func:`eager_choice`, which the ops ask once per call, before their checks, and which also tells
+them whether the call repeats a fused call's decisions.
 
 When a key is first seen in a process
 -------------------------------------
@@ -684,10 +684,10 @@ def remembered(key: Key) -> Choice | None:
     return known.for_call(key.torch_device)
 
 
-def fused_remembered() -> bool:
-    """Whether a choice this process remembers is fused: else no ``auto`` call can repeat a fused
-    call's decisions (:mod:`fluxlite.ops`), and none need look for one."""
-    return bool(_MEMORY.fused)
+def any_remembered() -> bool:
+    """Whether this process remembers a choice: else every ``auto`` call goes through :func:`choose`,
+    and none need look its key up first (:mod:`fluxlite.ops`)."""
+    return bool(_MEMORY)
 
 
 def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
@@ -727,12 +727,30 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
     return _mode_choice(choices, a)
 
 
-def _mode_choice(choices: Choices, a: torch.Tensor) -> Choice:
+def eager_choice(key: Key, a: torch.Tensor) -> Choice | None:
+    """What :func:`choose` returns for an eager call of ``key`` on ``a`` when it would neither measure
+    nor agree (the key is remembered and no :func:`tuning` block will measure it again), with the same
+    warm mark; ``None`` where :func:`choose` must run (first sight, a CUDA-graph capture, no rows).
+    Dictionary look-ups and one capture query: what a repeated ``auto`` call costs beyond its
+    implementation."""
+    tuned = _TUNING.get()
+    known = _MEMORY.get(key)
+    if known is None or (tuned is not None and key not in tuned) or a.shape[0] == 0:
+        return None
+    if known.uniform:
+        return known.both
+    capturing = _workspace.capturing(a.device)
+    return None if capturing else _mode_choice(known, a, capturing)
+
+
+def _mode_choice(choices: Choices, a: torch.Tensor, capturing: bool | None = None) -> Choice:
     """The choice of the call's mode. An eager call marks it warm for its rows. A captured call takes
     it only if it is warm, else ``both`` (what an eager warm-up of the call ran): a fused call that
     never ran eagerly with its shape cannot be captured, and a mode's choice may be one the warm-up
-    did not run (the warm-up made outside the capture's mode, or the choices read from the cache)."""
-    capturing = _workspace.capturing(a.device)
+    did not run (the warm-up made outside the capture's mode, or the choices read from the cache).
+    ``capturing``: the capture state, where the caller has read it."""
+    if capturing is None:
+        capturing = _workspace.capturing(a.device)
     choice = getattr(choices, _mode_of(capturing))
     if choice is choices.both:
         return choice

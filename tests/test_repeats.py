@@ -172,6 +172,23 @@ def _auto_follows_dispatch(rank: int, W: int) -> None:
     dispatch._MEMORY[key] = dispatch.Choice("sequential", source="cache")
     _ag(gen, rank, W, m, K, N, failures, "auto sequential", impl="auto")
     assert counted.ag == 3 and calls["sequential"] == 1, (counted.ag, calls)
+    # A repeated call whose remembered choice is not fused looks the choice up once, before its
+    # checks, and never goes through dispatch.choose (its key built twice, the mode read twice).
+    asked = {"choose": 0}
+    choose = dispatch.choose
+
+    def counting_choose(*args, **kwargs):
+        asked["choose"] += 1
+        return choose(*args, **kwargs)
+
+    dispatch.choose = counting_choose
+    try:
+        for rep in range(2):
+            _ag(gen, rank, W, m, K, N, failures, f"auto sequential rep {rep}", impl="auto")
+    finally:
+        dispatch.choose = choose
+    assert asked["choose"] == 0 and calls["sequential"] == 3, (asked, calls)
+    assert counted.ag == 5, counted.ag  # each call is still checked in full, as impl="sequential" is
     assert not failures, failures
 
 

@@ -188,13 +188,13 @@ class Op:
     def __call__(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, out=None, **options):
         """The public call (each op's module wraps it with its signature and docs)."""
         options = {**self.option_defaults, **options}
-        key, repeat = self._repeat(group, timeout, impl, options, (a, weight, bias, out))
+        key, repeat, known = self._repeat(group, timeout, impl, options, (a, weight, bias, out))
         if repeat is not None:
             args = self.as_used(repeat, a, weight, bias, out, options)
             with torch.no_grad():
                 return self.result(self.fused(repeat.state, repeat.plan, self.kernel_operands(repeat.state, args)), args)
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, **options)
-        choice, dispatch_key = self.choose(impl, args)
+        choice, dispatch_key = known if known is not None else self.choose(impl, args)
         if choice.impl == "fused":
             check_fused_dtype(self.name, args.a)
         return self.result(self.run(choice, args, remember=(key, dispatch_key)), args)
@@ -250,21 +250,26 @@ class Op:
                 self._remember(*remember, choice, args, state, plan)
             return value
 
-    def _repeat(self, group, timeout, impl, options: dict, tensors: tuple) -> tuple[tuple | None, Repeat | None]:
-        """``(key, repeat)`` (``options``: every option of the op, defaults filled in): the key of a call's arguments as the checks read them (not the tensors'
-        data), and the earlier fused call with that key if it is still in force. The key is ``None``
+    def _repeat(self, group, timeout, impl, options: dict,
+                tensors: tuple) -> tuple[tuple | None, Repeat | None, tuple[Choice, dispatch.Key] | None]:
+        """``(key, repeat, known)`` (``options``: every option of the op, defaults filled in).
+
+        ``key``: the key of a call's arguments as the checks read them (not the tensors' data); ``None``
         when an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks
         then say what is wrong. Options hold their types too, so ``True`` is not taken for ``1.0``.
-        Only ``"fused"`` or ``"auto"`` can repeat: other calls build no key, nor does ``auto`` unless
-        dispatch's choice for the call is fused now (a call that becomes fused is then not
-        remembered: its first repeat is planned in full)."""
+        ``repeat``: the earlier fused call with that key, if it is still in force. ``known``: for
+        ``auto``, ``(choice, dispatch key)`` when dispatch remembers the choice of an eager call like
+        this one (:func:`fluxlite.dispatch.eager_choice`), so the call need not ask again. Only
+        ``"fused"`` or ``"auto"`` can repeat, ``auto`` only while its choice is fused; a call that
+        becomes fused is then not remembered: its first repeat is planned in full."""
         if impl not in _REPEATABLE_IMPLS:
-            return None, None
+            return None, None, None
         try:
             a, weight = tensors[0], tensors[1]
-            choice = self._auto_fused_choice(group, options, a, weight) if impl == "auto" else None
-            if impl == "auto" and choice is None:
-                return None, None
+            known = self._auto_known(group, options, a, weight) if impl == "auto" else None
+            choice = known[0] if known is not None else None
+            if impl == "auto" and (choice is None or choice.impl != "fused"):
+                return None, None, known
             device = a.get_device()
             # options holds every option of the op (defaults filled in), so their order is fixed
             plain = tuple((k, type(v), v) for k, v in options.items() if k not in self.tensor_options)
@@ -276,18 +281,22 @@ class Op:
                    *map(_tensor_key, tensors), *layouts)
             repeat = self.repeats.get(key)
         except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
-            return None, None
-        return key, (repeat if repeat is not None and repeat.in_force(choice) else None)
+            return None, None, None
+        return key, (repeat if repeat is not None and repeat.in_force(choice) else None), known
 
-    def _auto_fused_choice(self, group, options: dict, a: torch.Tensor, weight: torch.Tensor) -> Choice | None:
-        """The fused choice dispatch remembers for this ``auto`` call in its mode now, or None: only
-        then can it repeat a fused call's decisions. Dictionary look-ups; none while no choice is fused."""
-        if not dispatch.fused_remembered():
+    def _auto_known(self, group, options: dict, a: torch.Tensor,
+                    weight: torch.Tensor) -> tuple[Choice, dispatch.Key] | None:
+        """``(choice, dispatch key)`` of an ``auto`` call whose choice dispatch remembers for an eager
+        call in its mode now, or None (nothing remembered, first sight, capture): dictionary look-ups."""
+        if not dispatch.any_remembered():
             return None
         W = (dist.group.WORLD if group is None else group).size()
-        rows = self.dispatch_rows(a, W, options)
-        choice = dispatch.remembered(dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight, rows))
-        return choice if choice is not None and choice.impl == "fused" else None
+        if W == 1:
+            return None
+        key = dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight,
+                                   self.dispatch_rows(a, W, options))
+        choice = dispatch.eager_choice(key, a)
+        return None if choice is None else (choice, key)
 
     def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, args: Args,
                   state: fused.FusedState, plan: fused.Plan) -> None:
