@@ -1,7 +1,7 @@
 """Where the host time of one fused call goes: per-call host time of torch.matmul, sequential and
 fused (AG, RS, and GEMM-AllReduce at a decode size), then what ``impl="auto"`` adds to the host time
 of the implementation it chose (a repeated call should cost a dictionary look-up more), then a
-cProfile of fused calls, sorted by own time.
+cProfile of fused and ``auto`` calls, sorted by own time.
 
     torchrun --standalone --nproc-per-node 2 scripts/profile_host.py [--M 4096 --K 8192 --N 8192]
 
@@ -27,15 +27,21 @@ import fluxlite  # noqa: E402
 from fluxlite._cli import ArgumentParser, positive  # noqa: E402
 
 
-def host_us(fn, n: int = 50) -> float:
-    times = []
-    for _ in range(n):
-        torch.cuda._sleep(2_000_000)
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    return 1e6 * statistics.median(times)
+def host_us(fns: dict, rounds: int = 9, calls: int = 8) -> dict[str, float]:
+    """Median host microseconds per call of each of ``fns``. The rounds interleave the callables, in an
+    order that rotates from round to round, so that the host's drift (clocks, other processes) falls
+    on all of them alike and two figures compare within a round's noise."""
+    names = list(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            for _ in range(calls):
+                torch.cuda._sleep(2_000_000)
+                t0 = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+    return {name: 1e6 * statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -69,14 +75,14 @@ def main() -> None:
             fn()
     torch.cuda.synchronize()
     dist.barrier()
-    res = {name: host_us(fn) for name, fn in fns.items()}
+    res = host_us(fns)
     if tp.rank == 0:
         print("host us per call:", {k: round(v, 1) for k, v in res.items()}, flush=True)
         for op in calls:
             chosen = _auto_choice(keys[op][0], tp, *keys[op][1:])
             print(f"{op}: auto runs {chosen}, {res[f'{op}_auto'] - res[f'{op}_{chosen}']:+.1f} us of host time "
                   f"over impl={chosen!r}", flush=True)
-    for name in ("ag_fused", "rs_fused"):
+    for name in ("ag_fused", "ag_auto", "rs_fused"):
         prof = cProfile.Profile()
         torch.cuda._sleep(50_000_000)
         prof.enable()
