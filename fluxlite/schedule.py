@@ -277,10 +277,12 @@ class TileSchedule:
         let a program hold a peer tile while it waited for the peers, who waited for that tile.
 
         ``by_split``: nor does a group straddle two splits, so a chunk's splits finish one after
-        the other. For ops whose splits leave once computed (GEMM-RS): a group of all of a chunk's
-        row blocks, column by column, would finish every split only at the chunk's end, and hold
-        back every copy until then. AG-GEMM's splits arrive before their tiles run; it keeps the
-        wider groups' reuse of the weight.
+        the other. For a chunk whose splits must leave as soon as they are computed (GEMM-AllReduce's
+        reduced local chunk, whose gather is what remains after the GEMM): a group of all of a
+        chunk's row blocks, column by column, would finish every split only at the chunk's end, and
+        hold back every copy until then. AG-GEMM's splits arrive before their tiles run, and
+        GEMM-RS's peer chunks have the whole local chunk's time to land; both keep the wider groups'
+        reuse of the weight.
         """
         return _tile_order(self.world_size, self.blocks_per_chunk, self.splits if by_split else 1, num_n, group_m)
 

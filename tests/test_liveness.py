@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluxlite import schedule as sch
-from fluxlite.ops import AG, RS
+from fluxlite.ops import AG, AR, RS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -173,7 +173,7 @@ def test_the_simulation_catches_a_chunk_straddling_order():
        st.integers(1, 9), st.sampled_from([1, 2, 8]))
 def test_tile_order_covers_every_tile_once_and_never_mixes_chunks_or_splits(W, rank, rows, block_m, num_n, group_m):
     rank %= W
-    for op in (AG, RS):
+    for op in (AG, RS, AR):  # AR: GEMM-RS's schedule and kernel, its tiles split by split
         s = sch.build(W, rank, rows, block_m, op.first)
         order = s.tile_order(num_n, group_m, op.tiles_by_split).tolist()
         assert sorted(map(tuple, order)) == [(i, j) for i in range(s.num_blocks) for j in range(num_n)]
@@ -182,7 +182,7 @@ def test_tile_order_covers_every_tile_once_and_never_mixes_chunks_or_splits(W, r
         if op.tiles_by_split:
             split_pos = [(c, int(s.blocks[i][3])) for c, (i, _) in zip(chunk_pos, order)]
             assert split_pos == sorted(split_pos), "a later split's tile comes before an earlier split's"
-        if op is RS:
-            blocks = RS.kernel_blocks(s, "").tolist()
+        if op is not AG:
+            blocks = op.kernel_blocks(s, "").tolist()
             local = [blocks[i][0] == rank for i, _ in order]
             assert local == sorted(local), "a local (waiting) tile comes before a peer tile"

@@ -96,6 +96,9 @@ class GemmAllReduce(GemmReduceScatter):
 
     name = "gemm_ar"
     code = 3
+    # The second shot's copies leave split by split: GEMM-RS's groups across splits (the weight's
+    # reuse) would finish every split of the local chunk at its end, with the gather after the GEMM.
+    tiles_by_split = True
     rows_divisible = False  # any M: the chunks have ceil(M / W) rows, the last ones padded
 
     def out_shape(self, args: Args) -> tuple[int, int]:

@@ -45,7 +45,6 @@ class GemmReduceScatter(Op):
     name = "gemm_rs"
     code = 2
     first = 1
-    tiles_by_split = True  # a split's partials leave once its tiles are done
     a_layout, weight_layout = "[M, K_local]", "[N, K_local]"
     rows_divisible: ClassVar[bool] = True  # M must divide by the group size (each rank gets M/W rows)
 
