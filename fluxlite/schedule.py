@@ -286,6 +286,23 @@ class TileSchedule:
         """
         return _tile_order(self.world_size, self.blocks_per_chunk, self.splits if by_split else 1, num_n, group_m)
 
+    def split_groups_keep_reuse(self, num_n: int, group_m: int, programs: int) -> bool:
+        """Whether tile groups bounded by splits (``tile_order(by_split=True)``) give the weight as much
+        reuse as groups across splits, with ``programs`` tiles running at a time.
+
+        ``programs`` consecutive tiles of the order form one wave. A wave covers
+        ``rows(g) = g * max(1, programs // (g * num_n))`` row blocks with groups of ``g`` rows (whole
+        groups side by side where a group is less than a wave), and each weight column block it
+        loads serves that many row blocks from L2. Split-bounded groups keep the reuse where
+        ``rows`` does not drop: a split of 4 row blocks and 16 column blocks runs 2 groups per wave
+        of 132, 8 rows as groups of 8 would; at 32 column blocks it runs 4 rows against 8, and GEMM-RS
+        measured 4-9% slower for it (2xH200, BENCHMARKS.md)."""
+        def rows(g: int) -> int:
+            return g * max(1, programs // (g * num_n))
+
+        split = min(len(self.split_blocks(s)) for s in range(self.splits))
+        return rows(min(group_m, split)) >= rows(min(group_m, self.blocks_per_chunk))
+
 
 @lru_cache(maxsize=256)
 def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int, splits: int | None = None

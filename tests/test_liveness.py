@@ -34,7 +34,7 @@ class Stuck(Exception):
 
 
 def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int, grid: int, resident: int,
-                seed: int, order=None) -> None:
+                seed: int, order=None, by_split: bool = False) -> None:
     rng = random.Random(seed)
     scheds = [sch.build(W, r, chunk_rows, block_m, RS.first) for r in range(W)]
     s0 = scheds[0]
@@ -46,7 +46,7 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
     programs, producers = [], []
     for r, s in enumerate(scheds):
         blocks = RS.kernel_blocks(s, "").tolist()
-        tiles = (order or (lambda s: s.tile_order(num_n, group_m, RS.tiles_by_split).tolist()))(s)
+        tiles = (order or (lambda s: s.tile_order(num_n, group_m, by_split).tolist()))(s)
         claim = iter(range(10**9))
         for pid in range(grid):
             programs.append(_rs_program(r, W, pid, grid, peer_tiles, blocks, tiles, claim, counters[r], flags[r],
@@ -131,7 +131,7 @@ def rs_cases(draw):
     # Grids below, between one and two times, and above the tile count, as on the GPU (grid = SMs).
     grid = draw(st.sampled_from([1, 2, max(1, tiles // 2 + 1), max(1, tiles - 1), tiles + 3]) | st.integers(1, 40))
     resident = draw(st.integers(1, grid))
-    return W, chunk_rows, block_m, num_n, group_m, grid, resident, draw(st.integers(0, 2**16))
+    return W, chunk_rows, block_m, num_n, group_m, grid, resident, draw(st.integers(0, 2**16)), None, draw(st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
@@ -173,13 +173,15 @@ def test_the_simulation_catches_a_chunk_straddling_order():
        st.integers(1, 9), st.sampled_from([1, 2, 8]))
 def test_tile_order_covers_every_tile_once_and_never_mixes_chunks_or_splits(W, rank, rows, block_m, num_n, group_m):
     rank %= W
-    for op in (AG, RS, AR):  # AR: GEMM-RS's schedule and kernel, its tiles split by split
+    # GEMM-RS takes either order (TileSchedule.split_groups_keep_reuse); GEMM-AllReduce, its schedule
+    # and kernel, always the split-bounded one
+    for op, by_split in ((AG, False), (RS, False), (RS, True), (AR, True)):
         s = sch.build(W, rank, rows, block_m, op.first)
-        order = s.tile_order(num_n, group_m, op.tiles_by_split).tolist()
+        order = s.tile_order(num_n, group_m, by_split).tolist()
         assert sorted(map(tuple, order)) == [(i, j) for i in range(s.num_blocks) for j in range(num_n)]
         chunk_pos = [i // s.blocks_per_chunk for i, _ in order]
         assert chunk_pos == sorted(chunk_pos), "a later chunk's tile comes before an earlier chunk's"
-        if op.tiles_by_split:
+        if by_split:
             split_pos = [(c, int(s.blocks[i][3])) for c, (i, _) in zip(chunk_pos, order)]
             assert split_pos == sorted(split_pos), "a later split's tile comes before an earlier split's"
         if op is not AG:

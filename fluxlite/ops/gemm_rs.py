@@ -45,6 +45,9 @@ class GemmReduceScatter(Op):
     name = "gemm_rs"
     code = 2
     first = 1
+    # A split's partials leave once its tiles are done, but the peer chunks' copies have the whole
+    # local chunk's time to land: split-bounded groups only where they cost the weight no reuse.
+    tiles_by_split = None
     a_layout, weight_layout = "[M, K_local]", "[N, K_local]"
     rows_divisible: ClassVar[bool] = True  # M must divide by the group size (each rank gets M/W rows)
 

@@ -91,7 +91,9 @@ class Op:
     code: ClassVar[int]  # its call signatures' op code (fluxlite.schedule.call_signature), 1-15
     option_bits: ClassVar[tuple[str, ...]] = ()  # names of its signature's option bits (signature_options)
     first: ClassVar[int]  # the schedule's first chunk, from this rank (fluxlite.schedule.build)
-    tiles_by_split: ClassVar[bool] = False  # the consumer finishes a chunk split by split (TileSchedule.tile_order)
+    # The consumer finishes a chunk split by split (TileSchedule.tile_order): always (True), never (False),
+    # or where that costs the weight no reuse in L2 (None: TileSchedule.split_groups_keep_reuse).
+    tiles_by_split: ClassVar[bool | None] = False
     a_layout: ClassVar[str]  # how the docs write a and weight, for messages: "[m, K]"
     weight_layout: ClassVar[str]
     tensor_options: ClassVar[tuple[str, ...]] = ()  # options that are tensors (a repeat keys their layout)
