@@ -91,13 +91,11 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
 # for long enough that the workers finish. (The groups outlive destroy_process_group() while the
 # layers hold them, so their threads are never joined before exit.)
 _EXIT_GRACE_S = 0.05
-_exit_hook_registered = False
 
 
 def _drain_gloo_at_exit() -> None:
-    global _exit_hook_registered
-    if not _exit_hook_registered:
-        _exit_hook_registered = True
+    if not PROCESS.exit_grace_registered:
+        PROCESS.exit_grace_registered = True
         atexit.register(time.sleep, _EXIT_GRACE_S)
 
 

@@ -33,6 +33,9 @@ class Process:
     agreement_rounds: dict[str, Any] = field(default_factory=dict)  # group -> count of auto's agreements
     # Retained once per process and never released (fluxlite._cuda_driver), so reset() keeps them too.
     primary_contexts: dict[int, int] = field(default_factory=dict)  # device index -> its primary CUcontext
+    # The interpreter's exit hook for gloo's worker threads (fluxlite.group) is registered once per
+    # process, and reset() keeps the mark: atexit cannot take it back.
+    exit_grace_registered: bool = False
 
     def forget_workspaces(self) -> list:
         """Forget the workspaces (and the groups resolved for them) and start new store
