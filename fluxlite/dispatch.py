@@ -358,10 +358,15 @@ def call_mode(device: torch.device) -> str:
 
 
 def _mode_of(capturing: bool) -> str:
+    return _declared_mode() or ("throughput" if capturing else "both")
+
+
+def _declared_mode() -> str:
+    """The mode the program declares (:func:`assume_mode`'s, else ``FLUXLITE_AUTO_MODE``), or ``""``."""
     mode = _ASSUMED.get()
     if mode is None:
         mode = _STATE.mode if _STATE.mode is not None else _STATE.env_mode()
-    return mode or ("throughput" if capturing else "both")
+    return mode
 
 
 def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
@@ -732,13 +737,14 @@ def eager_choice(key: Key, a: torch.Tensor) -> Choice | None:
     nor agree (the key is remembered and no :func:`tuning` block will measure it again), with the same
     warm mark; ``None`` where :func:`choose` must run (first sight, a CUDA-graph capture, no rows).
     Dictionary look-ups and one capture query: what a repeated ``auto`` call costs beyond its
-    implementation."""
+    implementation. The capture query is made only where the answer depends on it: where the mode's
+    choice (``throughput`` under capture when no mode is declared) is not ``both``."""
     tuned = _TUNING.get()
     known = _MEMORY.get(key)
     if known is None or (tuned is not None and key not in tuned) or a.shape[0] == 0:
         return None
-    if known.uniform:
-        return known.both
+    if known.uniform or getattr(known, _declared_mode() or "throughput") is known.both:
+        return known.both  # what the call runs whether it is captured or not: no capture query
     capturing = _workspace.capturing(a.device)
     return None if capturing else _mode_choice(known, a, capturing)
 

@@ -392,6 +392,29 @@ def test_the_mode_of_a_call_and_the_choice_it_runs(monkeypatch, fresh_dispatch):
         with dispatch.assume_mode("eager"):
             pass
 
+def test_a_repeated_call_asks_for_the_capture_state_only_where_its_choice_depends_on_it(monkeypatch, fresh_dispatch):
+    """dispatch.eager_choice, what a repeated auto call runs: the same choice as dispatch.choose, and a
+    capture query (a CUDA call on GPU) only where the mode's choice is not ``both``."""
+    monkeypatch.delenv("FLUXLITE_AUTO_MODE", raising=False)
+    asked = []
+    monkeypatch.setattr(workspace, "capturing", lambda device: asked.append(device) is not None)  # False
+    a = torch.empty(64, K)
+    key = dispatch.Key("gemm_rs", dispatch.m_bucket(64), K, N, "float32", 2, "cpu", fluxlite.__version__)
+    fused, seq = dispatch.Choice("fused", source="measured"), dispatch.Choice("sequential", source="measured")
+    dispatch._MEMORY[key] = choices = dispatch.Choices.of(seq, fused, dispatch.Choice("sequential", source="measured"))
+    assert dispatch.eager_choice(key, a) is choices.both is seq and asked == []  # eager or captured: both
+    with dispatch.assume_mode("latency"):
+        assert dispatch.eager_choice(key, a) is fused and len(asked) == 1
+    with dispatch.assume_mode("throughput"):
+        assert dispatch.eager_choice(key, a) is seq and len(asked) == 1
+    dispatch._MEMORY[key] = choices = dispatch.Choices.of(fused, seq, dispatch.Choice("sequential", source="measured"))
+    assert dispatch.eager_choice(key, a) is seq and len(asked) == 2  # a capture would take fused
+    assert dispatch.choose(key, None, a, 0.0, None, 1.0) is seq
+    monkeypatch.setattr(workspace, "capturing", lambda device: True)
+    assert dispatch.eager_choice(key, a) is None  # under capture, choose() decides (the warm rule)
+    assert dispatch.eager_choice(key, torch.empty(0, K)) is None  # no rows: choose()'s own rule
+
+
 def test_rule(monkeypatch):
     cuda, cpu, bf16 = torch.device("cuda", 0), torch.device("cpu"), torch.bfloat16
     monkeypatch.setenv("FLUXLITE_WORKSPACE", "on")
