@@ -42,6 +42,8 @@ class TileProtocol(Protocol):
 
     def schedule(self, world_size: int, rank: int, rows: int, block_m: int) -> sch.TileSchedule: ...
 
+    def tile_order(self, sched: sch.TileSchedule, num_n: int, group_m: int, programs: int) -> torch.Tensor: ...
+
     def kernel_blocks(self, sched: sch.TileSchedule, variant: str) -> torch.Tensor: ...
 
     def signature_options(self, variant: str, ep: Epilogue) -> tuple[bool, ...]: ...
@@ -134,14 +136,11 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
         signature = sch.call_signature(op.code, rows, K, N, dtype, sched.splits, op.signature_options(variant, ep))
         dev = ws.device
-        by_split = op.tiles_by_split
-        if by_split is None:
-            programs = config.num_progs or (gemm_core.sm_count(dev) if dev.type == "cuda" else 1)
-            by_split = sched.split_groups_keep_reuse(num_n, config.group_m, programs)
+        programs = config.num_progs or (gemm_core.sm_count(dev) if dev.type == "cuda" else 1)  # tiles at a time
         plan = Plan(sched, config, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     op.kernel_blocks(sched, variant).to(dev),
-                    sched.tile_order(num_n, config.group_m, by_split).to(dev),
+                    op.tile_order(sched, num_n, config.group_m, programs).to(dev),
                     tuple(sched.split_rows(s) for s in range(sched.splits)), op.ready_on_arrival(variant), {})
         state.plan_builds += 1
         state.plans[key] = plan

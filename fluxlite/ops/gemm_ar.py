@@ -96,9 +96,6 @@ class GemmAllReduce(GemmReduceScatter):
 
     name = "gemm_ar"
     code = 3
-    # The second shot's copies leave split by split: GEMM-RS's groups across splits (the weight's
-    # reuse) would finish every split of the local chunk at its end, with the gather after the GEMM.
-    tiles_by_split = True
     rows_divisible = False  # any M: the chunks have ceil(M / W) rows, the last ones padded
 
     def out_shape(self, args: Args) -> tuple[int, int]:
@@ -133,6 +130,12 @@ class GemmAllReduce(GemmReduceScatter):
     # ---- the tile protocol: one shot for small calls; else GEMM-RS's on chunks of ceil(M / W) rows, then the gather
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return -(-rows // world_size)
+
+    def tile_order(self, sched: sch.TileSchedule, num_n: int, group_m: int, programs: int) -> torch.Tensor:
+        """Always split by split: the second shot's copies leave as the reduced splits are counted, and
+        groups across splits would finish every split of the local chunk at its end, leaving the whole
+        gather after the GEMM."""
+        return sched.tile_order(num_n, group_m, by_split=True)
 
     def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None
                  ) -> sch.TileSchedule:

@@ -45,9 +45,6 @@ class GemmReduceScatter(Op):
     name = "gemm_rs"
     code = 2
     first = 1
-    # A split's partials leave once its tiles are done, but the peer chunks' copies have the whole
-    # local chunk's time to land: split-bounded groups only where they cost the weight no reuse.
-    tiles_by_split = None
     a_layout, weight_layout = "[M, K_local]", "[N, K_local]"
     rows_divisible: ClassVar[bool] = True  # M must divide by the group size (each rank gets M/W rows)
 
@@ -109,6 +106,12 @@ class GemmReduceScatter(Op):
     # ---- the tile protocol -------------------------------------------------------------------------
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return rows // world_size  # the signature counts M, all rows
+
+    def tile_order(self, sched: sch.TileSchedule, num_n: int, group_m: int, programs: int) -> torch.Tensor:
+        """A split's partials leave once its tiles are done, but the peer chunks' copies have the whole
+        local chunk's time to land: groups bounded by splits only where that costs the weight no reuse
+        (:meth:`fluxlite.schedule.TileSchedule.split_groups_keep_reuse`)."""
+        return sched.tile_order(num_n, group_m, sched.split_groups_keep_reuse(num_n, group_m, programs))
 
     def block_slot(self, world_size: int, rank: int, chunk: int, split: int, variant: str) -> int:
         """A peer chunk's block counts into its (chunk, split) counter; a local block waits for the

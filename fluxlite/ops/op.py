@@ -91,9 +91,6 @@ class Op:
     code: ClassVar[int]  # its call signatures' op code (fluxlite.schedule.call_signature), 1-15
     option_bits: ClassVar[tuple[str, ...]] = ()  # names of its signature's option bits (signature_options)
     first: ClassVar[int]  # the schedule's first chunk, from this rank (fluxlite.schedule.build)
-    # The consumer finishes a chunk split by split (TileSchedule.tile_order): always (True), never (False),
-    # or where that costs the weight no reuse in L2 (None: TileSchedule.split_groups_keep_reuse).
-    tiles_by_split: ClassVar[bool | None] = False
     a_layout: ClassVar[str]  # how the docs write a and weight, for messages: "[m, K]"
     weight_layout: ClassVar[str]
     tensor_options: ClassVar[tuple[str, ...]] = ()  # options that are tensors (a repeat keys their layout)
@@ -175,6 +172,12 @@ class Op:
                  ) -> sch.TileSchedule:
         """This op's schedule for a call whose signature counts ``rows``."""
         return sch.build(world_size, rank, self.chunk_rows(rows, world_size), block_m, self.first, splits)
+
+    def tile_order(self, sched: sch.TileSchedule, num_n: int, group_m: int, programs: int) -> torch.Tensor:
+        """The consumer's tile table (:meth:`fluxlite.schedule.TileSchedule.tile_order`), ``programs``
+        tiles running at a time: groups of ``group_m`` row blocks across splits, for the weight's
+        reuse in L2."""
+        return sched.tile_order(num_n, group_m)
 
     def kernel_blocks(self, sched: sch.TileSchedule, variant: str) -> torch.Tensor:
         """The kernels' block table (:meth:`fluxlite.schedule.TileSchedule.kernel_blocks`)."""
