@@ -210,3 +210,18 @@ def test_split_bounded_groups_are_taken_where_they_keep_the_weights_reuse(num_n,
     assert s.split_groups_keep_reuse(num_n, 8, 132) is expected
     order = s.tile_order(num_n, 8, expected).tolist()
     assert sorted(map(tuple, order)) == [(i, j) for i in range(s.num_blocks) for j in range(num_n)]
+
+
+def test_each_op_takes_its_own_tile_order():
+    """AG-GEMM groups across splits; GEMM-RS bounds them by splits where that keeps the weight's reuse
+    (16 column blocks here) and not where it does not (32); GEMM-AllReduce's two shots always do."""
+    from fluxlite.ops import AR
+
+    s = sch.build(2, 0, 2048, 128, 1, splits=4)  # chunks of 16 row blocks, splits of 4
+    wide = {n: s.tile_order(n, 8).tolist() for n in (16, 32)}
+    by_split = {n: s.tile_order(n, 8, by_split=True).tolist() for n in (16, 32)}
+    assert all(wide[n] != by_split[n] for n in (16, 32))
+    assert RS.tile_order(s, 16, 8, 132).tolist() == by_split[16]
+    assert RS.tile_order(s, 32, 8, 132).tolist() == wide[32]
+    assert AR.tile_order(s, 32, 8, 132).tolist() == by_split[32]
+    assert AG.tile_order(s, 16, 8, 132).tolist() == wide[16]
