@@ -26,7 +26,6 @@ module loading its first launch must not come while a consumer spins (docs/safet
 
 import torch
 import triton
-import triton.language as tl
 
 from . import launch as direct
 from .device_flags import TIMEOUT_FINISHED, wait_set
