@@ -17,7 +17,6 @@ import os
 import pstats
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -25,23 +24,20 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fluxlite  # noqa: E402
 from fluxlite._cli import ArgumentParser, positive  # noqa: E402
+from fluxlite.timing import Timer  # noqa: E402
 
 
-def host_us(fns: dict, rounds: int = 9, calls: int = 8) -> dict[str, float]:
-    """Median host microseconds per call of each of ``fns``. The rounds interleave the callables, in an
-    order that rotates from round to round, so that the host's drift (clocks, other processes) falls
-    on all of them alike and two figures compare within a round's noise."""
+def host_us(timer: Timer, fns: dict, rounds: int = 9, calls: int = 8) -> dict[str, float]:
+    """Median host microseconds per call of each of ``fns`` (:meth:`fluxlite.timing.Timer.host`: the
+    ranks aligned, the device asleep). The rounds interleave the callables, in an order that rotates
+    from round to round, so that the host's drift (clocks, other processes) falls on all of them
+    alike and two figures compare within a round's noise."""
     names = list(fns)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            for _ in range(calls):
-                torch.cuda._sleep(2_000_000)
-                t0 = time.perf_counter()
-                fns[name]()
-                times[name].append(time.perf_counter() - t0)
-            torch.cuda.synchronize()
-    return {name: 1e6 * statistics.median(t) for name, t in times.items()}
+            times[name] += [timer.host(lambda _x: fns[name](), None, 2.0) for _ in range(calls)]
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -75,7 +71,7 @@ def main() -> None:
             fn()
     torch.cuda.synchronize()
     dist.barrier()
-    res = host_us(fns)
+    res = host_us(Timer(tp, torch.device("cuda", torch.cuda.current_device())), fns)
     if tp.rank == 0:
         print("host us per call:", {k: round(v, 1) for k, v in res.items()}, flush=True)
         for op in calls:
