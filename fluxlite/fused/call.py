@@ -136,7 +136,7 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
         signature = sch.call_signature(op.code, rows, K, N, dtype, sched.splits, op.signature_options(variant, ep))
         dev = ws.device
-        programs = config.num_progs or (gemm_core.sm_count(dev) if dev.type == "cuda" else 1)  # tiles at a time
+        programs = gemm_core.persistent_programs(config, dev)  # tiles at a time
         plan = Plan(sched, config, consumer, num_n, signature,
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     op.kernel_blocks(sched, variant).to(dev),

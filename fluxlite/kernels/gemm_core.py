@@ -261,8 +261,14 @@ def column_blocks(n_out: int, config: GemmConfig, gated: bool = False) -> int:
     return -(-n_out // width)
 
 
+def persistent_programs(config: GemmConfig, device: torch.device) -> int:
+    """Programs of a persistent launch before the tile count bounds it: ``config.num_progs``, else one
+    per SM (one on a CPU device, whose consumer is not a kernel)."""
+    return config.num_progs or (sm_count(device) if device.type == "cuda" else 1)
+
+
 def num_programs(config: GemmConfig, num_tiles: int, device: torch.device) -> int:
-    return max(1, min(config.num_progs or sm_count(device), num_tiles))
+    return max(1, min(persistent_programs(config, device), num_tiles))
 
 
 def tma_ok(*tensors: torch.Tensor) -> bool:
