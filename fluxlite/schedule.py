@@ -143,7 +143,7 @@ def counter_slot(dst: int, split: int) -> int:
 
 def claim_slot(world_size: int) -> int:
     """RS: index into the local counters of the kernel's claim counter, from which its programs take
-    every tile in table order."""
+    runs of tiles in table order (:func:`fluxlite.kernels.gemm_rs.run_tiles`)."""
     return world_size * MAX_SPLITS
 
 
@@ -272,7 +272,7 @@ class TileSchedule:
         Chunks are taken whole in schedule order, and within a chunk ``group_m`` row blocks at a
         time, column block by column block (so those row blocks share each column block of the
         weight in L2). A group never straddles two chunks. That is a liveness property, not only
-        a locality one: GEMM-RS claims tiles in this order, and the local chunk's tiles (which wait
+        a locality one: GEMM-RS claims its tiles in this order, and the local chunk's tiles (which wait
         for the peers) must come after every tile the peers wait for. A group that mixed the two
         let a program hold a peer tile while it waited for the peers, who waited for that tile.
 

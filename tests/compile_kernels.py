@@ -99,8 +99,8 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
         yield f"ag_gemm {name}", ag_gemm.ag_gemm_kernel, ag, ag_consts, loops
         rs = dict(scalars, **tables, **{n: "i32" for n in RS_INTS}, a_desc=desc([bm, bk]), b_desc=b, out=half,
                   bias_ptr=f"*{dtype}", partial=half, recv=half)
-        # GEMM-RS keeps one claim loop with its K loop inside (fluxlite/kernels/gemm_rs.py: liveness).
-        yield f"gemm_rs {name}", gemm_rs.gemm_rs_kernel, rs, dict(consts, **none, PEER_SLOTS=16), 0
+        # GEMM-RS's peer runs and local runs, each fused with the K loop (fluxlite/kernels/gemm_rs.py)
+        yield f"gemm_rs {name}", gemm_rs.gemm_rs_kernel, rs, dict(consts, **none, PEER_SLOTS=16), 2 * loops
         if not use_tma and not kmajor:
             # GEMM-AllReduce's one-shot reduction (no GEMM, no TMA): rows 16-byte aligned (vector loads
             # and stores, N % 16 == 0) with a bias, and not aligned without one.

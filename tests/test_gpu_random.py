@@ -121,8 +121,9 @@ def test_fused_ops_at_random_shapes_match_float32(seed):
 
 
 # GEMM-RS cases whose partials are stored and loaded by pointer (N % 8 != 0) with a one-row block per
-# chunk (129 rows per rank): a kernel whose tile loop was fused with its K loop returned non-finite
-# values here in one call of three (BENCHMARKS.md, "Variants measured and not kept").
+# chunk (129 rows per rank). Here a peer tile counted before its stores have landed shows within a
+# few calls: the producer copies the split early and the reduced rows come out non-finite (about
+# one call in ten, for a counter slot carried through a fused tile loop; docs/protocol.md).
 POINTER_PARTIAL_CASES = [
     dict(op="rs", m=129, K=2763, N=355, dtype=torch.float16, seed=463561237, weight_t=False, bias=True,
          activation=None, row_scale=False, scale=2.0),

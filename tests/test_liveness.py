@@ -3,9 +3,9 @@
 The simulation runs ``W`` ranks, each with ``grid`` persistent programs of which at most
 ``resident`` run at once (the rest start as running ones finish, as on a GPU whose other SMs are
 busy), and each with its producer. Steps interleave in a random order. A program follows the GEMM-RS
-kernel's loop (fluxlite/kernels/gemm_rs.py): claim a tile, claim the next one at once, run the main
-loop, count the peer tile stored last, then store (a tile among the table's first ``peer_tiles``)
-or wait for every peer's flag (a local tile). The producer waits for each (peer, split) counter to
+kernel's loops (fluxlite/kernels/gemm_rs.py): claim a run of tiles (the peer chunks' runs, then the
+local chunk's), and for each tile of it run the main loop, count the peer tile stored last, then
+store (a tile among the table's first ``peer_tiles``) or wait for every peer's flag (a local tile). The producer waits for each (peer, split) counter to
 reach its tile count, pushes the split once, and sets the destination's flag.
 
 Properties: the run never gets stuck (some step can always go until everything is done), every
@@ -24,7 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluxlite import schedule as sch
+from fluxlite.kernels.gemm_rs import RUN_WAVES as _RUN_WAVES
 from fluxlite.ops import AG, AR, RS
+
+RUN_WAVES = _RUN_WAVES.value
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,29 +86,43 @@ def simulate_rs(W: int, chunk_rows: int, block_m: int, num_n: int, group_m: int,
         assert ran[r] == [1] * len(ran[r])
 
 
+def _runs(claim: int, grid: int, first_tile: int, tiles: int) -> range:
+    """The tiles of claim ``claim`` among ``tiles`` tiles from ``first_tile``, as the kernel's
+    ``run_tiles`` computes them."""
+    span = RUN_WAVES * grid
+    first = first_tile + (claim // grid) * span + claim % grid
+    return range(first, min(first_tile + tiles, first_tile + (claim // grid + 1) * span), grid)
+
+
 def _rs_program(r, W, pid, grid, peer_tiles, blocks, tiles, claim, counters, flags, ran):
-    """One persistent program of rank r's GEMM-RS kernel, as a generator of steps."""
-    tile = next(claim)
+    """One persistent program of rank r's GEMM-RS kernel, as a generator of steps: it claims runs of
+    peer tiles, then runs of local tiles."""
+    local_tiles = len(tiles) - peer_tiles
+    peer_claims = -(-peer_tiles // (RUN_WAVES * grid)) * grid
+    claims = peer_claims + -(-local_tiles // (RUN_WAVES * grid)) * grid
     pending = -1
-    while tile < len(tiles):
-        next_tile = next(claim)
-        i, j = tiles[tile]
-        chunk, _row0, _rows, slot = blocks[i]
-        yield True  # main loop
-        if pending >= 0:
-            counters[pending] = counters.get(pending, 0) + 1
+    c = next(claim)
+    while c < claims:
+        run = _runs(c, grid, 0, peer_tiles) if c < peer_claims else _runs(c - peer_claims, grid, peer_tiles,
+                                                                          local_tiles)
+        for tile in run:
+            i, j = tiles[tile]
+            chunk, _row0, _rows, slot = blocks[i]
+            yield True  # main loop
+            if pending >= 0:
+                counters[pending] = counters.get(pending, 0) + 1
+                yield True
+            pending = -1
+            if tile < peer_tiles:
+                pending = slot
+            else:
+                for p in range(W):
+                    if p != r:
+                        while slot + p * sch.peer_slots() not in flags:
+                            yield False
+            ran[tile] += 1
             yield True
-        pending = -1
-        if tile < peer_tiles:
-            pending = slot
-        else:
-            for p in range(W):
-                if p != r:
-                    while slot + p * sch.peer_slots() not in flags:
-                        yield False
-        ran[tile] += 1
-        tile = next_tile
-        yield True
+        c = next(claim)
     if pending >= 0:
         counters[pending] = counters.get(pending, 0) + 1
     yield True

@@ -73,7 +73,7 @@ def one_shot_kernel(
     scale,           # fp32 scalar epilogue scale, applied to the reduced sum
     BLOCK_N: tl.constexpr,
 ):
-    if core.claim_tile(counters_ptr, claim_slot) == 0:  # the first program to start announces our partial
+    if core.next_claim(counters_ptr, claim_slot) == 0:  # the first program to start announces our partial
         for p0 in range(0, world_size, PEER_LANES):
             q = p0 + tl.arange(0, PEER_LANES)
             peer = (q < world_size) & (q != rank)

@@ -21,25 +21,34 @@ counts would wait for the GEMM's last wave, and their copies with them.
 
 Liveness
 --------
-Tiles are claimed from a counter shared by the launch's programs
-(:func:`fluxlite.schedule.claim_slot`), in the order of the tile table, where every peer-chunk tile
-comes before every local tile (:meth:`fluxlite.schedule.TileSchedule.tile_order`). So when a program
-waits on the peers, every tile they wait for has been claimed by a running program, which does not
-wait, even with too few resident programs or under the interpreter (programs run one at a time). A
-stored peer tile is counted after the program's next main loop, by when its stores have landed, but
-always before the program waits on anyone. A kernel whose wait timed out still computes and counts
-every tile, so the producer's stream waits on the counters always end.
+A program claims a *run* at a time from a counter shared by the launch's programs
+(:func:`fluxlite.schedule.claim_slot`): up to :data:`RUN_WAVES` tiles, one per wave of the tile
+table (``P`` programs, so tiles ``t, t + P, t + 2P, ...``; see :func:`run_tiles`). The peer chunks'
+runs are claimed before the local chunk's, and every peer-chunk tile comes before every local tile
+in the table (:meth:`fluxlite.schedule.TileSchedule.tile_order`). So when a program waits on the
+peers, every tile they wait for is in a run claimed by a running program that does not wait, even
+with too few resident programs or under the interpreter (programs run one at a time). A stored peer
+tile is counted after the program's next main loop, by when its stores have landed, but always
+before the program waits on anyone. A kernel whose wait timed out still computes and counts every
+tile, so the producer's stream waits on the counters always end.
 
-Unlike AG-GEMM's, this tile loop is not fused with the K loop into one pipeline: a fused loop
-computes the next tile's first K steps before this tile's epilogue, which would put a wait of a
-local tile ahead of the count the peers wait for.
+Pipeline
+--------
+Each run's tile loop is fused with its K loop into one software pipeline on the TMA path
+(``tl.range(flatten=True)``, as AG-GEMM's local loop): the next tile's first K steps load while
+this tile's epilogue runs. In a local run the loads that go ahead of a wait are the operands' only,
+never a peer's data. The loops carry nothing from tile to tile (:mod:`fluxlite.kernels.gemm_core`):
+the slot a tile counts is read from the tile table. A run is a few tiles, not a program's whole share, so that the programs, which
+claim as they finish, stay within a few tiles of one another in the table's order: the weight's
+reuse in L2 and the order in which splits complete hold as for one claim per tile (measured against
+one claim per tile and against one run per program: BENCHMARKS.md).
 
 Cost
 ----
-What the kernel adds to the GEMM core, measured kernel-alone on an H200 (BENCHMARKS.md): 9-13% at
-K = 4096-5120 and 24% at K = 2048, of which the local tiles' loads of the peers' partials (each
-waited for where it is issued, after the main loop) 2.5-7%, the system-scope count of each stored
-peer tile 1-3.5%, and the pipeline restarted per tile 3-4%.
+What the kernel adds to the GEMM core, measured kernel-alone on an H200 (BENCHMARKS.md): 5-8% at
+K = 4096-7168 and 16% at K = 2048, mostly the local tiles' loads of the peers' partials (each
+waited for where it is issued, after the main loop) and the system-scope count of each stored peer
+tile.
 """
 
 import torch
@@ -63,21 +72,89 @@ def _publish(counters_ptr, slot, partial):
         signal_add(counters_ptr + slot, 1)
 
 
+RUN_WAVES = tl.constexpr(4)
+"""Tiles per claimed run, one per wave of the tile table."""
+
+
 @triton.jit
-def _peer_tile(tile, a_desc, b_desc, partial, table, counters_ptr, pending, chunk_rows, a_rows, N, K,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_KMAJOR: tl.constexpr):
-    """Peer tile ``tile`` (a table index) into ``partial``; counts the tile stored before it. Returns
-    the counter slot now pending."""
-    chunk, row0, rows, slot, j = core.tile_coords(table, tile)
-    acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                        B_KMAJOR, False)
-    _publish(counters_ptr, pending, partial)
+def run_tiles(claim, programs, first_tile, tiles):
+    """The run of claim ``claim`` among ``tiles`` tiles from ``first_tile``: ``(first, stop)``, its
+    tiles being ``first, first + programs, ... < stop``. Claims ``0 .. programs-1`` take the first
+    :data:`RUN_WAVES` waves' tiles, one lane each, then the next waves."""
+    span = RUN_WAVES * programs
+    wave_group = claim // programs
+    first = first_tile + wave_group * span + claim % programs
+    return first, tl.minimum(first_tile + tiles, first_tile + (wave_group + 1) * span)
+
+
+@triton.jit
+def _peer_run(first, stop, programs, a_desc, b_desc, partial, table, counters_ptr, pending, chunk_rows, a_rows, N, K,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_KMAJOR: tl.constexpr):
+    """A run of peer tiles into ``partial``, each counted after the next one's main loop
+    (``pending``: the counter slot of the tile stored before the run, -1 for none). Returns the slot
+    still pending: the run's last tile's, or ``pending`` for an empty run.
+
+    The loop carries no value from tile to tile (see :func:`_stored_before`)."""
     offs_r = tl.arange(0, BLOCK_M)
-    offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_r < rows)[:, None] & (offs_n < N)[None, :]
-    core.store_tile(partial, acc, chunk, row0, j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
-                    BLOCK_N)
+    for tile in tl.range(first, stop, programs, flatten=isinstance(a_desc, tl.tensor_descriptor)):
+        chunk, row0, rows, slot, j = core.tile_coords(table, tile)
+        acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                            B_KMAJOR, False)
+        _publish(counters_ptr, _stored_before(table, tile, first, programs, pending), partial)
+        offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (offs_r < rows)[:, None] & (offs_n < N)[None, :]
+        core.store_tile(partial, acc, chunk, row0, j * BLOCK_N, chunk * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
+                        BLOCK_N)
+    if first < stop:  # the run's last tile
+        _, _, _, pending, _ = core.tile_coords(table, stop - 1 - (stop - 1 - first) % programs)
+    return pending
+
+
+@triton.jit
+def _stored_before(table, tile, first, programs, pending):
+    """The counter slot of the peer tile stored before ``tile`` in a run from ``first``: the run's
+    previous tile's, or ``pending`` (the slot left from before the run) for its first tile.
+
+    Read from the table rather than carried from one tile to the next: in a loop fused with its K
+    loop (``flatten=True``), Triton 3.6 updates a value carried by the tile loop when the next tile's
+    K steps start, so the epilogue would read the new tile's value, not the previous one's (it
+    counted each tile before storing it)."""
+    slot = pending
+    if tile > first:
+        _, _, _, slot, _ = core.tile_coords(table, tile - programs)
     return slot
+
+
+@triton.jit
+def _local_run(first, stop, programs, a_desc, b_desc, out, bias_ptr, partial, recv, table, sync, counters_ptr, pending,
+               chunk_rows, a_rows, N, K, rank, world_size, sig_base, reduced_counters, timeout_ns, scale,
+               PEER_SLOTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               B_KMAJOR: tl.constexpr):
+    """A run of local tiles: each adds the peers' partials of its rows (waiting for each peer's
+    flag) and goes to ``out``. ``pending`` is counted before the first wait."""
+    offs_r = tl.arange(0, BLOCK_M)
+    for tile in tl.range(first, stop, programs, flatten=isinstance(a_desc, tl.tensor_descriptor)):
+        chunk, row0, rows, slot, j = core.tile_coords(table, tile)
+        acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                            B_KMAJOR, False)
+        # before any wait: never hold back what the peers wait for (not carried: see _stored_before)
+        _publish(counters_ptr, tl.where(tile == first, pending, -1), partial)
+        n0 = j * BLOCK_N
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < N
+        row_ok = (offs_r < rows) & (chunk * chunk_rows + row0 + offs_r < a_rows)  # out ends with a's rows
+        mask = row_ok[:, None] & col_ok[None, :]
+        p = 0
+        while p < world_size:  # not a for loop: a for loop in its body keeps the tile loop from fusing
+            if p != rank:
+                wait_peer(sync, slot + p * PEER_SLOTS, sig_base, timeout_ns, TIMEOUT_RS, p, chunk)
+                acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N)
+            p += 1
+        y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
+        core.store_tile(out, y, 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N)
+        if reduced_counters >= 0:  # counted at once (its split: slot - W): the second shot waits for it
+            _publish(counters_ptr, reduced_counters + slot - world_size, out)
+    return tl.where(first < stop, -1, pending)
 
 
 @triton.jit(do_not_specialize=["peer_tiles", "num_tiles", "chunk_rows", "a_rows", "rank", "world_size", "sig_base",
@@ -97,7 +174,7 @@ def gemm_rs_kernel(
     peer_tiles, num_tiles, chunk_rows,
     a_rows,        # a's rows: W * chunk_rows, or fewer (a last chunk cut short: its rows past a read as 0)
     N, K, rank, world_size, sig_base,
-    claim_slot,    # the tiles' claim counter (schedule.claim_slot)
+    claim_slot,    # the runs' claim counter (schedule.claim_slot)
     reduced_counters,  # counter of the local chunk's split 0 (split s: + s), or -1: local tiles are not counted
     timeout_ns,
     scale,         # fp32 scalar epilogue scale, applied to the reduced sum
@@ -107,35 +184,23 @@ def gemm_rs_kernel(
     BLOCK_K: tl.constexpr,
     B_KMAJOR: tl.constexpr,
 ):
-    offs_r = tl.arange(0, BLOCK_M)
+    programs = tl.num_programs(0)
+    local_tiles = num_tiles - peer_tiles
+    peer_claims = tl.cdiv(peer_tiles, RUN_WAVES * programs) * programs
+    claims = peer_claims + tl.cdiv(local_tiles, RUN_WAVES * programs) * programs
     pending = tl.full((), -1, tl.int32)  # counter slot of the peer tile stored last, not yet counted
-    tile = core.claim_tile(counters_ptr, claim_slot)
-    while tile < num_tiles:
-        next_tile = core.claim_tile(counters_ptr, claim_slot)  # its latency hides behind this tile
-        if tile < peer_tiles:
-            pending = _peer_tile(tile, a_desc, b_desc, partial, table, counters_ptr, pending, chunk_rows, a_rows, N, K,
-                                 BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR)
-        else:
-            chunk, row0, rows, slot, j = core.tile_coords(table, tile)
-            acc = core.mainloop(a_desc, b_desc, chunk * chunk_rows + row0, a_rows, j, N, K, BLOCK_M, BLOCK_N,
-                                BLOCK_K, B_KMAJOR, False)
-            _publish(counters_ptr, pending, partial)  # before any wait: never hold back what the peers wait for
-            pending = tl.full((), -1, tl.int32)
-            n0 = j * BLOCK_N
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            col_ok = offs_n < N
-            row_ok = (offs_r < rows) & (chunk * chunk_rows + row0 + offs_r < a_rows)  # out ends with a's rows
-            mask = row_ok[:, None] & col_ok[None, :]
-            for p in range(0, world_size):
-                if p != rank:
-                    wait_peer(sync, slot + p * PEER_SLOTS, sig_base, timeout_ns, TIMEOUT_RS, p, chunk)
-                    acc += core.load_tile(recv, p, row0, n0, p * chunk_rows, offs_r, offs_n, mask, N, BLOCK_M,
-                                          BLOCK_N)
-            y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, BLOCK_M, BLOCK_N)
-            core.store_tile(out, y, 0, row0, n0, 0, offs_r, offs_n, mask, N, BLOCK_M, BLOCK_N)
-            if reduced_counters >= 0:  # counted at once (its split: slot - W): the second shot waits for it
-                _publish(counters_ptr, reduced_counters + slot - world_size, out)
-        tile = next_tile
+    claim = core.next_claim(counters_ptr, claim_slot)
+    while claim < peer_claims:
+        first, stop = run_tiles(claim, programs, 0, peer_tiles)
+        pending = _peer_run(first, stop, programs, a_desc, b_desc, partial, table, counters_ptr, pending, chunk_rows,
+                            a_rows, N, K, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR)
+        claim = core.next_claim(counters_ptr, claim_slot)
+    while claim < claims:
+        first, stop = run_tiles(claim - peer_claims, programs, peer_tiles, local_tiles)
+        pending = _local_run(first, stop, programs, a_desc, b_desc, out, bias_ptr, partial, recv, table, sync,
+                             counters_ptr, pending, chunk_rows, a_rows, N, K, rank, world_size, sig_base,
+                             reduced_counters, timeout_ns, scale, PEER_SLOTS, BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR)
+        claim = core.next_claim(counters_ptr, claim_slot)
     _publish(counters_ptr, pending, partial)
 
 
