@@ -128,8 +128,15 @@ from .timing import Timer, run_each_once, time_samples
 
 RULE_MIN_FLOPS = 5e11
 """The rule takes the fused path on GPU from the smallest GEMM measured to win on 2xH200 (AG
-8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential). Below it the fused call's
-fixed host cost is not known to be hidden."""
+8192x8192->5120 at TP=2: 6.9e11 FLOPs per rank, 1.23x over sequential) at any row count. Below it
+the fused call's fixed host cost is not known to be hidden, except from :data:`RULE_MIN_ROWS` on."""
+RULE_MIN_ROWS = 4096
+RULE_MIN_FLOPS_AT_MIN_ROWS = 6e10
+"""From :data:`RULE_MIN_ROWS` rows per call (AG: gathered) the rule takes the fused path from this
+many FLOPs per rank: on 2xH200 fused beat sequential in both modes on every AG-GEMM and GEMM-RS
+shape of the four presets at 4096 tokens and more, the smallest being 6.9e10 FLOPs (GEMM-RS
+4096x2048->4096, 1.27x), while at 512-2048 rows it lost in throughput mode (0.75-0.98x;
+BENCHMARKS.md)."""
 GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)  # what the fused kernels take on CUDA
 
 M_BUCKETS_PER_OCTAVE = 8
@@ -154,8 +161,10 @@ GPU_CONFIGS: tuple[GemmConfig, ...] = (
     GemmConfig(num_stages=4),  # one more stage in flight: the best where N is short (16384x4096->8192)
     GemmConfig(num_stages=4, group_m=16),
 )
-"""The kernel configs measured for fused on CUDA, the default first. All fit an H100/H200 block's
-shared memory (tests/test_dispatch.py compiles them for sm_90). 128x128 and 256x128 blocks (4 or 8
+"""The kernel configs measured for fused on CUDA, the default first; each op measures those its
+kernel holds (``Op.kernel_configs``: GEMM-RS's fused tile loops hold 3 stages, not 4). Each fits an
+H100/H200 block's shared memory in the kernels that run it (tests/test_dispatch.py compiles them
+for sm_90). 128x128 and 256x128 blocks (4 or 8
 warps, 3-5 stages) and 128-wide K steps were measured too and never won on 24 shapes on an H100
 (BENCHMARKS.md). Configs may differ in ``block_m``: splits are part of the cross-rank protocol, and
 the agreement makes every rank use the same one."""
@@ -286,6 +295,11 @@ class Key:
         return key
 
     @property
+    def rows(self) -> int:
+        """The rows at the centre of the key's bucket (a call's rows are within 5% of them)."""
+        return round(2 ** (self.m_bucket / M_BUCKETS_PER_OCTAVE))
+
+    @property
     def text(self) -> str:
         lo, hi = bucket_rows(self.m_bucket)
         return (f"{self.op} M={lo}-{hi} K={self.K} N={self.N} {self.dtype} W={self.world_size} "
@@ -387,22 +401,25 @@ def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
 _RULE = {impl: Choice(impl, source="rule") for impl in MEASURED_IMPLS}
 
 
-def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
+def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype, rows: int = 0) -> Choice:
     """The documented rule: sequential on CPU, for a world of one and for GEMMs under
-    :data:`RULE_MIN_FLOPS` per rank (``flops``); above it on GPU (bf16/fp16) fused, or decomposed
-    where the workspace is unavailable."""
-    if world_size == 1 or device.type != "cuda" or dtype not in GPU_FUSED_DTYPES or flops < RULE_MIN_FLOPS:
+    :data:`RULE_MIN_FLOPS` per rank (``flops``), or under :data:`RULE_MIN_FLOPS_AT_MIN_ROWS` where
+    the call has at least :data:`RULE_MIN_ROWS` rows (``rows``: the key's, AG's gathered); above
+    them on GPU (bf16/fp16) fused, or decomposed where the workspace is unavailable."""
+    min_flops = RULE_MIN_FLOPS_AT_MIN_ROWS if rows >= RULE_MIN_ROWS else RULE_MIN_FLOPS
+    if world_size == 1 or device.type != "cuda" or dtype not in GPU_FUSED_DTYPES or flops < min_flops:
         return _RULE["sequential"]
     return _RULE["fused"] if fused_supported(device, dtype) else _RULE["decomposed"]
 
 
-def candidates(device: torch.device, fused: bool, configured: bool = True) -> list[Choice]:
-    """What a measurement times, in order of preference. ``configured``: whether the call's fused path
-    runs the GEMM kernel, whose configs are then candidates of their own (else one fused candidate)."""
+def candidates(device: torch.device, fused: bool, configs: Sequence[GemmConfig] = GPU_CONFIGS) -> list[Choice]:
+    """What a measurement times, in order of preference. ``configs``: the kernel configs the call's
+    fused path can run, each a candidate of its own on CUDA (none: its fused path runs no GEMM kernel
+    of ours, one fused candidate)."""
     out = [Choice("sequential", source="measured"), Choice("decomposed", source="measured")]
     if fused:
-        configs = GPU_CONFIGS if device.type == "cuda" and configured else (None,)
-        out += [Choice("fused", c, source="measured") for c in configs]
+        timed = configs if device.type == "cuda" and configs else (None,)
+        out += [Choice("fused", c, source="measured") for c in timed]
     return out
 
 
@@ -698,7 +715,7 @@ def any_remembered() -> bool:
 def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
     """The choice ``auto`` makes for ``key`` now, without measuring: this process's, else the rule."""
     known = _MEMORY.get(key)
-    return known.for_call(device) if known is not None else rule(key.world_size, flops, device, dtype)
+    return known.for_call(device) if known is not None else rule(key.world_size, flops, device, dtype, key.rows)
 
 
 # ---- choosing ------------------------------------------------------------------------------------
@@ -708,10 +725,10 @@ EXPLICIT = {impl: Choice(impl, source="explicit") for impl in MEASURED_IMPLS}
 
 
 def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[Choice], object],
-           timeout_s: float, configured: Callable[[], bool] = lambda: True) -> Choice:
+           timeout_s: float, configs: Callable[[], Sequence[GemmConfig]] = lambda: GPU_CONFIGS) -> Choice:
     """What ``impl="auto"`` runs for a call (see the module docstring). ``run(choice)`` calls the op
     on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank;
-    ``configured()``: whether its fused path runs the GEMM kernel (:func:`candidates`), asked only
+    ``configs()``: the kernel configs its fused path can run (:func:`candidates`), asked only
     when the call is measured."""
     if key.world_size == 1 or a.shape[0] == 0:
         return _RULE["sequential"]
@@ -723,10 +740,10 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
             return known.both if known.uniform else _mode_choice(known, a)
         mode = _STATE.auto_mode()
         if mode == "off" or (mode == "on" and a.device.type != "cuda"):
-            return rule(key.world_size, flops, a.device, a.dtype)
+            return rule(key.world_size, flops, a.device, a.dtype, key.rows)
     if _workspace.capturing(a.device):
         return describe(key, flops, a.device, a.dtype)
-    choices = _agree(key, tp, a, run, timeout_s, retune, configured)
+    choices = _agree(key, tp, a, run, timeout_s, retune, configs)
     if tuned is not None:
         tuned.add(key)
     return _mode_choice(choices, a)
@@ -767,7 +784,7 @@ def _mode_choice(choices: Choices, a: torch.Tensor, capturing: bool | None = Non
 
 
 def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune: bool,
-           configured: Callable[[], bool]) -> Choices:
+           configs: Callable[[], Sequence[GemmConfig]]) -> Choices:
     """The agreement step of a first sight (module docstring); every rank returns the same choices."""
     n = next(PROCESS.agreement_rounds.setdefault(tp.name, itertools.count()))  # store keys: never reset
     cached = None if retune else _choices_from(_disk_entries(cache_path()).get(key.text), "cache")
@@ -782,12 +799,23 @@ def _agree(key: Key, tp: TPGroup, a: torch.Tensor, run, timeout_s: float, retune
     fused_ok = all(p["fused"] for p in peers) and len({p["host"] for p in peers}) == 1
     same = {json.dumps(p["cached"], sort_keys=True) for p in peers}
     choices = _choices_from(peers[0]["cached"], "cache") if len(same) == 1 else None
-    if choices is None or (not fused_ok and "fused" in {getattr(choices, m).impl for m in CALL_MODES}):
-        choices, record = _measure(key, tp, a, run, fused_ok, configured())
+    if choices is not None and not _runnable(choices, fused_ok, configs):
+        choices = None  # a cache written by other code (say, a config this op's kernel no longer holds)
+    if choices is None:
+        choices, record = _measure(key, tp, a, run, fused_ok, configs())
         choices.warm.update((a.shape[0], id(getattr(choices, m))) for m in CALL_MODES)  # every candidate ran
         _store(key, choices, record)
     _MEMORY[key] = choices
     return choices
+
+
+def _runnable(choices: Choices, fused_ok: bool, configs: Callable[[], Sequence[GemmConfig]]) -> bool:
+    """Whether every mode's choice can run here: fused only where every rank has a workspace, and
+    only with a config the op's kernel holds."""
+    fused = [c for c in (getattr(choices, m) for m in CALL_MODES) if c.impl == "fused"]
+    if fused and not fused_ok:
+        return False
+    return all(c.config is None or c.config in configs() for c in fused)
 
 
 def _timer(tp: TPGroup, device: torch.device) -> Timer:
@@ -797,11 +825,12 @@ def _timer(tp: TPGroup, device: torch.device) -> Timer:
     return timer
 
 
-def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool, configured: bool) -> tuple[Choices, dict]:
+def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool,
+             configs: Sequence[GemmConfig]) -> tuple[Choices, dict]:
     """Time every candidate on every rank together (:func:`measure_until_settled`); the choices and
     the record of the measurement for the cache file: the rounds, each candidate's median ms and its
     ``[low, median, high]`` ratio to the baseline, per mode."""
-    options = {c.label: c for c in candidates(a.device, fused_ok, configured)}
+    options = {c.label: c for c in candidates(a.device, fused_ok, configs)}
     fns = {label: (lambda _x, c=c: run(c)) for label, c in options.items()}
     timer = _timer(tp, a.device)
     _, failed = run_each_once(timer, fns, None)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import fluxlite
 from fluxlite import dispatch, workspace
-from fluxlite.ops import AG
+from fluxlite.ops import AG, RS
 from fluxlite.timing import Timer
 
 from .dist_utils import run_ranks
@@ -135,6 +135,19 @@ def test_ranks_with_different_cache_files_agree(tmp_path):
     _write(tmp_path / "r0", {**both, **{_key_text(op, 2 * 12): _entry("decomposed") for op in ("ag_gemm", "gemm_rs")}})
     _write(tmp_path / "r1", {**both, "a foreign key": dict(impl="fused", config=dict(block_m=3))})
     run_ranks(_different_files, 2, str(tmp_path), env={"FLUXLITE_AUTO": "measure"})
+
+
+def test_cached_choices_that_cannot_run_here_are_measured_again():
+    """A cache names fused where a rank has no workspace, or a config the op's kernel does not hold
+    (a file written by other code): those choices are not used."""
+    s4 = next(c for c in dispatch.GPU_CONFIGS if c.num_stages == 4)
+    fused, seq = dispatch.Choice("fused", s4, source="cache"), dispatch.Choice("sequential", source="cache")
+    both_modes = dispatch.Choices.of(fused, seq, seq)
+    rs_configs = lambda: RS.kernel_configs(None)  # noqa: E731
+    assert dispatch._runnable(both_modes, True, lambda: dispatch.GPU_CONFIGS)
+    assert not dispatch._runnable(both_modes, True, rs_configs)
+    assert not dispatch._runnable(both_modes, False, lambda: dispatch.GPU_CONFIGS)
+    assert dispatch._runnable(dispatch.Choices.of(seq, seq, seq), False, rs_configs)
 
 
 def test_corrupt_and_foreign_cache_files_are_ignored_with_a_warning(tmp_path):
@@ -415,6 +428,13 @@ def test_a_repeated_call_asks_for_the_capture_state_only_where_its_choice_depend
     assert dispatch.eager_choice(key, torch.empty(0, K)) is None  # no rows: choose()'s own rule
 
 
+@pytest.mark.parametrize("rows", [1, 7, 1000, 3923, 4096, 4300, 16384, 50000])
+def test_a_keys_rows_are_its_buckets_centre_within_5_percent(rows):
+    key = dispatch.Key.of_size("gemm_rs", 2, torch.empty(rows, 8), torch.empty(8, 8), rows)
+    assert abs(key.rows - rows) <= 0.05 * rows + 0.5, (rows, key.rows)
+    assert dispatch.Key.of_size("gemm_rs", 2, torch.empty(4096, 8), torch.empty(8, 8), 4096).rows == 4096
+
+
 def test_rule(monkeypatch):
     cuda, cpu, bf16 = torch.device("cuda", 0), torch.device("cpu"), torch.bfloat16
     monkeypatch.setenv("FLUXLITE_WORKSPACE", "on")
@@ -423,6 +443,10 @@ def test_rule(monkeypatch):
     assert dispatch.rule(1, 1e12, cuda, bf16).impl == "sequential"
     assert dispatch.rule(2, 1e12, cuda, torch.float32).impl == "sequential"
     assert dispatch.rule(2, 1e12, cuda, bf16).impl == "fused"
+    # From 4096 rows a smaller GEMM takes the fused path too (fused won on every preset shape there)
+    assert dispatch.rule(2, 7e10, cuda, bf16, rows=4096).impl == "fused"
+    assert dispatch.rule(2, 7e10, cuda, bf16, rows=2048).impl == "sequential"
+    assert dispatch.rule(2, 5e10, cuda, bf16, rows=16384).impl == "sequential"
     monkeypatch.setenv("FLUXLITE_WORKSPACE", "off")  # as without symmetric memory
     assert dispatch.rule(2, 1e12, cuda, bf16).impl == "decomposed"
     monkeypatch.setenv("FLUXLITE_AUTO", "sometimes")
@@ -441,14 +465,30 @@ def test_a_fused_path_without_the_gemm_kernel_is_one_candidate():
     cuda = torch.device("cuda", 0)
     every = dispatch.candidates(cuda, True)
     assert [c.impl for c in every].count("fused") == len(dispatch.GPU_CONFIGS) > 1
-    one = dispatch.candidates(cuda, True, configured=False)
+    one = dispatch.candidates(cuda, True, configs=())
     assert [(c.impl, c.config) for c in one] == [("sequential", None), ("decomposed", None), ("fused", None)]
     N, W = 8192, 2
     rows = ONE_SHOT_MAX_BYTES // ((W - 1) * N * 2)  # the most rows of bf16 that still go in one shot
     call = lambda m: SimpleNamespace(tp=SimpleNamespace(world_size=W), a=torch.empty(m, 64, dtype=torch.bfloat16),  # noqa: E731
                                      weight=torch.empty(N, 64, dtype=torch.bfloat16))
-    assert not AR.kernel_configured(call(1)) and not AR.kernel_configured(call(rows))
-    assert AR.kernel_configured(call(rows + 1)), "a two-shot call runs the GEMM-RS kernel"
+    assert AR.kernel_configs(call(1)) == () and AR.kernel_configs(call(rows)) == ()
+    assert AR.kernel_configs(call(rows + 1)) == RS.kernel_configs(call(rows + 1)), "two shots run the GEMM-RS kernel"
+
+
+def test_gemm_rs_measures_only_the_configs_its_kernel_holds():
+    """Four stages do not fit GEMM-RS's fused tile loops (shared memory): auto never times them
+    there, and a launch with one fails before it, naming the argument."""
+    from types import SimpleNamespace
+
+    from fluxlite.kernels import gemm_rs
+
+    assert RS.kernel_configs(SimpleNamespace()) == tuple(c for c in dispatch.GPU_CONFIGS if c.num_stages <= 3)
+    assert 0 < len(RS.kernel_configs(SimpleNamespace())) < len(AG.kernel_configs(SimpleNamespace()))
+    big = next(c for c in dispatch.GPU_CONFIGS if c.num_stages > gemm_rs.MAX_STAGES)
+    with pytest.raises(ValueError, match="config: the GEMM-RS kernel holds at most 3 pipeline stages, got num_stages=4"):
+        gemm_rs.launch(a=torch.empty(8, 8), weight=torch.empty(8, 8), out=None, bias=None, partial=None, recv=None,
+                       blocks=None, tiles=None, peer_tiles=0, flags=None, sig=None, counters=None, error=None,
+                       call=None, rank=0, world_size=2, sig_base=0, timeout_s=1.0, ep=None, config=big, cache={})
 
 
 @given(st.integers(1, 1 << 20))
@@ -464,9 +504,11 @@ def test_fused_configs_compile_for_hopper():
     (the default's every variant is compiled by test_kernels_compile.py)."""
     code = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']\n"
-        "import compile_kernels as ck\nfrom fluxlite import dispatch\n"
+        "import compile_kernels as ck\nfrom fluxlite import dispatch\nfrom fluxlite.kernels import gemm_rs\n"
         "for cfg in dispatch.GPU_CONFIGS[1:]:\n"
         "    for name, fn, types, consts, *_ in list(ck.variants('bf16', cfg))[:2]:\n"
+        "        if fn is gemm_rs.gemm_rs_kernel and cfg.num_stages > gemm_rs.MAX_STAGES:\n"
+        "            continue  # never launched (its launch refuses it)\n"
         "        shared = ck.compile_kernel(fn, types, consts, cfg).metadata.shared\n"
         "        assert shared <= ck.SHARED_LIMIT, (cfg, name, shared)\n"
         "        print('ok', dispatch.config_label(cfg), name, shared)\n"
@@ -475,7 +517,8 @@ def test_fused_configs_compile_for_hopper():
     root = str(Path(__file__).resolve().parents[1])
     run = subprocess.run([sys.executable, "-c", code, root], env=env, capture_output=True, text=True, timeout=230)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert run.stdout.count("ok ") == 2 * (len(dispatch.GPU_CONFIGS) - 1), run.stdout
+    rs_configs = sum(c.num_stages <= 3 for c in dispatch.GPU_CONFIGS[1:])
+    assert run.stdout.count("ok ") == len(dispatch.GPU_CONFIGS) - 1 + rs_configs, run.stdout
 
 
 def test_a_captured_call_runs_its_modes_choice_only_where_it_ran_eagerly(monkeypatch, fresh_dispatch):

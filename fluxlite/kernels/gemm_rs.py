@@ -74,6 +74,10 @@ def _publish(counters_ptr, slot, partial):
 
 RUN_WAVES = tl.constexpr(4)
 """Tiles per claimed run, one per wave of the tile table."""
+MAX_STAGES = 3
+"""The most pipeline stages the kernel holds in an H100/H200 block's 227 KB of shared memory: its
+fused tile loops keep the pipeline's buffers through the epilogue, whose TMA stores and loads of the
+partials stage 64 KB beside them (4 stages of 128x256x64 bf16 tiles: 256 KB in all)."""
 
 
 @triton.jit
@@ -204,6 +208,14 @@ def gemm_rs_kernel(
     _publish(counters_ptr, pending, partial)
 
 
+def check_config(config: core.GemmConfig | None) -> None:
+    """Refuse, before any launch, a config whose pipeline the kernel cannot hold (:data:`MAX_STAGES`);
+    ``None`` (the default config) passes."""
+    if config is not None and config.num_stages > MAX_STAGES:
+        raise ValueError(f"config: the GEMM-RS kernel holds at most {MAX_STAGES} pipeline stages, got "
+                         f"num_stages={config.num_stages}")
+
+
 def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None,
            partial: torch.Tensor, recv: torch.Tensor, blocks: torch.Tensor, tiles: torch.Tensor, peer_tiles: int,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor,
@@ -217,6 +229,7 @@ def launch(*, a: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, bias: to
     call plan, ``cache`` keeps its compiled kernels; ``ep``: the epilogue, a scale only (of the
     reduced sum, before the bias); ``reduced_counters``: where the local chunk's stored tiles are
     counted per split (-1: not counted)."""
+    check_config(config)
     M, K = a.shape
     N = weight.shape[0]
     mc = partial.shape[1]

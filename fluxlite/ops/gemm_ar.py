@@ -57,6 +57,7 @@ from ..fused import Call, FusedState, Plan
 from ..fused.producer import COPY, JOIN, SIGNAL, WAIT, WAIT_FINISHED
 from ..host_flags import REDUCED_ROWS, host_store
 from ..kernels import gemm_ar as kernel
+from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
 from .gemm_rs import GemmReduceScatter
 from .op import Args
@@ -153,9 +154,10 @@ class GemmAllReduce(GemmReduceScatter):
         """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
         return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
 
-    def kernel_configured(self, args: Args) -> bool:
-        """One-shot calls compute their partial with cuBLAS: no kernel config to choose."""
-        return not self.call_is_one_shot(args.tp.world_size, args)
+    def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
+        """One-shot calls compute their partial with cuBLAS: no kernel config to choose. Two shots run
+        the GEMM-RS kernel: its configs."""
+        return () if self.call_is_one_shot(args.tp.world_size, args) else super().kernel_configs(args)
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
         """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, then

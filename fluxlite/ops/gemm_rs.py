@@ -27,7 +27,7 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
-from .. import epilogue
+from .. import dispatch, epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
 from .._sequential import reduce_scatter_rows
@@ -104,6 +104,10 @@ class GemmReduceScatter(Op):
         return reduced if args.out is None else args.out.copy_(reduced)
 
     # ---- the tile protocol -------------------------------------------------------------------------
+    def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
+        """The configs whose pipeline the GEMM-RS kernel can hold (``kernel.MAX_STAGES``)."""
+        return tuple(c for c in dispatch.GPU_CONFIGS if c.num_stages <= kernel.MAX_STAGES)
+
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return rows // world_size  # the signature counts M, all rows
 
@@ -119,6 +123,7 @@ class GemmReduceScatter(Op):
         return sch.data_slot(world_size, 0, split) if chunk == rank else sch.counter_slot(chunk, split)
 
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
+        kernel.check_config(config)
         state.check()
         M, K = args.a.shape
         N = args.weight.shape[0]

@@ -229,12 +229,12 @@ class Op:
         key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
         return dispatch.choose(key, args.tp, args.a, flops, lambda c: self.run(c, args),
-                               args.timeout_s, lambda: self.kernel_configured(args)), key
+                               args.timeout_s, lambda: self.kernel_configs(args)), key
 
-    def kernel_configured(self, args: Args) -> bool:
-        """Whether this call's fused path runs the GEMM kernel, so that its config matters (``auto``
-        then measures each config as a candidate of its own)."""
-        return True
+    def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
+        """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
+        candidate of its own (none: its fused path runs no GEMM kernel of ours)."""
+        return dispatch.GPU_CONFIGS
 
     def dispatch_op(self, variant: str) -> str:
         """The op of a dispatch key: the name, and the variant after a ``+`` (``ag_gemm+gathered``)."""
