@@ -813,9 +813,10 @@ def _runnable(choices: Choices, fused_ok: bool, configs: Callable[[], Sequence[G
     """Whether every mode's choice can run here: fused only where every rank has a workspace, and
     only with a config the op's kernel holds."""
     fused = [c for c in (getattr(choices, m) for m in CALL_MODES) if c.impl == "fused"]
-    if fused and not fused_ok:
-        return False
-    return all(c.config is None or c.config in configs() for c in fused)
+    if not fused:
+        return True
+    held = configs()
+    return fused_ok and all(c.config is None or c.config in held for c in fused)
 
 
 def _timer(tp: TPGroup, device: torch.device) -> Timer:

@@ -38,10 +38,11 @@ Each run's tile loop is fused with its K loop into one software pipeline on the 
 (``tl.range(flatten=True)``, as AG-GEMM's local loop): the next tile's first K steps load while
 this tile's epilogue runs. In a local run the loads that go ahead of a wait are the operands' only,
 never a peer's data. The loops carry nothing from tile to tile (:mod:`fluxlite.kernels.gemm_core`):
-the slot a tile counts is read from the tile table. A run is a few tiles, not a program's whole share, so that the programs, which
-claim as they finish, stay within a few tiles of one another in the table's order: the weight's
-reuse in L2 and the order in which splits complete hold as for one claim per tile (measured against
-one claim per tile and against one run per program: BENCHMARKS.md).
+the slot a tile counts is read from the tile table. A run is a few tiles, not a program's whole
+share, so that the programs, which claim as they finish, stay within a few tiles of one another in
+the table's order: the weight's reuse in L2 and the order in which splits complete hold as for one
+claim per tile (measured against one claim per tile and against one run per program:
+BENCHMARKS.md).
 
 Cost
 ----

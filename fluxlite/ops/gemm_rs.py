@@ -103,11 +103,11 @@ class GemmReduceScatter(Op):
         reduced = apply_epilogue(acc, args.ep, args.bias, None, a.dtype)
         return reduced if args.out is None else args.out.copy_(reduced)
 
-    # ---- the tile protocol -------------------------------------------------------------------------
     def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
         """The configs whose pipeline the GEMM-RS kernel can hold (``kernel.MAX_STAGES``)."""
         return tuple(c for c in dispatch.GPU_CONFIGS if c.num_stages <= kernel.MAX_STAGES)
 
+    # ---- the tile protocol -------------------------------------------------------------------------
     def chunk_rows(self, rows: int, world_size: int) -> int:
         return rows // world_size  # the signature counts M, all rows
 
