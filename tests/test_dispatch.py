@@ -90,6 +90,42 @@ def test_cache_is_written_reloaded_and_agreed(tmp_path):
     assert again == first, "a run served from the cache must not measure or rewrite it"
 
 
+def _candidates_run_as_calls(rank: int, W: int) -> None:
+    """Count what each candidate's timed calls do while ``auto`` measures a new key."""
+    counts = dict(check=0, sequential=0, decomposed=0, prepare=0, fused=0)
+    for name in counts:
+        original = getattr(RS, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        setattr(RS, name, counted)  # on the op's instance: its class and the other ops keep theirs
+    gen = torch.Generator().manual_seed(11)
+    a_parts = [randn(gen, 6 * W, K, dtype=torch.float32) for _ in range(W)]
+    w_parts = [randn(gen, N, K, dtype=torch.float32) for _ in range(W)]
+    out = torch.full((6, N), float("nan"))
+    fluxlite.gemm_rs(a_parts[rank], w_parts[rank], out=out)
+    failures: list[str] = []
+    check("rs auto", out, rs_reference(a_parts, w_parts, None, rank), torch.float32, failures)
+    assert not failures, failures
+    assert counts["sequential"] >= 5 and counts["decomposed"] >= 5 and counts["fused"] >= 5, counts
+    # every sequential and decomposed call is checked as a call naming it is; of the fused calls only
+    # the first (and the auto call itself: its own check, then its choice)
+    unchecked = counts["check"] - counts["sequential"] - counts["decomposed"]
+    assert 0 <= unchecked <= counts["prepare"] + 1, counts
+    # a fused candidate is planned once, then repeated: what a caller's repeated fused call costs
+    assert counts["prepare"] == 1, counts
+
+
+@pytest.mark.timeout(120)
+def test_auto_times_each_candidate_as_a_call_that_names_it(tmp_path):
+    """What ``auto`` measures is what its choice costs the caller: sequential and decomposed with the
+    call's checks, fused through its repeats (planned once). Timed without them, sequential looked
+    faster and fused slower in latency mode than the calls that run them (2xH200, 8-1024 rows)."""
+    run_ranks(_candidates_run_as_calls, 2, env={"FLUXLITE_AUTO": "measure", "FLUXLITE_CACHE_DIR": str(tmp_path)})
+
+
 def _entry(impl: str) -> dict:
     """A cache entry choosing ``impl`` in every mode."""
     one = dict(impl=impl, config=None)

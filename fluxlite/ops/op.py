@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import torch
@@ -64,19 +65,21 @@ class Args:
 
 class Repeat(NamedTuple):
     """What a fused call decided before it ran, kept for the calls whose key equals its own: the
-    group, the checked epilogue, the timeout, the fused state and plan; for ``impl="auto"``, the
-    dispatch key and choice, in force while :func:`fluxlite.dispatch.remembered` still gives it."""
+    group, the checked epilogue, the timeout, the fused state and plan; and the dispatch choice it ran
+    (``impl="auto"``, or a candidate that ``auto`` measures), in force while that choice is the one
+    the call runs: for ``auto``, while :func:`fluxlite.dispatch.remembered` still gives it. Holding
+    the choice keeps its ``id``, part of the repeat key, from being reused."""
 
     tp: TPGroup
     state: fused.FusedState
     plan: fused.Plan
     ep: epilogue.Epilogue
     timeout_s: float
-    auto: tuple[dispatch.Key, Choice] | None
+    choice: Choice | None
 
     def in_force(self, choice: Choice | None) -> bool:
-        """Whether it still holds, for a call whose remembered ``auto`` choice is ``choice`` (None: not auto)."""
-        return not self.state.closed and (self.auto is None or self.auto[1] is choice)
+        """Whether it still holds, for a call that runs ``choice`` (None: an explicit ``impl="fused"``)."""
+        return not self.state.closed and (choice is None or self.choice is choice)
 
 
 MAX_REPEATS = 1024  # distinct fused calls remembered; past this it starts again
@@ -192,17 +195,31 @@ class Op:
     # ---- the call path every op shares -----------------------------------------------------------
     def __call__(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, out=None, **options):
         """The public call (each op's module wraps it with its signature and docs)."""
+        return self._call(a, weight, bias, group, impl, timeout, out, options)
+
+    def _call(self, a, weight, bias, group, impl: str, timeout, out, options: dict, forced: Choice | None = None):
+        """A call by ``impl``; with ``forced``, a candidate that ``auto`` measures, run as a call that
+        named it would run (its checks, and for fused its repeats), so that what ``auto`` measures
+        is what its choice costs the caller, host time included."""
         options = {**self.option_defaults, **options}
-        key, repeat, known = self._repeat(group, timeout, impl, options, (a, weight, bias, out))
+        key, repeat, known = self._repeat(group, timeout, impl, options, (a, weight, bias, out), forced)
         if repeat is not None:
             args = self.as_used(repeat, a, weight, bias, out, options)
             with torch.no_grad():
                 return self.result(self.fused(repeat.state, repeat.plan, self.kernel_operands(repeat.state, args)), args)
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, **options)
-        choice, dispatch_key = known if known is not None else self.choose(impl, args)
+        if forced is not None:
+            choice, dispatch_key = forced, None
+        else:
+            choice, dispatch_key = known if known is not None else self.choose(impl, args, self._candidate(
+                a, weight, bias, group, timeout, out, options))
         if choice.impl == "fused":
             check_fused_dtype(self.name, args.a)
         return self.result(self.run(choice, args, remember=(key, dispatch_key)), args)
+
+    def _candidate(self, a, weight, bias, group, timeout, out, options: dict) -> Callable[[Choice], Any]:
+        """``run(choice)`` for :func:`fluxlite.dispatch.choose`: this call's arguments by ``choice``."""
+        return lambda c: self._call(a, weight, bias, group, c.impl, timeout, out, options, c)
 
     def impl_of(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, **options) -> str:
         """The implementation a call with these arguments runs, without running it: ``impl`` if it
@@ -213,7 +230,8 @@ class Op:
         if self._repeat(group, timeout, impl, options, (a, weight, bias, None))[1] is not None:
             return "fused"
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=None, **options)
-        return impl_of(self.choose(impl, args)[0], args)
+        run = self._candidate(a, weight, bias, group, timeout, None, options)
+        return impl_of(self.choose(impl, args, run)[0], args)
 
     def as_used(self, repeat: Repeat, a, weight, bias, out, options: dict) -> Args:
         """The arguments of a repeated call as the op uses them (their checks passed before)."""
@@ -221,15 +239,15 @@ class Op:
         tensors = {k: options[k].contiguous() for k in self.tensor_options if options.get(k) is not None}
         return Args(repeat.tp, a, weight, bias, out, repeat.ep, repeat.timeout_s, {**options, **tensors})
 
-    def choose(self, impl: str, args: Args) -> tuple[Choice, dispatch.Key | None]:
-        """``(choice, dispatch key)``: an explicit ``impl``'s choice (no key), or what dispatch picks."""
+    def choose(self, impl: str, args: Args, run: Callable[[Choice], Any]) -> tuple[Choice, dispatch.Key | None]:
+        """``(choice, dispatch key)``: an explicit ``impl``'s choice (no key), or what dispatch picks
+        (``run(choice)``: the call by a candidate, for a measurement)."""
         if impl in dispatch.EXPLICIT:
             return dispatch.EXPLICIT[impl], None
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
-        return dispatch.choose(key, args.tp, args.a, flops, lambda c: self.run(c, args),
-                               args.timeout_s, lambda: self.kernel_configs(args)), key
+        return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args)), key
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
         """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
@@ -255,8 +273,8 @@ class Op:
                 self._remember(*remember, choice, args, state, plan)
             return value
 
-    def _repeat(self, group, timeout, impl, options: dict,
-                tensors: tuple) -> tuple[tuple | None, Repeat | None, tuple[Choice, dispatch.Key] | None]:
+    def _repeat(self, group, timeout, impl, options: dict, tensors: tuple, forced: Choice | None = None
+                ) -> tuple[tuple | None, Repeat | None, tuple[Choice, dispatch.Key] | None]:
         """``(key, repeat, known)`` (``options``: every option of the op, defaults filled in).
 
         ``key``: the key of a call's arguments as the checks read them (not the tensors' data); ``None``
@@ -266,13 +284,14 @@ class Op:
         ``auto``, ``(choice, dispatch key)`` when dispatch remembers the choice of an eager call like
         this one (:func:`fluxlite.dispatch.eager_choice`), so the call need not ask again. Only
         ``"fused"`` or ``"auto"`` can repeat, ``auto`` only while its choice is fused; a call that
-        becomes fused is then not remembered: its first repeat is planned in full."""
+        becomes fused is then not remembered: its first repeat is planned in full. ``forced``: the
+        choice of a call that ``auto`` measures (``impl`` is its impl)."""
         if impl not in _REPEATABLE_IMPLS:
             return None, None, None
         try:
             a, weight = tensors[0], tensors[1]
             known = self._auto_known(group, options, a, weight) if impl == "auto" else None
-            choice = known[0] if known is not None else None
+            choice = forced if forced is not None else known[0] if known is not None else None
             if impl == "auto" and (choice is None or choice.impl != "fused"):
                 return None, None, known
             device = a.get_device()
@@ -305,15 +324,15 @@ class Op:
 
     def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, args: Args,
                   state: fused.FusedState, plan: fused.Plan) -> None:
-        """Keep a fused call's decisions for its repeats: an explicit ``impl="fused"`` always; ``auto``
-        while the choice is the one dispatch remembers (not a rule it applies afresh on every call)."""
+        """Keep a fused call's decisions for its repeats: an explicit ``impl="fused"`` or a measured
+        candidate always; ``auto`` while the choice is the one dispatch remembers (not a rule it
+        applies afresh on every call)."""
         if key is None or (dispatch_key is not None and dispatch.remembered(dispatch_key) is not choice):
             return
         repeats = self.repeats
         if len(repeats) >= MAX_REPEATS:
             repeats.clear()
-        repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s,
-                                   None if dispatch_key is None else (dispatch_key, choice))
+        repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s, None if choice.source == "explicit" else choice)
 
 
 ROW_ALIGN_BYTES = 128
