@@ -153,6 +153,21 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
     return outputs, failed
 
 
+WARM_MODES = ("throughput", "latency")
+"""The modes a warm-up runs in: a callable that runs what its mode declares (``auto``,
+:func:`fluxlite.profile.run.declared_mode`) warms each mode's choice."""
+
+
+def warmup_calls(warmup: int, sets: int) -> int:
+    """Untimed calls per callable and mode before timing: at least ``warmup``, and (``warmup > 0``)
+    enough that every input set meets either data half of the fused workspace twice, so that a
+    fused call's eager replays (:meth:`fluxlite.fused.Call.run`: captured the second time the same
+    addresses and parity come, replayed from the third) are in place for every input the rounds
+    pass, in every mode. With fewer, a callable that runs fused in one mode only (``auto`` at small
+    M) paid the captures inside the timed rounds."""
+    return 0 if warmup <= 0 else max(warmup, 2 * 2 * sets)
+
+
 def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
                  batch_ms: float = 20.0, max_batch: int = 30, min_sleep_ms: float = 25.0, batch: dict | None = None,
                  first_round: int = 0, host: bool = True) -> tuple[dict[str, dict[str, list[float]]], dict]:
@@ -160,9 +175,10 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
     in every mode of :data:`MODES`, one per round (not reduced over the ranks); ``batch``: the calls
     per throughput batch and the sleeps used (``n``, ``sleep_ms``, ``host_sleep_ms``).
 
-    ``warmup`` untimed calls of each first; then a probe sizes the throughput batch (at least
-    ``batch_ms`` of device work, at most ``max_batch`` calls, at least 1) and the sleeps ahead of it
-    (longer than the host takes to issue the batch), agreed over the ranks; then ``rounds`` rounds.
+    :func:`warmup_calls` untimed calls of each first, in each of :data:`WARM_MODES`; then a probe
+    sizes the throughput batch (at least ``batch_ms`` of device work, at most ``max_batch`` calls,
+    at least 1) and the sleeps ahead of it (longer than the host takes to issue the batch), agreed
+    over the ranks; then ``rounds`` rounds.
     More rounds of the same measurement: pass the ``batch`` it returned (no warm-up or probe then)
     and ``first_round``, the rounds already run (the order of the callables goes on rotating).
     ``host=False`` skips the host mode's call and sleep in every round (its readings are NaN): for
@@ -172,9 +188,11 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
     if not names:
         return {}, {}
     if batch is None:
-        for i in range(warmup):
-            for name in names:
-                fns[name](inputs[i % len(inputs)])
+        for mode in WARM_MODES:
+            with timer._marked(mode):
+                for i in range(warmup_calls(warmup, len(inputs))):
+                    for name in names:
+                        fns[name](inputs[i % len(inputs)])
         probe = timer.max_over_ranks([v for n in names for v in (timer.latency(fns[n], inputs[0])[1],
                                                                   timer.host(fns[n], inputs[0], 5.0))])
         call_ms, host_ms = max(max(probe[0::2]), 1e-3), max(probe[1::2])

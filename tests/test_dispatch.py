@@ -595,3 +595,27 @@ def _device_modes_only(rank: int, W: int) -> None:
 def test_time_samples_can_skip_the_host_mode():
     """Without the host mode a round makes no host call (auto, which reads only the device modes, asks so)."""
     run_ranks(_device_modes_only, 1)
+
+
+def _warm_up_in_each_mode(rank: int, W: int) -> None:
+    from fluxlite.timing import WARM_MODES, time_samples, warmup_calls
+
+    timer = Timer(fluxlite.resolve_group(), torch.device("cpu"))
+    inputs = ["x", "y", "z"]
+    seen = []
+    time_samples(timer, {"f": lambda x: seen.append((timer.mode, x))}, inputs, rounds=1, warmup=1, batch_ms=1.0,
+                 max_batch=2)
+    per_mode = warmup_calls(1, len(inputs))
+    assert per_mode >= 4 * len(inputs), per_mode
+    warm = seen[: len(WARM_MODES) * per_mode]
+    for i, mode in enumerate(WARM_MODES):  # every input, in each mode, as often as a replay needs
+        part = warm[i * per_mode : (i + 1) * per_mode]
+        assert {m for m, _ in part} == {mode}, part
+        assert all(sum(x == want for _, x in part) >= 4 for want in inputs), part
+    assert warmup_calls(0, 3) == 0 and warmup_calls(20, 3) == 20
+
+
+def test_the_warm_up_runs_every_input_in_each_mode():
+    """A callable that runs another implementation in each mode (``auto``) warms up both: its fused
+    calls' replays are in place before the rounds that time them."""
+    run_ranks(_warm_up_in_each_mode, 1)
