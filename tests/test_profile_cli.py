@@ -444,3 +444,31 @@ def test_auto_is_timed_as_a_call_that_declares_each_mode():
     timer.latency(fn, None)
     timer.host(fn, None, 0.0)
     assert seen == ["both", "throughput", "throughput", "latency", "latency"] and timer.mode is None
+
+
+def test_a_signal_that_lands_where_python_drops_exceptions_is_raised_at_the_next_call():
+    """The garbage collector may run a weakref callback or a ``__del__`` at any point, and the signal
+    handler may run inside it; an exception raised there is printed and dropped, and the run would
+    go on. The handler then leaves it pending, and the next timed call raises it."""
+    frames = {}
+
+    class Collected:
+        def __del__(self):
+            frames["del"] = sys._getframe()
+
+    Collected()
+    assert cli._drops_exceptions(frames["del"]) and not cli._drops_exceptions(sys._getframe())
+    signals = cli._Signals()
+    try:
+        signals._on_signal(signal.SIGTERM, frames["del"])  # deferred: nothing raised here
+        ran = []
+        with pytest.raises(cli.Interrupted):
+            signals.wrap(ran.append)(1)
+        assert ran == [] and signals.name == "SIGTERM"
+        signals.wrap(ran.append)(2)  # raised once only
+        assert ran == [2]
+        fresh = cli._Signals()
+        with pytest.raises(cli.Interrupted):  # elsewhere: at once
+            fresh._on_signal(signal.SIGINT, sys._getframe())
+    finally:
+        signals.restore()

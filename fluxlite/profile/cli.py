@@ -250,9 +250,11 @@ class Interrupted(KeyboardInterrupt):
 class _Signals:
     """SIGINT and SIGTERM raise :class:`Interrupted` once, in the main thread, but never inside a
     timed call: there the exception would leave a fused call's producer thread (or the limit's copy
-    thread) writing into tensors that are then freed, so it waits until the call returns. Later
-    signals, and any once :meth:`disarm` ends the measuring, are ignored, so that rank 0's writing
-    of the results is not cut short; :meth:`restore` gives the signals back their defaults."""
+    thread) writing into tensors that are then freed, so it waits until the call returns. Nor
+    where Python would drop it (a weakref callback or a ``__del__`` that the signal interrupted):
+    it is raised at the next call instead. Later signals, and any once :meth:`disarm` ends the
+    measuring, are ignored, so that rank 0's writing of the results is not cut short;
+    :meth:`restore` gives the signals back their defaults."""
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -264,21 +266,27 @@ class _Signals:
         if self.name is None and self.armed:  # disarmed: the measuring is over, the results go out whole
             self.name = signal.Signals(signum).name
             self.pending = True
-            if not self.in_call:
+            if not self.in_call and not _drops_exceptions(frame):
                 self.pending = False
                 raise Interrupted(self.name)
+
+    def _raise_pending(self) -> None:
+        """Raise the signal's :class:`Interrupted` if it waits (for a call to return, or for a place
+        where Python does not drop it)."""
+        if self.pending and self.armed:
+            self.pending = False
+            raise Interrupted(self.name)
 
     def wrap(self, fn):
         """``fn`` with a signal that arrives during a call raised when it returns."""
         def call(x):
+            self._raise_pending()
             self.in_call = True
             try:
                 return fn(x)
             finally:
                 self.in_call = False
-                if self.pending:
-                    self.pending = False
-                    raise Interrupted(self.name)
+                self._raise_pending()
         return call
 
     def disarm(self) -> None:
@@ -290,6 +298,17 @@ class _Signals:
 
     def exit_status(self) -> int:
         return 128 + signal.Signals[self.name].value
+
+
+def _drops_exceptions(frame) -> bool:
+    """Whether an exception raised at ``frame`` would be printed and dropped rather than reach the
+    run: inside a ``__del__`` or a weakref callback (the garbage collector calls both)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith("weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _measure(args, timer, rows: list[dict], after_each: Callable, wrap: Callable) -> str | None:
