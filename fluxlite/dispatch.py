@@ -718,6 +718,13 @@ def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -
     return known.for_call(device) if known is not None else rule(key.world_size, flops, device, dtype, key.rows)
 
 
+def describe_modes(key: Key) -> dict[str, Choice] | None:
+    """This process's choice for ``key`` in each measured mode (``throughput``, ``latency``), or
+    ``None`` where it has none (the rule decides alike in every mode)."""
+    known = _MEMORY.get(key)
+    return None if known is None else {m: getattr(known, m) for m in MEASURED_MODES}
+
+
 # ---- choosing ------------------------------------------------------------------------------------
 
 EXPLICIT = {impl: Choice(impl, source="explicit") for impl in MEASURED_IMPLS}

@@ -58,6 +58,11 @@ def _check_row(row: dict, impls: set[str]) -> None:
             want = t["sequential"][mode] / t[impl][mode]
             assert math.isclose(row["speedup_vs_sequential"][impl][mode], want, rel_tol=1e-9)
     assert row["flops"] == 2.0 * row["M"] * row["K"] * row["N"]
+    if "auto" in impls:  # auto over the fastest of what it chooses among, per mode
+        for mode in ("throughput", "latency"):
+            best = min(t[i][mode] for i in ("sequential", "decomposed", "fused") if i in t)
+            assert math.isclose(row["auto_vs_best"][mode], t["auto"][mode] / best, rel_tol=1e-9)
+        assert set(row["auto"]["modes"]) <= {"throughput", "latency"}, row["auto"]
 
 
 def test_efficiency_against_the_limit():
@@ -174,6 +179,17 @@ def test_the_passes_column_shows_only_with_pass_names(profiled):
     rows[0]["names"] = ["qkv.fwd"]
     table = report.format_table(meta, rows).splitlines()
     assert "passes" in table[1] and "qkv.fwd" in table[2] and table[3].split()[2] == "-", table
+
+
+def test_the_auto_column_shows_a_declared_modes_choice_where_it_differs(profiled):
+    meta, rows = report.read_json(profiled / "profile.json")
+    row = rows[0]
+    row["auto"] = dict(row["auto"], label="sequential", source="measured",
+                       modes=dict(throughput="sequential", latency="fused[128x256x64 w8 s3 g8]"))
+    cells = report.format_table(meta, rows).splitlines()[2]
+    assert cells.endswith("sequential (measured); lat: fused[128x256x64 w8 s3 g8]"), cells
+    row["auto"]["modes"] = dict(throughput="sequential", latency="sequential")
+    assert report.format_table(meta, rows).splitlines()[2].endswith("sequential (measured)")
 
 
 @pytest.mark.parametrize("argv,names", [

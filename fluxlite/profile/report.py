@@ -8,7 +8,10 @@ the shapes finished before, of ``shapes`` planned). Each row: ``op, M, K, N, nam
 overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequential[impl][mode]``,
 ``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]`` (the figures of
 :mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
-``auto`` (what ``impl="auto"`` chooses: impl, config, label, source). NaN (and an infinity) is written as ``null``.
+``auto_vs_best[mode]`` (``auto`` over the fastest of sequential, decomposed and fused, throughput
+and latency mode); ``auto`` (what ``impl="auto"`` chooses for a call that declares no mode: impl,
+config, label, source; ``modes``: its choice's label per declared mode, where measured). NaN (and
+an infinity) is written as ``null``.
 :func:`read_json` also reads the earlier ``fluxlite-profile/1`` files (no limit: NaN).
 
 CSV (``profile.csv``): one line per row and implementation, with the same figures.
@@ -93,6 +96,12 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                               *(t[m] for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
                               r["exposed_comm_ms"].get(impl, ""), r["limit_ms"], r["efficiency"].get(impl, ""),
                               r["vs_limit"].get(impl, ""), r["auto"]["label"]])
+
+
+def auto_cell(auto: dict) -> str:
+    """What auto runs: its choice (and source), then a declared mode's where it differs."""
+    other = [f"{m[:3]}: {c}" for m, c in auto.get("modes", {}).items() if c != auto["label"]]
+    return f"{auto['label']} ({auto['source']})" + "".join(f"; {o}" for o in other)
 
 
 def title(meta: dict) -> str:
@@ -187,11 +196,13 @@ def format_table(meta: dict, rows: list[dict]) -> str:
                  *(ms(r, i) for i in ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused",
                                       "torch_symm_mem")),
                  num(sp.get("throughput", math.nan), "{:.2f}x"), num(sp.get("latency", math.nan), "{:.2f}x"),
-                 num(r["efficiency"].get("fused", math.nan), "{:.2f}"), f"{r['auto']['label']} ({r['auto']['source']})")
+                 num(r["efficiency"].get("fused", math.nan), "{:.2f}"), auto_cell(r["auto"]))
         lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     lines += ["copy: the op's bytes moved by the copy engine alone; " + LIMIT_TEXT,
               "fused tp / lat: speedup of fused over sequential in throughput / latency mode; "
-              "fused eff: its " + EFFICIENCY_TEXT]
+              "fused eff: its " + EFFICIENCY_TEXT,
+              "auto: what impl='auto' runs in a call that declares no mode (and where that came from); "
+              "thr / lat: what it runs in a declared mode, where that differs (fluxlite.dispatch.assume_mode)"]
     failed = {label(r): sorted(r["failed"]) for r in rows if r["failed"]}
     if failed:
         lines.append(f"failed (left out): {failed}")
