@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 from .. import schedule as sch
+from ..epilogue import PLAIN
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call, FusedState, Plan
 from ..fused.producer import COPY, JOIN, SIGNAL, WAIT, WAIT_FINISHED
@@ -104,11 +105,14 @@ class GemmAllReduce(GemmReduceScatter):
 
     # ---- the references ----------------------------------------------------------------------------
     def sequential(self, args: Args) -> torch.Tensor:
-        """The GEMM, the all-reduce, then the epilogue once."""
-        partial = args.a @ args.weight.t()
+        """The GEMM, the all-reduce, then the epilogue once: ``torch.matmul`` then NCCL's
+        ``all_reduce``, into ``out`` where given and nothing follows them."""
+        a, out = args.a, args.out
+        plain = args.ep == PLAIN and out is not None
+        partial = torch.matmul(a, args.weight.t(), out=out) if plain else a @ args.weight.t()
         if args.tp.world_size > 1:
             dist.all_reduce(partial, group=args.tp.group)
-        return self._finish(partial.to(torch.promote_types(args.a.dtype, torch.float32)), args)
+        return self._finish(partial, args)
 
     def decomposed(self, args: Args) -> torch.Tensor:
         """Row chunks: each chunk's all-reduce is in flight while the next chunk's GEMM computes."""
@@ -122,11 +126,18 @@ class GemmAllReduce(GemmReduceScatter):
             works.append(dist.all_reduce(partial[lo : lo + chunk], group=args.tp.group, async_op=True))
         for work in works:
             work.wait()
-        return self._finish(partial.to(torch.promote_types(a.dtype, torch.float32)), args)
+        return self._finish(partial, args)
 
     def _finish(self, reduced: torch.Tensor, args: Args) -> torch.Tensor:
-        y = apply_epilogue(reduced, args.ep, args.bias, None, args.a.dtype)
-        return y if args.out is None else args.out.copy_(y)
+        """The epilogue once, on the reduced ``[M, N]`` product (in ``a.dtype``): a bias at most is
+        added in place, as GEMM-RS's reference does; a scale or an activation is applied in fp32."""
+        if args.ep != PLAIN:
+            y = apply_epilogue(reduced, args.ep, args.bias, None, args.a.dtype)
+            return y if args.out is None else args.out.copy_(y)
+        y = reduced if args.out is None or reduced is args.out else args.out.copy_(reduced)
+        if args.bias is not None:
+            y += args.bias
+        return y
 
     # ---- the tile protocol: one shot for small calls; else GEMM-RS's on chunks of ceil(M / W) rows, then the gather
     def chunk_rows(self, rows: int, world_size: int) -> int:
