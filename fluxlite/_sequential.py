@@ -27,11 +27,13 @@ def all_gather_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     return out
 
 
-def reduce_scatter_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
-    """``[M, ...]`` on each rank -> this rank's ``[M/W, ...]`` rows of the sum over ranks."""
+def reduce_scatter_rows(x: torch.Tensor, tp: TPGroup, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[M, ...]`` on each rank -> this rank's ``[M/W, ...]`` rows of the sum over ranks, into
+    ``out`` (contiguous, ``x``'s dtype) where given."""
     if tp.world_size == 1:
-        return x
-    out = x.new_empty((x.shape[0] // tp.world_size, *x.shape[1:]))
+        return x if out is None else out.copy_(x)
+    if out is None:
+        out = x.new_empty((x.shape[0] // tp.world_size, *x.shape[1:]))
     _reduce_scatter_single(out, x.contiguous(), group=tp.group)
     return out
 

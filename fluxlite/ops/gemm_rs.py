@@ -67,13 +67,14 @@ class GemmReduceScatter(Op):
     def sequential(self, args: Args) -> torch.Tensor:
         """The GEMM, the reduce-scatter, then the epilogue once."""
         a, bias, ep, out = args.a, args.bias, args.ep, args.out
-        reduced = reduce_scatter_rows(a @ args.weight.t(), args.tp)
-        if ep != epilogue.PLAIN:
+        plain = ep == epilogue.PLAIN
+        reduced = reduce_scatter_rows(a @ args.weight.t(), args.tp, out if plain else None)  # into out if nothing follows
+        if not plain:
             reduced = apply_epilogue(reduced, ep, bias, None, a.dtype)
             bias = None
         if out is None:
             out = reduced
-        else:
+        elif reduced is not out:
             out.copy_(reduced)
         if bias is not None:
             out += bias
