@@ -158,7 +158,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=positive(int), default=15,
                    help="rounds per shape (each times every impl in every mode)")
     p.add_argument("--quick", action="store_true", help="5 rounds, 1 warm-up")
-    p.add_argument("--warmup", type=positive(int, zero_ok=True), default=3, help="untimed calls per impl per shape")
+    p.add_argument("--warmup", type=positive(int, zero_ok=True), default=3,
+                   help="untimed calls per impl, shape and mode, at least 4 per input set unless 0")
     p.add_argument("--sets", type=positive(int), default=3, help="input sets rotated between calls")
     p.add_argument("--batch-ms", type=positive(float), default=20.0,
                    help="GPU work per throughput batch (sizes the batch)")

@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ranks to spawn when not under torchrun (default: one per GPU if 2+, else 2 CPU ranks)")
     p.add_argument("--rounds", type=positive(int), help="timed rounds per shape (default: 15 on GPUs, 2 on CPU)")
     p.add_argument("--warmup", type=positive(int, zero_ok=True),
-                   help="untimed calls per implementation per shape (default: 3 on GPUs, 0 on CPU)")
+                   help="untimed calls per implementation, shape and mode, at least 4 per input set unless 0 "
+                        "(default: 3 on GPUs, 0 on CPU)")
     p.add_argument("--sets", type=positive(int), help="input sets rotated between calls (default: 3 on GPUs, 2 on CPU)")
     p.add_argument("--batch-ms", type=positive(float), default=20.0, help="device work per throughput batch")
     p.add_argument("--time-limit", type=positive(float), metavar="SECONDS",
