@@ -108,8 +108,8 @@ class GemmAllReduce(GemmReduceScatter):
         """The GEMM, the all-reduce, then the epilogue once: ``torch.matmul`` then NCCL's
         ``all_reduce``, into ``out`` where given and nothing follows them."""
         a, out = args.a, args.out
-        plain = args.ep == PLAIN and out is not None
-        partial = torch.matmul(a, args.weight.t(), out=out) if plain else a @ args.weight.t()
+        into_out = args.ep == PLAIN and out is not None
+        partial = torch.matmul(a, args.weight.t(), out=out) if into_out else a @ args.weight.t()
         if args.tp.world_size > 1:
             dist.all_reduce(partial, group=args.tp.group)
         return self._finish(partial, args)

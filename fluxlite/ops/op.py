@@ -65,17 +65,17 @@ class Args:
 
 class Repeat(NamedTuple):
     """What a fused call decided before it ran, kept for the calls whose key equals its own: the
-    group, the checked epilogue, the timeout, the fused state and plan; and the dispatch choice it ran
-    (``impl="auto"``, or a candidate that ``auto`` measures), in force while that choice is the one
-    the call runs: for ``auto``, while :func:`fluxlite.dispatch.remembered` still gives it. Holding
-    the choice keeps its ``id``, part of the repeat key, from being reused."""
+    group, the checked epilogue, the timeout, the fused state and plan; and the choice it ran. For
+    ``impl="auto"`` and the candidates ``auto`` measures, it holds while that choice is the one the
+    call runs (for ``auto``, while :func:`fluxlite.dispatch.remembered` still gives it); holding the
+    choice keeps its ``id``, part of the repeat key, from being reused."""
 
     tp: TPGroup
     state: fused.FusedState
     plan: fused.Plan
     ep: epilogue.Epilogue
     timeout_s: float
-    choice: Choice | None
+    choice: Choice
 
     def in_force(self, choice: Choice | None) -> bool:
         """Whether it still holds, for a call that runs ``choice`` (None: an explicit ``impl="fused"``)."""
@@ -332,7 +332,7 @@ class Op:
         repeats = self.repeats
         if len(repeats) >= MAX_REPEATS:
             repeats.clear()
-        repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s, None if choice.source == "explicit" else choice)
+        repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s, choice)
 
 
 ROW_ALIGN_BYTES = 128

@@ -40,8 +40,6 @@ IMPLS = ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused", "
 REFERENCES = ("gemm", "comm", "copy", "limit", "sequential")  # always timed: the figures are relative to them
 OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover
 REPORTED_MODES = ("throughput", "latency", "host")
-AUTO_CANDIDATES = ("sequential", "decomposed", "fused")  # what auto chooses among: its row's "best"
-AUTO_MODES = ("throughput", "latency")  # the modes auto chooses for
 TIMEOUT_S = 60
 
 
@@ -127,21 +125,22 @@ def derive(times: dict[str, dict[str, float]]) -> dict:
     """The figures of a row from ``times[impl][mode]`` (ms; see the module docstring): ``limit_ms``
     and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
     (per mode), the exposed communication (ms), the efficiency against the limit and ``vs_limit``;
-    ``auto_vs_best[mode]``: ``auto`` over the fastest of :data:`AUTO_CANDIDATES` timed, per mode.
+    ``auto_vs_best[mode]``: ``auto`` over the fastest of what it chooses among
+    (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode it chooses for.
     A time that is missing (not timed, or failed) makes its figures NaN."""
     def t(impl, mode="throughput"):
         return times.get(impl, {}).get(mode, math.nan)
 
     g, seq, lim = t("gemm"), t("sequential"), t("limit")
     timed = [i for i in OVERLAPPED if i in times]
-    candidates = [i for i in AUTO_CANDIDATES if i in times]
+    candidates = [i for i in dispatch.MEASURED_IMPLS if i in times]
     return dict(
         limit_ms=lim,
         speedup_vs_sequential={i: {m: t("sequential", m) / t(i, m) for m in REPORTED_MODES} for i in timed},
         exposed_comm_ms={i: t(i) - g for i in timed},
         efficiency={i: limits.efficiency(seq, t(i), lim) for i in timed},
         vs_limit={i: t(i) / lim for i in timed},
-        auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in AUTO_MODES}
+        auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in dispatch.MEASURED_MODES}
         if "auto" in times and candidates else {},
     )
 
