@@ -54,8 +54,11 @@ PEER_LANES = tl.constexpr(8)
 rather than one round trip after another); a larger group takes more rounds."""
 
 
-# N is specialised (divisible by 16 or not): rows then start 16-byte aligned, so loads and stores are
-# vector ones. The other integers change from call to call and are not.
+# N is specialised (divisible by 16 or not), and VEC says how many elements a row's start is a
+# multiple of (16 bytes' worth where N * element size is a multiple of 16, else 1): rows then start
+# 16-byte aligned, so loads and stores are vector ones, at N = 7000 as at N = 8192 (specialised on 16
+# only, rows of N = 7000 bf16 elements load element by element). The other integers change from call
+# to call and are not.
 @triton.jit(do_not_specialize=["M", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot",
                                "timeout_ns"])
 def one_shot_kernel(
@@ -72,6 +75,7 @@ def one_shot_kernel(
     claim_slot, timeout_ns,
     scale,           # fp32 scalar epilogue scale, applied to the reduced sum
     BLOCK_N: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     if core.next_claim(counters_ptr, claim_slot) == 0:  # the first program to start announces our partial
         for p0 in range(0, world_size, PEER_LANES):
@@ -86,16 +90,17 @@ def one_shot_kernel(
     out_dtype = out.dtype.element_ty
     offs_r = tl.arange(0, 1)
     row_ok = offs_r < 1
-    column_blocks = tl.cdiv(N, BLOCK_N)
+    row_len = N // VEC * VEC  # N itself (VEC divides it), its divisibility by VEC then known to the compiler
+    column_blocks = tl.cdiv(row_len, BLOCK_N)
     for tile in range(tl.program_id(0), M * column_blocks, tl.num_programs(0)):
         offs_n = (tile % column_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < N
-        at = (tile // column_blocks).to(tl.int64) * N + offs_n[None, :]  # [1, BLOCK_N] elements of [M, N]
+        col_ok = offs_n < row_len
+        at = (tile // column_blocks).to(tl.int64) * row_len + offs_n[None, :]  # [1, BLOCK_N] elements of [M, N]
         acc = tl.zeros((1, BLOCK_N), tl.float32)
         for q in range(0, world_size):  # rank order on every rank
             if (err == 0) | (q == rank):
-                # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): rows of N % 16 == 0
-                # elements are 16-byte aligned, and load as vectors.
+                # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): rows of whole
+                # 16-byte units (VEC > 1) start 16-byte aligned, and load as vectors.
                 partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16)
                 acc += tl.load(partial + at, mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
         y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, 1, BLOCK_N)
@@ -120,4 +125,5 @@ def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | No
         (partials, out, bias, flag_bases, sync_args(flags, sig, error, call), counters, M, N, rank, W, sig_base,
          sch.finished_slot(W, 0), sch.region_start(W, parity) + sch.finished_slot(W, rank), sch.claim_slot(W),
          int(timeout_s * 1e9), ep.scale),
-        dict(BLOCK_N=BLOCK_N), num_warps=NUM_WARPS, num_stages=1)
+        dict(BLOCK_N=BLOCK_N, VEC=16 // out.element_size() if (N * out.element_size()) % 16 == 0 else 1),
+        num_warps=NUM_WARPS, num_stages=1)
