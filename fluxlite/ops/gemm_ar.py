@@ -76,8 +76,9 @@ the bytes read from the peers keeps the one-shot where its extra bytes take less
 steps it saves, and where the GEMM is too short for the two-shot's overlap to pay: 8 MiB take
 some 20-30 microseconds over one GPU's NVLink (300-400 GB/s). It covers decode at ``W = 2`` (256
 rows of ``N = 16384`` in bf16), and shrinks with the ranks: at ``W = 4`` a partial of 2.7 MiB, at
-``W = 8`` 1.1 MiB (73 rows of ``N = 8192`` in bf16). It is read at every call: a test that changes
-it releases the workspaces first (a plan's views are made for one path)."""
+``W = 8`` 1.1 MiB (73 rows of ``N = 8192`` in bf16). It is read at every call, and each path has a plan of
+its own; a repeated call keeps its first call's plan, and so its path (a test that changes it
+releases the workspaces, or gives each path's calls a timeout of their own)."""
 
 
 ROW_BLOCKS_PER_SPLIT = 2
@@ -164,6 +165,10 @@ class GemmAllReduce(GemmReduceScatter):
     def call_is_one_shot(self, world_size: int, args: Args) -> bool:
         """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
         return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
+
+    def plan_variant(self, world_size: int, args: Args) -> str:
+        """Each path has a plan of its own, whose views of the data halves are that path's."""
+        return "one_shot" if self.call_is_one_shot(world_size, args) else ""
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
         """One-shot calls compute their partial with cuBLAS: no kernel config to choose. Two shots run

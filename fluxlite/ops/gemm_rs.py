@@ -128,10 +128,15 @@ class GemmReduceScatter(Op):
         state.check()
         M, K = args.a.shape
         N = args.weight.shape[0]
-        plan = get_plan(state, self, M, K, N, args.a.dtype, "", args.ep, config)
+        plan = get_plan(state, self, M, K, N, args.a.dtype, self.plan_variant(state.ws.world_size, args), args.ep,
+                        config)
         state.reserve(self.reserve_bytes(state.ws.world_size, M, N, args.a.element_size()), timeout_s=args.timeout_s,
                       signature=plan.signature)
         return plan
+
+    def plan_variant(self, world_size: int, args: Args) -> str:
+        """What of a call's shapes makes a plan of its own: nothing for GEMM-RS."""
+        return ""
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
         """The bytes of a data half a call uses: ``recv``, the peers' partials of our rows."""
