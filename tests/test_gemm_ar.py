@@ -87,6 +87,32 @@ def test_gemm_ar_one_shot_with_the_kernel_as_consumer(world_size):
               env={"FLUXLITE_CPU_CONSUMER": "triton"})
 
 
+def _paths_in_turn(rank: int, W: int) -> None:
+    """One shape by one path on both data halves, then the other, then the first again, with no
+    release between: each path has its own plan (and views of the data halves). Each path's calls
+    have a timeout of their own, so that a call does not repeat the other path's call."""
+    module = importlib.import_module("fluxlite.ops.gemm_ar")
+    budget = module.ONE_SHOT_MAX_BYTES
+    gen = torch.Generator().manual_seed(8)
+    M, K, N = 13, 24, 40
+    failures: list[str] = []
+    for step, one_shot in enumerate((True, True, False, False, True)):  # each path on both data halves
+        module.ONE_SHOT_MAX_BYTES = budget if one_shot else 0
+        a_parts = [randn(gen, M, K, dtype=torch.float32) for _ in range(W)]
+        w_parts = [randn(gen, N, K, dtype=torch.float32) for _ in range(W)]
+        out = torch.full((M, N), float("nan"))
+        fluxlite.gemm_ar(a_parts[rank], w_parts[rank], impl="fused", out=out, timeout=30 if one_shot else 31)
+        check(f"W={W} r={rank} call {step} one_shot={one_shot}", out, _reference(a_parts, w_parts, None, None),
+              torch.float32, failures)
+    module.ONE_SHOT_MAX_BYTES = budget
+    fluxlite.release_workspaces()
+    assert not failures, "\n".join(failures)
+
+
+def test_gemm_ar_paths_in_turn_on_one_workspace():
+    run_ranks(_paths_in_turn, 2)
+
+
 def _bad_inputs(rank: int, W: int) -> None:
     a, w = torch.randn(6, 8), torch.randn(5, 8)
     for kwargs, exc, words in (
