@@ -446,10 +446,12 @@ def _missing_peer(rank, world_size):
     # the peer never sets its finished flags. A stream wait on them would never end (synchronize()
     # could only report a stuck GPU); the producer's bounded kernel must time out naming the peer.
     from fluxlite.host_flags import REDUCED_ROWS
+    from fluxlite.ops import AR
 
-    # 4096 x 2048 bf16 partials: over the one-shot budget, so the call is two-shot (a one-shot call
+    # 8192 x 4096 bf16 partials: over the one-shot budget, so the call is two-shot (a one-shot call
     # sets its finished flags in its reduction kernel, with nothing for a producer to skip)
-    a, w = _operands(gen, 4096, 1024, 2048)
+    a, w = _operands(gen, 8192, 1024, 4096)
+    assert not AR.one_shot(W, 8192, 4096, 2)
     fluxlite.gemm_ar(a, w, impl="fused", timeout=15)  # both ranks: kernels compiled and loaded
     fluxlite.synchronize()
     call = lambda: fluxlite.gemm_ar(a, w, impl="fused", timeout=PEER_TIMEOUT_S)  # noqa: E731

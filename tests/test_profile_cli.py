@@ -78,7 +78,7 @@ def test_transfer_bytes_follow_each_ops_protocol():
 
     assert limit.transfer_bytes("ag_gemm", 2, 1024, 64, 96, 2) == (512 * 64 * 2, 0)  # the peer's rows
     assert limit.transfer_bytes("gemm_rs", 2, 1024, 64, 96, 2) == (512 * 96 * 2, 512 * 96)  # its partials
-    small, large = 8, 1 << 16
+    small, large = 8, 1 << 18
     assert AR.one_shot(2, small, 96, 2) and not AR.one_shot(2, large, 96, 2)
     assert limit.transfer_bytes("gemm_ar", 2, small, 64, 96, 2) == (small * 96 * 2, small * 96 * 2)
     chunk = large // 2 * 96 * 2

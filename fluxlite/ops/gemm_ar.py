@@ -63,7 +63,7 @@ from ..workspace import view_offset
 from .gemm_rs import GemmReduceScatter
 from .op import Args
 
-ONE_SHOT_MAX_BYTES = 8 << 20
+ONE_SHOT_MAX_BYTES = 32 << 20
 """The most bytes a rank may read from its peers in a one-shot call, ``(W - 1) * M * N *
 element_size``; a larger call is two-shot.
 
@@ -71,12 +71,15 @@ Per rank the one-shot reads ``W - 1`` whole partials in one step after the GEMM,
 one flag round trip; the two-shot moves ``2 (W - 1) / W`` partials in two dependent steps, through
 some ten dependent launches, copies and flag waits of a few microseconds each, and overlaps its
 first step with its GEMM. At ``W = 2`` both move one partial per rank, so the one-shot costs no
-bytes more and saves the steps; at ``W = 8`` it reads four times the two-shot's bytes. A budget on
-the bytes read from the peers keeps the one-shot where its extra bytes take less time than the
-steps it saves, and where the GEMM is too short for the two-shot's overlap to pay: 8 MiB take
-some 20-30 microseconds over one GPU's NVLink (300-400 GB/s). It covers decode at ``W = 2`` (256
-rows of ``N = 16384`` in bf16), and shrinks with the ranks: at ``W = 4`` a partial of 2.7 MiB, at
-``W = 8`` 1.1 MiB (73 rows of ``N = 8192`` in bf16). It is read at every call, and each path has a plan of
+bytes more and saves the steps; at ``W = 8`` it reads four times the two-shot's bytes. Measured at
+two ranks on two H200s (BENCHMARKS.md, "GEMM-AllReduce"), the one-shot was as fast as the two-shot
+or faster at every size from 1 to 32 MiB in latency mode (0.67-1.05x the sequential against
+1.04-1.79x), and in throughput mode within 2.3% of it or faster (1536x5000->5000: 1.08x the
+sequential against 1.43x): a GEMM of a few hundred microseconds leaves the two-shot little to
+overlap, and its kernel and steps cost more than the overlap saves. Larger calls gain from the
+two-shot's overlap where K is a multiple of 64 (0.75-0.92x the sequential at 64-256 MiB; one-shot
+0.98-1.00x). At ``W = 4`` the budget is a partial of 10.7 MiB, at ``W = 8`` 4.6 MiB; those sizes
+were not measured. It is read at every call, and each path has a plan of
 its own; a repeated call keeps its first call's plan, and so its path (a test that changes it
 releases the workspaces, or gives each path's calls a timeout of their own)."""
 
