@@ -8,9 +8,9 @@ subprocess, since the test session runs Triton in interpreter mode.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
-import dataclasses
 import sys
 
 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):

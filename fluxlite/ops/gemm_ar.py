@@ -79,9 +79,9 @@ sequential against 1.43x): a GEMM of a few hundred microseconds leaves the two-s
 overlap, and its kernel and steps cost more than the overlap saves. Larger calls gain from the
 two-shot's overlap where K is a multiple of 64 (0.75-0.92x the sequential at 64-256 MiB; one-shot
 0.98-1.00x). At ``W = 4`` the budget is a partial of 10.7 MiB, at ``W = 8`` 4.6 MiB; those sizes
-were not measured. It is read at every call, and each path has a plan of
-its own; a repeated call keeps its first call's plan, and so its path (a test that changes it
-releases the workspaces, or gives each path's calls a timeout of their own)."""
+were not measured. It is read at every call, and each path has a plan of its own; a repeated call
+keeps its first call's plan, and so its path (a test that changes it releases the workspaces, or
+gives each path's calls a timeout of their own)."""
 
 
 ROW_BLOCKS_PER_SPLIT = 2
