@@ -156,11 +156,12 @@ _DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.flo
 OP_SIGNATURES: dict[int, tuple[str, tuple[str, ...]]] = {}
 """Op code -> (op name, names of its option bits): what :func:`describe_signature` prints. Each op
 adds itself when it is defined (:class:`fluxlite.ops.op.Op`)."""
-MAX_OPTIONS = 8  # option bits of a signature's head word (bits 8-15)
+MAX_OPTIONS = 7  # option bits of a signature's head word (bits 8-14)
+MATMUL_BIT = 15  # the head word's bit that says the call's consumer is the matmul one (not the Triton kernel)
 
 
 def call_signature(code: int, rows: int, K: int, N: int, dtype: torch.dtype, splits: int,
-                   options: tuple[bool, ...] = ()) -> tuple[int, ...]:
+                   options: tuple[bool, ...] = (), matmul: bool = False) -> tuple[int, ...]:
     """The ``SIG_WORDS`` int32 words that identify a fused call:
     ``(op code | dtype | option bits | splits, rows, K, N)``.
 
@@ -168,12 +169,13 @@ def call_signature(code: int, rows: int, K: int, N: int, dtype: torch.dtype, spl
     Every rank of a call must have the same signature; a waiter compares a peer's with its own
     before it uses the peer's data. ``options`` are what changes the data exchanged (AG: the
     gathered rows pulled or pushed, row scales travelling with the rows), at most
-    :data:`MAX_OPTIONS`.
+    :data:`MAX_OPTIONS`. ``matmul``: the consumer is the matmul one, whose partials carry the scale
+    and the bias (:mod:`fluxlite.ops.gemm_rs`), not the Triton kernel's.
     """
     if not 0 < code < 16 or len(options) > MAX_OPTIONS:
         raise ValueError(f"an op code is 1-15 with at most {MAX_OPTIONS} options, got {code} and {len(options)}")
     bits = sum(int(bool(o)) << i for i, o in enumerate(options))
-    return code | _DTYPE_CODES[dtype] << 4 | bits << 8 | splits << 16, rows, K, N
+    return code | _DTYPE_CODES[dtype] << 4 | (bits | int(matmul) << MATMUL_BIT - 8) << 8 | splits << 16, rows, K, N
 
 
 def describe_signature(words) -> str:
@@ -187,6 +189,8 @@ def describe_signature(words) -> str:
     what = f"{name}(rows={rows}, K={K}, N={N}, {dtype}"
     for i, option in enumerate(options):
         what += f", {option}={bool(head >> (8 + i) & 1)}"
+    if head >> MATMUL_BIT & 1:
+        what += ", consumer=matmul"
     return what + f", splits={head >> 16})"
 
 

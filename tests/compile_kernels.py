@@ -21,7 +21,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_ar, gemm_core, gemm_rs  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, finished_wait, gemm_ar, gemm_core, gemm_rs, split_wait  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
@@ -141,7 +141,11 @@ def main() -> None:
     cases.append(("int32", "finished_wait (the producer's bounded wait)", finished_wait.finished_wait_kernel,
                   dict(flags_ptr="*i32", error_ptr="*i32", call_ptr="*i32", first="i32", rank="i32", world_size="i32",
                        timeout_ns="i64"), {}, 0))
-    one_warp = (align.align_kernel, finished_wait.finished_wait_kernel)  # launched as one program of one warp
+    cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
+                  dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", rank="i32", world_size="i32",
+                       sig_base="i32", timeout_ns="i64"), {}, 0))
+    # launched as one program of one warp
+    one_warp = (align.align_kernel, finished_wait.finished_wait_kernel, split_wait.split_wait_kernel)
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:

@@ -23,6 +23,7 @@ import fluxlite
 from fluxlite import schedule as sch
 
 from fluxlite.ops import AG
+from fluxlite.ops.gemm_rs import MATMUL_SPLITS
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_workspace, randn, rs_reference
@@ -33,7 +34,10 @@ GROUP = 4  # calls per group: the first is checked in isolation, the rest run ba
 
 def _expected_flags(op: str, r: int, W: int, m: int) -> set[int]:
     """Slots of rank ``r``'s region that one call sets (chunks of ``m`` rows)."""
-    splits = AG.schedule(W, r, m, fluxlite.fused.call.CPU_BLOCK_M).splits
+    if op == "rs":  # the matmul consumer's splits
+        splits = min(MATMUL_SPLITS, -(-m // fluxlite.fused.call.CPU_BLOCK_M))
+    else:
+        splits = AG.schedule(W, r, m, fluxlite.fused.call.CPU_BLOCK_M).splits
     data = sch.pulled_slot if op == "ag_pull" else sch.data_slot
     return {slot for p in range(W) if p != r
             for slot in (sch.ready_slot(p), *(data(W, p, s) for s in range(splits)))}

@@ -108,14 +108,18 @@ class Plan:
 
 
 def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dtype: torch.dtype, variant: str = "",
-             ep: Epilogue = PLAIN, config: gemm_core.GemmConfig | None = None) -> Plan:
+             ep: Epilogue = PLAIN, config: gemm_core.GemmConfig | None = None, consumer: str | None = None,
+             splits: int | None = None) -> Plan:
     """The cached plan of this call of ``op`` (:class:`fluxlite.ops.op.Op`) on ``state``'s workspace
     (built on first use). ``rows``: what the op's signature counts; ``N``: the weight's rows;
     ``variant``: the op's (:meth:`~fluxlite.ops.op.Op.variant`); ``config``: the kernel's (default:
     :func:`gemm_core.default_config`). Of the epilogue only what shapes the plan is in its key (the
     activation, SwiGLU's halved output, and whether row scales travel): a scale is a launch argument,
-    so a new scale value builds no plan."""
-    consumer = state.consumer
+    so a new scale value builds no plan. ``consumer``: what computes the call (default: the state's,
+    :attr:`FusedState.consumer`; GEMM-RS's matmul consumer runs as ``"torch"`` on CUDA too:
+    :meth:`fluxlite.ops.gemm_rs.GemmReduceScatter.consumer_of`); ``splits``: at most this many per
+    chunk (default: the op's schedule's)."""
+    consumer = consumer or state.consumer
     config = config or gemm_core.default_config()
     key = (op.name, rows, K, N, dtype, variant, ep.activation, ep.row_scaled, config, consumer)
     plan = state.plans.get(key)
@@ -132,9 +136,15 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
             # a persistent consumer on every SM would starve the producer's pulls until the timeout.
             config = dataclasses.replace(config, num_progs=max(1, gemm_core.sm_count(ws.device) - SHARED_GPU_FREE_SMS))
         block_m = block_m_of(consumer, config)
-        sched = op.schedule(ws.world_size, ws.rank, rows, block_m)
+        if splits is not None:
+            blocks = -(-op.chunk_rows(rows, ws.world_size) // block_m)
+            splits = 1 if ws.world_size == 1 else min(splits, max(1, blocks))
+        sched = op.schedule(ws.world_size, ws.rank, rows, block_m, splits)
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
-        signature = sch.call_signature(op.code, rows, K, N, dtype, sched.splits, op.signature_options(variant, ep))
+        # The consumer is part of the protocol (what a partial holds), so ranks that disagree on it disagree on
+        # the signature.
+        signature = sch.call_signature(op.code, rows, K, N, dtype, sched.splits, op.signature_options(variant, ep),
+                                       matmul=consumer != "triton")
         dev = ws.device
         programs = gemm_core.persistent_programs(config, dev)  # tiles at a time
         plan = Plan(sched, config, consumer, num_n, signature,
@@ -161,6 +171,7 @@ class Call:
             state.captured = True
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
+        self.feed: producer.Feed | None = None  # CUDA, a consumer of many launches: the producer as it goes
         if ws.is_cuda:
             cu.ensure_context(ws.device.index)
             self.stream = torch._C._cuda_getCurrentRawStream(ws.device.index)
@@ -323,7 +334,15 @@ class Call:
         cu.stream_wait_event(side, state.call_start.cuda_event)
         before, after = program.on_stream
         producer.enqueue_on_stream(before, side)
-        consume()
+        if self.plan.consumer == "triton":
+            consume()
+        else:  # a consumer of many launches takes the producer's steps as it goes (producer.Feed)
+            self.feed = producer.Feed(program.pieces, side)
+            try:
+                consume()
+                after = self.feed.rest()
+            finally:
+                self.feed = None
         if program.joins:  # the producer's JOIN waits for the consumer's work so far
             cu.event_record(state.consumer_done.cuda_event, main)
         producer.enqueue_on_stream(after, side, state.consumer_done.cuda_event, self._wait_finished)

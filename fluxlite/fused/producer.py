@@ -82,6 +82,76 @@ def stream_calls(steps: list) -> list:
     return calls
 
 
+def pieces(steps: list) -> list[tuple[str, int, list]]:
+    """``steps`` cut before every WAIT, JOIN and WAIT_FINISHED, and before a SIGNAL that follows a
+    COPY, each piece as ``(kind, address, stream calls)``: ``kind`` is its first step's (``address``
+    that of a WAIT, else 0). What :class:`Feed` enqueues a piece at a time."""
+    out, piece = [], []
+    for step in steps:
+        cut = step[0] in (WAIT, JOIN, WAIT_FINISHED) or (step[0] == SIGNAL and piece and piece[-1][0] == COPY)
+        if cut and piece:
+            out.append(piece)
+            piece = []
+        piece.append(step)
+    if piece:
+        out.append(piece)
+    return [(p[0][0], p[0][1] if p[0][0] == WAIT else 0, stream_calls(p)) for p in out]
+
+
+class Feed:
+    """A CUDA producer program enqueued piece by piece as a consumer of several launches goes (the
+    matmul consumer: :meth:`fluxlite.ops.gemm_rs.GemmReduceScatter._consume_by_matmul`), not all of
+    it after the consumer.
+
+    Streams may share one hardware queue (always with ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron
+    sets), which runs its work in the order it was enqueued: a launch that waits for an earlier one
+    of its stream holds back everything behind it. A consumer of one kernel leaves the queue at once;
+    one of many launches, some of them waits on the peers, would hold the producer's steps behind
+    those waits, and the peers wait for those steps: a deadlock. So the consumer calls
+    :meth:`counted` once it has enqueued a counter's write, which enqueues the producer's wait for it
+    and the copy behind it (the wait is then satisfied in queue order), and :meth:`waiting` before it
+    enqueues a wait on the peers' split ``s``. A copy's signals are held back until the consumer's next
+    count, or its wait on a split at least as late as theirs: a signal waits for its copy, so in one
+    queue the consumer's next GEMM starts while the copy runs, and a rank's signals of split ``s`` are
+    ahead of its own wait on split ``s``, which is what the peers' waits on split ``s`` need
+    (tests/test_feed.py)."""
+
+    def __init__(self, program_pieces: list, stream: int) -> None:
+        self.pieces, self.stream, self.next = program_pieces, stream, 0
+        self.held, self.held_split = None, 0
+        self.written: set[int] = set()
+
+    def counted(self, address: int, split: int) -> None:
+        """The consumer has enqueued the write of the counter at ``address`` (of split ``split``)."""
+        self.written.add(address)
+        self._release()
+        while self.next < len(self.pieces):
+            kind, wait_address, calls = self.pieces[self.next]
+            if kind == SIGNAL and self.held is None:
+                self.held, self.held_split = calls, split
+            elif kind == WAIT and wait_address in self.written:
+                enqueue_on_stream(calls, self.stream)
+            else:
+                return
+            self.next += 1
+
+    def waiting(self, split: int) -> None:
+        """The consumer is about to enqueue a wait on the peers' split ``split``."""
+        if self.held is not None and self.held_split <= split:
+            self._release()
+
+    def _release(self) -> None:
+        if self.held is not None:
+            enqueue_on_stream(self.held, self.stream)
+            self.held = None
+
+    def rest(self) -> list:
+        """The stream calls not enqueued yet, in order (for after the consumer)."""
+        held = self.held or []
+        self.held = None
+        return held + [call for _, _, calls in self.pieces[self.next:] for call in calls]
+
+
 class Program(NamedTuple):
     """A producer program with where its first wait is, found once when it is built (:meth:`of`),
     and on CUDA its driver calls before and after that wait (:func:`stream_calls`), and its STAGE
@@ -92,6 +162,7 @@ class Program(NamedTuple):
     on_stream: tuple[list, list] | None = None
     joins: bool = False  # it waits for the consumer to finish (a JOIN step)
     staged: tuple = ()  # CUDA: the STAGE steps, as (dst, src, nbytes)
+    pieces: list | None = None  # CUDA: the steps from the first wait on, as pieces (:class:`Feed`)
 
     @classmethod
     def of(cls, steps: list, cuda: bool = False) -> "Program":
@@ -102,7 +173,7 @@ class Program(NamedTuple):
         rest = steps[len(staged):]
         at_rest = at - len(staged)
         return cls(steps, at, (stream_calls(rest[:at_rest]), stream_calls(rest[at_rest:])) if cuda else None,
-                   any(step[0] == JOIN for step in steps), staged)
+                   any(step[0] == JOIN for step in steps), staged, pieces(rest[at_rest:]) if cuda else None)
 
 
 def run_on_thread(steps: list, consumed: int, **wait_info) -> None:

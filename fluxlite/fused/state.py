@@ -24,7 +24,7 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..host_flags import exception_from_record, host_store, host_wait, resolve_timeout
-from ..kernels import align, finished_wait
+from ..kernels import align, finished_wait, split_wait
 from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..process import PROCESS
@@ -103,6 +103,7 @@ class FusedState:
         self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
         self.finished_wait_kernels: dict = {}  # the producer's bounded wait (fluxlite.kernels.finished_wait)
+        self.split_wait_kernels: dict = {}  # the matmul consumer's bounded wait (fluxlite.kernels.split_wait)
         self._bound = (-1, (), None, ())  # (workspace generation, then what _bind makes)
         if ws.is_cuda:
             self._warm_up()
@@ -377,6 +378,11 @@ class FusedState:
             # The producer's bounded wait for the peers' finished flags, likewise: alone, nothing to wait for.
             finished_wait.launch(flags=own, error=self.error, call=self.call_number, first=sch.finished_slot(W, 0),
                                  rank=0, world_size=1, timeout_s=self._timeout_s, cache=self.finished_wait_kernels)
+            # The matmul consumer's bounded wait for the peers' partials, likewise.
+            split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
+                              error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),
+                              peer_stride=sch.peer_slots(), rank=0, world_size=1, sig_base=0,
+                              timeout_s=self._timeout_s, cache=self.split_wait_kernels)
             self.sequence[:1].fill_(1)  # the first call's parity; no null calls counted
             self.sequence[2:].fill_(0)  # nor calls
         self.drain(self._timeout_s)

@@ -63,7 +63,7 @@ from ..workspace import view_offset
 from .gemm_rs import GemmReduceScatter
 from .op import Args
 
-ONE_SHOT_MAX_BYTES = 32 << 20
+ONE_SHOT_MAX_BYTES = 16 << 20
 """The most bytes a rank may read from its peers in a one-shot call, ``(W - 1) * M * N *
 element_size``; a larger call is two-shot.
 
@@ -72,13 +72,13 @@ one flag round trip; the two-shot moves ``2 (W - 1) / W`` partials in two depend
 some ten dependent launches, copies and flag waits of a few microseconds each, and overlaps its
 first step with its GEMM. At ``W = 2`` both move one partial per rank, so the one-shot costs no
 bytes more and saves the steps; at ``W = 8`` it reads four times the two-shot's bytes. Measured at
-two ranks on two H200s (BENCHMARKS.md, "GEMM-AllReduce"), the one-shot was as fast as the two-shot
-or faster at every size from 1 to 32 MiB in latency mode (0.67-1.05x the sequential against
-1.04-1.79x), and in throughput mode within 2.3% of it or faster (1536x5000->5000: 1.08x the
-sequential against 1.43x): a GEMM of a few hundred microseconds leaves the two-shot little to
-overlap, and its kernel and steps cost more than the overlap saves. Larger calls gain from the
-two-shot's overlap where K is a multiple of 64 (0.75-0.92x the sequential at 64-256 MiB; one-shot
-0.98-1.00x). At ``W = 4`` the budget is a partial of 10.7 MiB, at ``W = 8`` 4.6 MiB; those sizes
+two ranks on two H200s (BENCHMARKS.md, "GEMM-AllReduce"), the one shot was the faster up to 16 MiB
+(600x5000->7000, 1536x5000->5000, 1024x8192->8192: 0.95-1.06x the sequential in throughput mode
+against 1.07-1.35x for the two shots), and the two shots from 29 MiB on, where their first shot's
+GEMMs are cuBLAS's with the partials leaving beside them (2048x4096->8192, 4096x4096->4096,
+3000x13824->5120, 2048x14336->8192: 0.87-0.97x against 0.95-1.04x; in latency mode within 5% of
+each other either way). Larger calls gain more from the two shots' overlap (4096x8192->8192: 0.88x
+against 0.98x). At ``W = 4`` the budget is a partial of 5.3 MiB, at ``W = 8`` 2.3 MiB; those sizes
 were not measured. It is read at every call, and each path has a plan of its own; a repeated call
 keeps its first call's plan, and so its path (a test that changes it releases the workspaces, or
 gives each path's calls a timeout of their own)."""
@@ -169,13 +169,19 @@ class GemmAllReduce(GemmReduceScatter):
         """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
         return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
 
+    def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
+        """One shot: the state's (on CUDA, cuBLAS's GEMM and the reduction kernel); two shots: GEMM-RS's."""
+        if self.call_is_one_shot(state.ws.world_size, args):
+            return state.consumer
+        return super().consumer_of(state, args, config)
+
     def plan_variant(self, world_size: int, args: Args) -> str:
         """Each path has a plan of its own, whose views of the data halves are that path's."""
         return "one_shot" if self.call_is_one_shot(world_size, args) else ""
 
-    def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
-        """One-shot calls compute their partial with cuBLAS: no kernel config to choose. Two shots run
-        the GEMM-RS kernel: its configs."""
+    def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
+        """One-shot calls compute their partial with cuBLAS: no kernel config to choose. Two shots:
+        GEMM-RS's consumers."""
         return () if self.call_is_one_shot(args.tp.world_size, args) else super().kernel_configs(args)
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:

@@ -27,6 +27,7 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
+from .. import _cuda_driver as cu
 from .. import dispatch, epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
@@ -37,8 +38,25 @@ from ..host_flags import host_set_flag
 from ..fused import Call, FusedState, Plan, get_plan, producer
 from ..fused.producer import COPY, SIGNAL, WAIT
 from ..kernels import gemm_rs as kernel
+from ..kernels import split_wait
 from ..kernels.gemm_core import GemmConfig
 from .op import Args, Op, check_common, finish_args
+
+
+MATMUL_SPLITS = 2
+"""Splits per chunk of the matmul consumer (at most; fewer where a chunk has fewer row blocks): each
+split is one GEMM per chunk, a copy and a flag per peer, and on the local chunk a bounded wait. Two let
+the first split's copy run beside the second split's GEMM, so the local chunk's first ``addmm`` finds
+its partials there; three were slower on every GEMM-RS and GEMM-AllReduce shape measured at two ranks
+on two H200s (BENCHMARKS.md, "GEMM-RS by cuBLAS and the copy engine")."""
+
+
+MATMUL_MIN_FLOPS = 2.5e11
+"""The smallest GEMM (``2 M K N`` per rank) that a forced fused call runs with the matmul consumer
+where ``K`` is a multiple of 64. On two H200s the Triton kernel was the faster below it (8192x2048->4096,
+4096x3072->4096 and 512x14336->8192: 1.25-1.32x the overlap limit against 1.29-1.77x; 4096x7168->4096
+a tie), and the matmul consumer at and above it on every shape measured but one (1.00-1.10x against
+1.02-1.15x; BENCHMARKS.md, "GEMM-RS by cuBLAS and the copy engine")."""
 
 
 class GemmReduceScatter(Op):
@@ -104,9 +122,10 @@ class GemmReduceScatter(Op):
         reduced = apply_epilogue(acc, args.ep, args.bias, None, a.dtype)
         return reduced if args.out is None else args.out.copy_(reduced)
 
-    def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
-        """The configs whose pipeline the GEMM-RS kernel can hold (``kernel.MAX_STAGES``)."""
-        return tuple(c for c in dispatch.GPU_CONFIGS if c.num_stages <= kernel.MAX_STAGES)
+    def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
+        """The matmul consumer (``None``), then the configs whose pipeline the GEMM-RS kernel can hold
+        (``kernel.MAX_STAGES``)."""
+        return (None, *(c for c in dispatch.GPU_CONFIGS if c.num_stages <= kernel.MAX_STAGES))
 
     # ---- the tile protocol -------------------------------------------------------------------------
     def chunk_rows(self, rows: int, world_size: int) -> int:
@@ -124,15 +143,33 @@ class GemmReduceScatter(Op):
         return sch.data_slot(world_size, 0, split) if chunk == rank else sch.counter_slot(chunk, split)
 
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
-        kernel.check_config(config)
+        consumer = self.consumer_of(state, args, config)
+        if consumer == "triton":
+            kernel.check_config(config)
         state.check()
         M, K = args.a.shape
         N = args.weight.shape[0]
         plan = get_plan(state, self, M, K, N, args.a.dtype, self.plan_variant(state.ws.world_size, args), args.ep,
-                        config)
+                        config, consumer, MATMUL_SPLITS if consumer == "torch" else None)
         state.reserve(self.reserve_bytes(state.ws.world_size, M, N, args.a.element_size()), timeout_s=args.timeout_s,
                       signature=plan.signature)
         return plan
+
+    def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
+        """What computes a fused call. On CPU: the state's consumer. On CUDA, a named kernel ``config``
+        runs the Triton GEMM-RS kernel; without one (a forced ``impl="fused"``, or the rule), the matmul
+        consumer (``"torch"``: one cuBLAS GEMM per split) where cuBLAS's rows are whole 16-byte units and
+        either ``K`` is off a multiple of 64 (rows the Triton kernel's TMA loads split across cache
+        lines) or the GEMM has at least :data:`MATMUL_MIN_FLOPS`; else the Triton kernel, whose one
+        launch costs less on short GEMMs. ``auto`` measures both (:meth:`kernel_configs`)."""
+        if not state.ws.is_cuda:
+            return state.consumer
+        if config is not None:
+            return "triton"
+        (M, K), N = args.a.shape, args.weight.shape[0]
+        if N * args.a.element_size() % 16:
+            return "triton"
+        return "torch" if K % 64 or 2 * M * K * N >= MATMUL_MIN_FLOPS else "triton"
 
     def plan_variant(self, world_size: int, args: Args) -> str:
         """What of a call's shapes makes a plan of its own: nothing for GEMM-RS."""
@@ -143,12 +180,12 @@ class GemmReduceScatter(Op):
         return M * N * element_size
 
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
-        """The output by ``plan``: the producer program beside the consumer (the GPU kernel, or
-        per-block matmuls on CPU). The consumer writes this rank's reduced chunk into ``out``
+        """The output by ``plan``: the producer program beside the consumer (one GEMM per split,
+        :meth:`_consume_by_matmul`, or the Triton kernel: :meth:`consumer_of`). The consumer writes this rank's reduced chunk into ``out``
         (GEMM-RS), or into its rows of ``out`` (:meth:`reduced_rows`), where a second shot takes it."""
         ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
         W, r = ws.world_size, ws.rank
-        K, N = a.shape[1], weight.shape[0]
+        N = weight.shape[0]
         sched = plan.sched
         mc = sched.chunk_rows
         state.check()
@@ -158,31 +195,9 @@ class GemmReduceScatter(Op):
         out = args.out if args.out is not None else a.new_empty(self.out_shape(args))
         reduced = self.reduced_rows(out, r, mc)  # where the consumer writes our reduced chunk
         second = reduced is not out  # a second shot sends it on from there
-        acc_dtype = torch.promote_types(a.dtype, torch.float32)  # sum the partials in fp32 (fp64 stays fp64)
 
-        def consume_torch() -> None:
-            done = [0] * state.counters.numel()
-            for chunk, row0, rows, split in sched.rows():
-                src = a[chunk * mc + row0 : chunk * mc + row0 + rows]
-                if src.shape[0] < rows:  # a chunk past the end of a (GEMM-AllReduce): zero rows
-                    src = torch.cat([src, src.new_zeros(rows - src.shape[0], K)])
-                if chunk != r:
-                    torch.matmul(src, weight.t(), out=partial[chunk, row0 : row0 + rows])
-                    slot = sch.counter_slot(chunk, split)
-                    done[slot] += 1
-                    host_set_flag(state.counters, slot, done[slot])
-                    continue
-                acc = (src @ weight.t()).to(acc_dtype)
-                for p in sched.peers():
-                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
-                    acc += recv[p, row0 : row0 + rows]
-                kept = min(rows, reduced.shape[0] - row0)  # a last chunk cut short keeps its real rows
-                if kept > 0:
-                    reduced[row0 : row0 + kept] = apply_epilogue(acc[:kept], ep, bias, None, a.dtype)
-                if second:  # the second shot sends each reduced split on once it is complete
-                    slot = sch.counter_slot(r, split)
-                    done[slot] += 1
-                    host_set_flag(state.counters, slot, done[slot])
+        def consume_matmul() -> None:
+            self._consume_by_matmul(call, args, partial, recv, reduced, second)
 
         def consume_triton() -> None:
             kernel.launch(a=a, weight=weight, out=reduced, bias=bias, partial=partial, recv=recv,
@@ -195,9 +210,77 @@ class GemmReduceScatter(Op):
         def program() -> producer.Program:
             return call.program(copied, lambda: self.steps(call, partial) + (self.second_shot(call, out) if second else []))
 
-        call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
+        call.run(program, consume_triton if plan.consumer == "triton" else consume_matmul,
                  call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
         return out
+
+    def _consume_by_matmul(self, call: Call, args: Args, partial: torch.Tensor, recv: torch.Tensor,
+                           reduced: torch.Tensor, second: bool) -> None:
+        """The matmul consumer: one GEMM per (chunk, split) in the schedule's order, the peers' chunks
+        first. A peer chunk's split goes into ``partial`` and is counted for the producer, which sends
+        it; a split of our chunk waits (bounded) for the peers' partials of it, then takes the first as
+        the GEMM's ``C`` input (``addmm``: the reduction rides on the GEMM's epilogue, no pass of its
+        own) and adds any others. The partial this rank computes for chunk ``r - 1`` carries the bias,
+        so that it is added once per chunk, and every partial the scale. On CUDA the GEMMs are
+        cuBLAS's, a count is a stream write and a wait a one-program kernel
+        (:mod:`fluxlite.kernels.split_wait`); on CPU, matmuls, host stores and host waits."""
+        state, ws, plan = call.state, call.ws, call.plan
+        sched = plan.sched
+        W, r = ws.world_size, ws.rank
+        a, bias, scale = args.a, args.bias, args.ep.scale
+        M, mc = a.shape[0], sched.chunk_rows
+        wt = args.weight.t()
+        carried = (r - 1) % W  # the chunk whose partial from this rank carries the bias
+        peers = sched.peers()
+
+        def count(slot: int, split: int) -> None:  # the producer waits for the split's blocks in the counter
+            value = sched.split_tiles(split, plan.num_n)
+            if ws.is_cuda:
+                address = state.counters.data_ptr() + 4 * slot
+                key = ("count", address, value)
+                batch = plan.kernels.get(key)
+                if batch is None:
+                    batch = plan.kernels[key] = cu.mem_op_batch([(False, address, value)])
+                cu.stream_batch_mem_op(torch._C._cuda_getCurrentRawStream(ws.device.index), batch)
+                call.feed.counted(address, split)  # the producer's wait for it, and the copy behind it
+            else:
+                host_set_flag(state.counters, slot, value)
+
+        def product(dst: torch.Tensor, src: torch.Tensor, with_bias: bool) -> None:  # dst = scale * src @ W.T (+ b)
+            if with_bias and bias is not None:
+                torch.addmm(bias, src, wt, alpha=scale, out=dst)
+            else:
+                dst.addmm_(src, wt, beta=0, alpha=scale)  # beta 0: dst's old contents are never read
+
+        for chunk in sched.chunk_order:
+            for split, (lo, hi) in enumerate(plan.split_rows):
+                rows = max(0, min(hi, M - chunk * mc) - lo)  # a last chunk cut short (GEMM-AllReduce) has fewer
+                src = a[chunk * mc + lo : chunk * mc + lo + rows]
+                if chunk != r:
+                    if rows:
+                        product(partial[chunk, lo : lo + rows], src, chunk == carried)
+                    count(sch.counter_slot(chunk, split), split)
+                    continue
+                if ws.is_cuda:
+                    call.feed.waiting(split)  # our signals of this split go ahead of our wait on the peers'
+                    split_wait.launch(flags=state.region(call.parity), sig=plan.signature_dev, error=state.error,
+                                      call=state.call_number, first=sch.data_slot(W, 0, split),
+                                      peer_stride=sch.peer_slots(), rank=r, world_size=W,
+                                      sig_base=call.signature_base, timeout_s=call.timeout_s,
+                                      cache=state.split_wait_kernels)
+                else:
+                    for p in peers:
+                        call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
+                if rows:
+                    dst = reduced[lo : lo + rows]
+                    if peers:
+                        torch.addmm(recv[peers[0], lo : lo + rows], src, wt, alpha=scale, out=dst)
+                        for p in peers[1:]:
+                            dst += recv[p, lo : lo + rows]
+                    else:
+                        product(dst, src, True)
+                if second:  # the second shot sends each reduced split on once it is complete
+                    count(sch.counter_slot(r, split), split)
 
     def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
         """Where the consumer writes this rank's reduced chunk: ``out`` itself, or (an op with a second

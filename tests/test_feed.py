@@ -1,0 +1,108 @@
+"""The matmul consumer's producer feed (fluxlite.fused.producer.Feed) in one hardware queue per GPU.
+
+With ``CUDA_DEVICE_MAX_CONNECTIONS=1`` every stream of a GPU feeds one in-order queue: an operation
+that waits (a stream wait on a counter, a launch behind a wait kernel on its stream) holds back all
+that was enqueued after it. The matmul consumer enqueues GEMMs, counter writes and bounded waits on
+the peers' partials; the producer's waits, copies and signals go on another stream. This simulates
+W ranks, each with one such queue, running the consumer's launches and the producer's steps in the
+order the host enqueues them (the consumer's calls as :meth:`GemmReduceScatter._consume_by_matmul`
+makes them), and checks that every rank finishes, and that enqueueing the whole producer after the
+consumer would not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fluxlite.fused import producer
+from fluxlite.fused.producer import COPY, SIGNAL, WAIT
+
+
+def _rs_program(rank: int, W: int, splits: int) -> list:
+    """GEMM-RS's producer steps (:meth:`GemmReduceScatter.steps`) with symbolic addresses."""
+    steps = []
+    for i in range(1, W):
+        d = (rank + i) % W
+        for s in range(splits):
+            steps += [(WAIT, ("counter", rank, d, s), 1, {}), (COPY, ("recv", d, rank, s), ("partial", rank, d, s), 1),
+                      (SIGNAL, ("flag", d, rank, s), 1)]
+    return steps
+
+
+def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch) -> list:
+    """The items of ``rank``'s queue in host order: ``("main", op, ...)`` and ``("side", step)``."""
+    queue = []
+    monkeypatch.setattr(producer, "stream_calls", lambda steps: list(steps))
+    monkeypatch.setattr(producer, "enqueue_on_stream",
+                        lambda calls, stream, *a: queue.extend(("side", step) for step in calls))
+    pieces = producer.pieces(_rs_program(rank, W, splits))
+    f = producer.Feed(pieces, stream=0)
+    for i in range(1, W):  # the consumer, as _consume_by_matmul enqueues it: peer chunks, then ours
+        d = (rank + i) % W
+        for s in range(splits):
+            queue.append(("main", "gemm"))
+            queue.append(("main", "count", ("counter", rank, d, s)))
+            if feed:
+                f.counted(("counter", rank, d, s), s)
+    for s in range(splits):
+        if feed:
+            f.waiting(s)
+        queue.append(("main", "wait", [("flag", rank, p, s) for p in range(W) if p != rank]))
+        queue.append(("main", "gemm"))
+    queue.extend(("side", step) for step in (f.rest() if feed else [c for _, _, calls in pieces for c in calls]))
+    return queue
+
+
+def _runs_to_the_end(queues: list[list]) -> bool:
+    """Each rank's queue in order, an item holding back the rest until it can run; ``False`` if no
+    rank can move and some are not done."""
+    memory: set = set()
+    heads = [0] * len(queues)
+    while True:
+        moved = False
+        for r, queue in enumerate(queues):
+            while heads[r] < len(queue):
+                item = queue[heads[r]]
+                if item[0] == "main":
+                    if item[1] == "count":
+                        memory.add(item[2])
+                    elif item[1] == "wait" and not all(flag in memory for flag in item[2]):
+                        break
+                else:
+                    step = item[1]
+                    if step[0] == WAIT and step[1] not in memory:
+                        break
+                    if step[0] == SIGNAL:
+                        memory.add(step[1])
+                heads[r] += 1
+                moved = True
+        if all(h == len(q) for h, q in zip(heads, queues)):
+            return True
+        if not moved:
+            return False
+
+
+@pytest.mark.parametrize("W", [2, 3, 4])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_the_feed_keeps_one_queue_per_gpu_moving(W, splits, monkeypatch):
+    queues = [_enqueue_order(r, W, splits, True, monkeypatch) for r in range(W)]
+    assert _runs_to_the_end(queues)
+    # every producer step went out, once and in program order
+    for r, queue in enumerate(queues):
+        assert [item[1] for item in queue if item[0] == "side"] == _rs_program(r, W, splits)
+
+
+@pytest.mark.parametrize("W", [2, 4])
+def test_the_producer_after_the_whole_consumer_deadlocks_in_one_queue(W, monkeypatch):
+    """What the feed is for: the consumer's first wait on a peer holds back the producer's copies."""
+    queues = [_enqueue_order(r, W, 2, False, monkeypatch) for r in range(W)]
+    assert not _runs_to_the_end(queues)
+
+
+def test_signals_go_one_launch_after_their_copy(monkeypatch):
+    """A signal waits for its copy; held back past the consumer's next GEMM, it lets that GEMM start
+    while the copy runs."""
+    queue = _enqueue_order(0, 2, 2, True, monkeypatch)
+    kinds = [item[1] if item[0] == "main" else item[1][0] for item in queue]
+    assert kinds == ["gemm", "count", WAIT, COPY, "gemm", "count", SIGNAL, WAIT, COPY,
+                     "wait", "gemm", SIGNAL, "wait", "gemm"]
