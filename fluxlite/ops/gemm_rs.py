@@ -14,6 +14,12 @@ owner)::
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
                                              d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
 
+The consumer is one of two (:meth:`GemmReduceScatter.consumer_of`): the Triton kernel above, tile
+by tile, or the matmul consumer, the same protocol a split at a time with cuBLAS on CUDA::
+
+    consumer: splits of peer chunk d: partial[d] rows = scale * A @ W.T (+ b for chunk r - 1); counter (d, s) = blocks
+              splits of our chunk: wait (bounded kernel) as above; out rows = addmm(C = recv[p0], A, W.T) + other peers'
+
 The producer only ever waits on this rank's own counters, which the consumer always completes (a
 kernel whose own wait timed out still computes and counts every peer tile). The schedule starts on
 the next rank's chunk and ends on the local one (``first = 1``), so each destination's partials
@@ -55,8 +61,9 @@ MATMUL_MIN_FLOPS = 2.5e11
 """The smallest GEMM (``2 M K N`` per rank) that a forced fused call runs with the matmul consumer
 where ``K`` is a multiple of 64. On two H200s the Triton kernel was the faster below it (8192x2048->4096,
 4096x3072->4096 and 512x14336->8192: 1.25-1.32x the overlap limit against 1.29-1.77x; 4096x7168->4096
-a tie), and the matmul consumer at and above it on every shape measured but one (1.00-1.10x against
-1.02-1.15x; BENCHMARKS.md, "GEMM-RS by cuBLAS and the copy engine")."""
+a tie; 1024x8192->8192 is the exception, 1.27x against 1.37x), and the matmul consumer at and above
+it on all ten shapes measured (1.00-1.11x against 1.02-1.46x; BENCHMARKS.md, "GEMM-RS by cuBLAS and
+the copy engine")."""
 
 
 class GemmReduceScatter(Op):
