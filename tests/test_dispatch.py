@@ -621,3 +621,29 @@ def test_the_warm_up_runs_every_input_in_each_mode():
     """A callable that runs another implementation in each mode (``auto``) warms up both: its fused
     calls' replays are in place before the rounds that time them."""
     run_ranks(_warm_up_in_each_mode, 1)
+
+
+@pytest.mark.parametrize("M,K,N,dtype,expected", [
+    (8192, 4096, 8192, torch.bfloat16, "torch"),      # 5.5e11 flops: cuBLAS per split
+    (4096, 3072, 4096, torch.bfloat16, "triton"),     # 1.0e11: the kernel's one launch
+    (1024, 5000, 1024, torch.bfloat16, "torch"),      # K off a multiple of 64, however small
+    (6000, 5000, 3500, torch.bfloat16, "triton"),     # rows of 7000 bytes: cuBLAS is slow there
+    (6000, 5000, 3500, torch.float32, "torch"),       # rows of 14000 bytes: whole 16-byte units
+])
+def test_gemm_rs_consumer_rule(M, K, N, dtype, expected):
+    """A forced fused GEMM-RS on CUDA runs the matmul consumer where cuBLAS's rows are whole 16-byte
+    units and K is off 64 or the GEMM is large; a named config always runs the kernel; CPU runs the
+    state's consumer."""
+    from types import SimpleNamespace
+
+    from fluxlite.kernels.gemm_core import GemmConfig
+    from fluxlite.ops.gemm_rs import MATMUL_MIN_FLOPS
+
+    assert 2 * 4096 * 3072 * 4096 < MATMUL_MIN_FLOPS <= 2 * 8192 * 4096 * 8192
+    args = SimpleNamespace(a=torch.empty(M, K, dtype=dtype, device="meta"),
+                           weight=torch.empty(N, K, dtype=dtype, device="meta"))
+    cuda = SimpleNamespace(ws=SimpleNamespace(is_cuda=True), consumer="triton")
+    assert RS.consumer_of(cuda, args, None) == expected
+    assert RS.consumer_of(cuda, args, GemmConfig()) == "triton"
+    cpu = SimpleNamespace(ws=SimpleNamespace(is_cuda=False), consumer="torch")
+    assert RS.consumer_of(cpu, args, None) == "torch"

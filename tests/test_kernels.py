@@ -26,6 +26,7 @@ from fluxlite.kernels import finished_wait as finished_wait_kern
 from fluxlite.kernels import gemm_ar as ar_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
+from fluxlite.kernels import split_wait as split_wait_kern
 from fluxlite.ops import AG, AR, RS
 from fluxlite.kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_FINISHED,
                                            ERR_TIMEOUT_RS, MIRROR_WORD, RECORD_WORDS)
@@ -315,6 +316,64 @@ def test_finished_wait_returns_at_once_after_an_earlier_failure():
     _finished_wait(flags, error, epoch, 0, W, 30.0)
     assert time.monotonic() - t0 < 5.0, "waited for the timeout after a failure was recorded"
     assert torch.equal(error, before), "the first failure stays the record"
+
+
+def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s):
+    parity = epoch % 2
+    split_wait_kern.launch(flags=flags[sch.region_start(W, parity):], sig=torch.tensor(sig, dtype=torch.int32),
+                           error=error, call=torch.tensor([epoch], dtype=torch.int32),
+                           first=sch.data_slot(W, 0, split), peer_stride=sch.peer_slots(), rank=rank, world_size=W,
+                           sig_base=sch.signature_slot(W, parity, 0) - sch.region_start(W, parity),
+                           timeout_s=timeout_s, cache={})
+
+
+def test_split_wait_returns_once_every_peer_sent_the_split():
+    """Rank 1 of 3, split 1: both peers arrived with our signature and sent split 1 (not split 0,
+    which this wait does not look at). Nothing is recorded and no flag changes."""
+    W, epoch, split = 3, 4, 1
+    sig = sch.call_signature(RS.code, 96, 16, 24, torch.float32, 2, matmul=True)
+    flags = _flags_with_signature(W, sig, epoch % 2, (0, 2))
+    for p in (0, 2):
+        flags[_slot(W, epoch, sch.data_slot(W, p, split))] = sch.SET
+    before = flags.clone()
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    _split_wait(flags, sig, error, epoch, 1, W, split, 1.0)
+    assert error.tolist() == [0] * RECORD_WORDS and torch.equal(flags, before)
+
+
+def test_split_wait_records_a_peer_whose_split_never_comes():
+    """Rank 0 of 3: peer 1 sent split 0, peer 2 arrived but never sends it. The wait ends after its
+    timeout with a record naming peer 2, the split's data flag, our chunk and the call, mirrored to
+    the host, and the host's error names the split."""
+    W, epoch, split = 3, 7, 0
+    sig = sch.call_signature(RS.code, 96, 16, 24, torch.float32, 2, matmul=True)
+    flags = _flags_with_signature(W, sig, epoch % 2, (1, 2))
+    flags[_slot(W, epoch, sch.data_slot(W, 1, split))] = sch.SET
+    error, mirror = _mirrored_record()
+    _split_wait(flags, sig, error, epoch, 0, W, split, 0.01)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_RS, sch.data_slot(W, 2, split), epoch, 0, 2, 0)
+    assert _mirrored(error, mirror)
+    exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
+    assert isinstance(exc, FluxliteTimeoutError)
+    assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch) == (0, 2, 0, split, epoch)
+
+
+def test_split_wait_records_a_peer_in_another_call():
+    """Peer 1 arrived with the Triton kernel's signature of the same shapes (it runs the other
+    consumer, whose partials hold no bias): a mismatch, recorded with both signatures, not a wait."""
+    W, epoch = 2, 2
+    mine = sch.call_signature(RS.code, 64, 16, 24, torch.float32, 2, matmul=True)
+    theirs = sch.call_signature(RS.code, 64, 16, 24, torch.float32, 2)
+    flags = _flags_with_signature(W, mine, epoch % 2, (1,), words=theirs)
+    flags[_slot(W, epoch, sch.data_slot(W, 1, 0))] = sch.SET
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    _split_wait(flags, mine, error, epoch, 0, W, 0, 30.0)
+    rec = error.tolist()
+    assert rec[0] == ERR_MISMATCH and rec[4] == 1
+    exc = exception_from_record(rec, rank=0, world_size=W, timeout_s=30.0)
+    assert isinstance(exc, FluxliteCallMismatchError) and "consumer=matmul" in exc.mine
+    assert "consumer=matmul" not in exc.theirs
 
 
 def _one_shot(flags, partials, out, bias, error, epoch, rank, sig, timeout_s=1.0, scale=1.0):
