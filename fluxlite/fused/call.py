@@ -320,7 +320,9 @@ class Call:
         ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron sets; by chance otherwise), so no wait may sit
         in front of the kernel: RS's producer waits on the kernel's own counters, and AG's pull
         waits on a peer that may never come, where only the kernel's bounded wait (which then
-        releases the producer) ends the call.
+        releases the producer) ends the call. A consumer of many launches (GEMM-RS's matmul
+        consumer) takes the rest piece by piece as it enqueues them (:class:`producer.Feed`), since
+        its own waits on the peers would otherwise sit in front of the producer's copies.
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
