@@ -15,27 +15,36 @@ from __future__ import annotations
 import pytest
 
 from fluxlite.fused import producer
-from fluxlite.fused.producer import COPY, SIGNAL, WAIT
+from fluxlite.fused.producer import COPY, JOIN, SIGNAL, WAIT, WAIT_FINISHED
 
 
-def _rs_program(rank: int, W: int, splits: int) -> list:
-    """GEMM-RS's producer steps (:meth:`GemmReduceScatter.steps`) with symbolic addresses."""
+def _rs_program(rank: int, W: int, splits: int, second: bool = False) -> list:
+    """GEMM-RS's producer steps (:meth:`GemmReduceScatter.steps`) with symbolic addresses, and with
+    ``second`` GEMM-AllReduce's second shot (:meth:`GemmAllReduce.second_shot`)."""
     steps = []
-    for i in range(1, W):
-        d = (rank + i) % W
+    peers = [(rank + i) % W for i in range(1, W)]
+    for d in peers:
         for s in range(splits):
             steps += [(WAIT, ("counter", rank, d, s), 1, {}), (COPY, ("recv", d, rank, s), ("partial", rank, d, s), 1),
                       (SIGNAL, ("flag", d, rank, s), 1)]
+    if second:
+        for s in range(splits):
+            steps.append((WAIT, ("counter", rank, rank, s), 1, {}))
+            steps += [(COPY, ("gathered", p, rank, s), ("out", rank, s), 1) for p in peers]
+        steps += [(SIGNAL, ("finished", p, rank), 1) for p in peers]
+        steps.append((JOIN,))
+        steps.append((WAIT_FINISHED, [(("finished", rank, p), 1, {}) for p in peers]))
+        steps += [(COPY, ("out", p), ("gathered", rank, p), 1) for p in peers]
     return steps
 
 
-def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch) -> list:
+def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch, second: bool = False) -> list:
     """The items of ``rank``'s queue in host order: ``("main", op, ...)`` and ``("side", step)``."""
     queue = []
     monkeypatch.setattr(producer, "stream_calls", lambda steps: list(steps))
     monkeypatch.setattr(producer, "enqueue_on_stream",
                         lambda calls, stream, *a: queue.extend(("side", step) for step in calls))
-    pieces = producer.pieces(_rs_program(rank, W, splits))
+    pieces = producer.pieces(_rs_program(rank, W, splits, second))
     f = producer.Feed(pieces, stream=0)
     for i in range(1, W):  # the consumer, as _consume_by_matmul enqueues it: peer chunks, then ours
         d = (rank + i) % W
@@ -49,6 +58,11 @@ def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch) -> l
             f.waiting(s)
         queue.append(("main", "wait", [("flag", rank, p, s) for p in range(W) if p != rank]))
         queue.append(("main", "gemm"))
+        if second:
+            queue.append(("main", "count", ("counter", rank, rank, s)))
+            if feed:
+                f.counted(("counter", rank, rank, s), s)
+    queue.append(("main", "end"))  # the consumer is done: what a JOIN waits for
     queue.extend(("side", step) for step in (f.rest() if feed else [c for _, _, calls in pieces for c in calls]))
     return queue
 
@@ -64,13 +78,17 @@ def _runs_to_the_end(queues: list[list]) -> bool:
             while heads[r] < len(queue):
                 item = queue[heads[r]]
                 if item[0] == "main":
-                    if item[1] == "count":
-                        memory.add(item[2])
+                    if item[1] in ("count", "end"):
+                        memory.add(item[2] if item[1] == "count" else ("end", r))
                     elif item[1] == "wait" and not all(flag in memory for flag in item[2]):
                         break
                 else:
                     step = item[1]
                     if step[0] == WAIT and step[1] not in memory:
+                        break
+                    if step[0] == JOIN and ("end", r) not in memory:
+                        break
+                    if step[0] == WAIT_FINISHED and not all(flag in memory for flag, _, _ in step[1]):
                         break
                     if step[0] == SIGNAL:
                         memory.add(step[1])
@@ -84,18 +102,20 @@ def _runs_to_the_end(queues: list[list]) -> bool:
 
 @pytest.mark.parametrize("W", [2, 3, 4])
 @pytest.mark.parametrize("splits", [1, 2])
-def test_the_feed_keeps_one_queue_per_gpu_moving(W, splits, monkeypatch):
-    queues = [_enqueue_order(r, W, splits, True, monkeypatch) for r in range(W)]
+@pytest.mark.parametrize("second", [False, True], ids=["gemm_rs", "gemm_ar"])
+def test_the_feed_keeps_one_queue_per_gpu_moving(W, splits, second, monkeypatch):
+    queues = [_enqueue_order(r, W, splits, True, monkeypatch, second) for r in range(W)]
     assert _runs_to_the_end(queues)
     # every producer step went out, once and in program order
     for r, queue in enumerate(queues):
-        assert [item[1] for item in queue if item[0] == "side"] == _rs_program(r, W, splits)
+        assert [item[1] for item in queue if item[0] == "side"] == _rs_program(r, W, splits, second)
 
 
 @pytest.mark.parametrize("W", [2, 4])
-def test_the_producer_after_the_whole_consumer_deadlocks_in_one_queue(W, monkeypatch):
+@pytest.mark.parametrize("second", [False, True], ids=["gemm_rs", "gemm_ar"])
+def test_the_producer_after_the_whole_consumer_deadlocks_in_one_queue(W, second, monkeypatch):
     """What the feed is for: the consumer's first wait on a peer holds back the producer's copies."""
-    queues = [_enqueue_order(r, W, 2, False, monkeypatch) for r in range(W)]
+    queues = [_enqueue_order(r, W, 2, False, monkeypatch, second) for r in range(W)]
     assert not _runs_to_the_end(queues)
 
 
@@ -105,4 +125,4 @@ def test_signals_go_one_launch_after_their_copy(monkeypatch):
     queue = _enqueue_order(0, 2, 2, True, monkeypatch)
     kinds = [item[1] if item[0] == "main" else item[1][0] for item in queue]
     assert kinds == ["gemm", "count", WAIT, COPY, "gemm", "count", SIGNAL, WAIT, COPY,
-                     "wait", "gemm", SIGNAL, "wait", "gemm"]
+                     "wait", "gemm", SIGNAL, "wait", "gemm", "end"]
