@@ -39,6 +39,7 @@ from .. import schedule as sch
 from .._validate import check_impl, check_operands, check_out, check_timeout, operands_as_used
 from ..dispatch import GPU_FUSED_DTYPES, Choice
 from ..host_flags import resolve_timeout
+from ..kernels.gemm_core import GemmConfig
 from ..process import PROCESS
 from ..group import TPGroup, resolve_group
 from ..workspace import get_workspace
@@ -249,9 +250,10 @@ class Op:
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
         return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args)), key
 
-    def kernel_configs(self, args: Args) -> tuple[GemmConfig, ...]:
+    def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
-        candidate of its own (none: its fused path runs no GEMM kernel of ours)."""
+        candidate of its own (none: its fused path runs no GEMM kernel of ours; ``None`` among them:
+        the fused call with no config named, GEMM-RS's matmul consumer where its rule runs it)."""
         return dispatch.GPU_CONFIGS
 
     def dispatch_op(self, variant: str) -> str:
