@@ -103,7 +103,8 @@ class Plan:
     tiles: torch.Tensor  # schedule.tile_order() on the device
     split_rows: tuple[tuple[int, int], ...]  # rows [lo, hi) of a chunk that each split covers
     ready_on_arrival: bool  # the alignment step sets our `ready` on the peers (not AG's pull: its producer does)
-    kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch)
+    kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch), and the
+    # matmul consumer's counter writes (memop batches)
     bound: Bindings = field(default_factory=Bindings)
 
 
@@ -205,7 +206,8 @@ class Call:
         if program is None:
             if len(programs) >= MAX_PROGRAMS:
                 programs.clear()
-            program = programs[key] = producer.Program.of(build(), cuda=self.ws.is_cuda)
+            program = programs[key] = producer.Program.of(build(), cuda=self.ws.is_cuda,
+                                                          fed=self.plan.consumer != "triton")
         return program
 
     def _bindings(self) -> Bindings:

@@ -159,21 +159,25 @@ class Program(NamedTuple):
 
     steps: list
     first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
-    on_stream: tuple[list, list] | None = None
+    on_stream: tuple[list, list | None] | None = None  # (before the first wait, after it; None when fed)
     joins: bool = False  # it waits for the consumer to finish (a JOIN step)
     staged: tuple = ()  # CUDA: the STAGE steps, as (dst, src, nbytes)
-    pieces: list | None = None  # CUDA: the steps from the first wait on, as pieces (:class:`Feed`)
+    pieces: list | None = None  # CUDA, for a consumer of many launches: the rest, as pieces (:class:`Feed`)
 
     @classmethod
-    def of(cls, steps: list, cuda: bool = False) -> "Program":
+    def of(cls, steps: list, cuda: bool = False, fed: bool = False) -> "Program":
+        """``steps`` as a program; ``cuda``: with its stream calls; ``fed``: and its pieces, for a
+        consumer that takes the producer as it goes (:class:`Feed`)."""
         at = first_wait(steps)
         staged = tuple(step[1:] for step in steps if step[0] == STAGE)
         if any(step[0] != STAGE for step in steps[:len(staged)]):
             raise ValueError("a producer program's STAGE steps come first")
         rest = steps[len(staged):]
         at_rest = at - len(staged)
-        return cls(steps, at, (stream_calls(rest[:at_rest]), stream_calls(rest[at_rest:])) if cuda else None,
-                   any(step[0] == JOIN for step in steps), staged, pieces(rest[at_rest:]) if cuda else None)
+        after = rest[at_rest:]
+        on_stream = (stream_calls(rest[:at_rest]), None if fed else stream_calls(after)) if cuda else None
+        return cls(steps, at, on_stream, any(step[0] == JOIN for step in steps), staged,
+                   pieces(after) if cuda and fed else None)
 
 
 def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
