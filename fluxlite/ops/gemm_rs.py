@@ -33,6 +33,7 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
+from .. import _cublaslt as cublaslt
 from .. import _cuda_driver as cu
 from .. import dispatch, epilogue
 from .. import schedule as sch
@@ -281,7 +282,9 @@ class GemmReduceScatter(Op):
                 if rows:
                     dst = reduced[lo : lo + rows]
                     if peers:
-                        torch.addmm(recv[peers[0], lo : lo + rows], src, wt, alpha=scale, out=dst)
+                        first = recv[peers[0], lo : lo + rows]  # C: cuBLASLt reads it where it lies
+                        if not (ws.is_cuda and cublaslt.addmm_into(dst, first, src, args.weight, scale)):
+                            torch.addmm(first, src, wt, alpha=scale, out=dst)  # copies C into dst first
                         for p in peers[1:]:
                             dst += recv[p, lo : lo + rows]
                     else:

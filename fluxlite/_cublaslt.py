@@ -1,0 +1,207 @@
+"""One cuBLASLt call: ``D = alpha * A @ W.T + C`` with ``C`` and ``D`` in different buffers.
+
+``torch.addmm(c, a, w.t(), out=d)`` cannot do this: cuBLAS's GEMM reads ``C`` from the buffer it
+writes, so torch first copies ``c`` into ``d`` (a pass over ``[M, N]`` before every GEMM). cuBLASLt
+takes ``C`` and ``D`` as two pointers. The matmul consumer of GEMM-RS
+(:meth:`fluxlite.ops.gemm_rs.GemmReduceScatter._consume_by_matmul`) adds a peer's partial, which
+sits in the symmetric receive buffer, to this rank's product and writes the sum into the caller's
+output: with this call that is one GEMM with no copy beside it.
+
+Row-major operands map onto cuBLASLt's column-major ones as transposes::
+
+    d[m, n] = alpha * sum_k a[m, k] * w[n, k] + c[m, n]
+    column-major:  D^T (N x M) = op(W) (N x K) @ A^T (K x M) + C^T
+
+``a`` must have unit stride along K, ``c`` and ``d`` unit stride along N, and ``w`` unit stride
+along either dimension (``nn.Linear``'s ``[N, K]``, or a backward's ``W.t()`` view of ``[K, N]``).
+:func:`addmm_into` returns ``False`` (and does nothing) for anything else, or where no cuBLASLt is
+loaded, so that the caller can fall back to ``torch.addmm``. Handles, descriptors and the chosen
+algorithm are cached per shape, strides, dtype and pointer alignment; the workspace is one buffer
+per device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from functools import lru_cache
+
+import torch
+
+_P, _I32, _U64, _SZ = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t
+_COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F
+_R_32F, _DTYPES = 0, {torch.float16: 2, torch.bfloat16: 14}  # cudaDataType
+_DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
+_PREF_MAX_WORKSPACE, _PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D = 1, 5, 6, 7, 8
+_CAP_OUT_OF_PLACE = 4  # CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT
+_OP_N, _OP_T = 0, 1
+WORKSPACE_BYTES = 32 << 20
+"""The workspace offered to cuBLASLt's heuristic (torch offers the same on Hopper)."""
+
+
+class _HeuristicResult(ctypes.Structure):
+    _fields_ = [("algo", _U64 * 8), ("workspace_size", _SZ), ("state", ctypes.c_int),
+                ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
+
+
+_SIGNATURES = {
+    "cublasLtCreate": [ctypes.POINTER(_P)],
+    "cublasLtMatmulDescCreate": [ctypes.POINTER(_P), ctypes.c_int, ctypes.c_int],
+    "cublasLtMatmulDescSetAttribute": [_P, ctypes.c_int, _P, _SZ],
+    "cublasLtMatrixLayoutCreate": [ctypes.POINTER(_P), ctypes.c_int, _U64, _U64, ctypes.c_int64],
+    "cublasLtMatmulPreferenceCreate": [ctypes.POINTER(_P)],
+    "cublasLtMatmulPreferenceSetAttribute": [_P, ctypes.c_int, _P, _SZ],
+    "cublasLtMatmulAlgoGetHeuristic": [_P, _P, _P, _P, _P, _P, _P, ctypes.c_int,
+                                       ctypes.POINTER(_HeuristicResult), ctypes.POINTER(ctypes.c_int)],
+    "cublasLtMatmulAlgoCapGetAttribute": [_P, ctypes.c_int, _P, _SZ, ctypes.POINTER(_SZ)],
+    "cublasLtMatmul": [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _SZ, _P],
+}
+
+
+@lru_cache(maxsize=1)
+def _library() -> dict | None:
+    """cuBLASLt's entry points, from the copy torch loaded (or ``None``: no CUDA torch, no cuBLASLt)."""
+    if not torch.cuda.is_available():
+        return None
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "libcublasLt.so" in line})
+    except OSError:
+        pass
+    for name in (*paths, "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        fns = {}
+        for fn_name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, fn_name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+            fns[fn_name] = fn
+        return fns
+    return None
+
+
+_lock = threading.Lock()
+_handles: dict[int, int] = {}
+_plans: dict[tuple, tuple | None] = {}
+_workspaces: dict[int, torch.Tensor] = {}
+
+
+def _ok(rc: int) -> bool:
+    return rc == 0
+
+
+def _alignment(address: int) -> int:
+    """The largest power of two up to 256 that divides ``address`` (cuBLASLt assumes 256 unless told)."""
+    return min(256, address & -address) if address else 256
+
+
+def _layout(lt: dict, dtype: int, rows: int, cols: int, ld: int) -> int:
+    layout = _P()
+    if not _ok(lt["cublasLtMatrixLayoutCreate"](ctypes.byref(layout), dtype, rows, cols, ld)):
+        raise RuntimeError("cublasLtMatrixLayoutCreate failed")
+    return layout.value
+
+
+def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
+    """``(desc, A, B, C, D layouts, algo, workspace bytes)`` for one key, or ``None`` where
+    cuBLASLt has no out-of-place algorithm for it."""
+    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns, workspace_bytes = key
+    handle = _handles.get(device)
+    if handle is None:
+        h = _P()
+        if not _ok(lt["cublasLtCreate"](ctypes.byref(h))):
+            return None
+        handle = _handles[device] = h.value
+    desc = _P()
+    if not _ok(lt["cublasLtMatmulDescCreate"](ctypes.byref(desc), _COMPUTE_32F, _R_32F)):
+        return None
+    for attr, value in ((_DESC_TRANSA, _OP_T if w_trans else _OP_N), (_DESC_TRANSB, _OP_N)):
+        v = _I32(value)
+        lt["cublasLtMatmulDescSetAttribute"](desc, attr, ctypes.byref(v), 4)
+    # op(A) is N x K: W^T stored K x N (ld = ldw) for nn.Linear's [N, K], or W stored N x K otherwise
+    a_layout = _layout(lt, dtype, K, N, ldw) if w_trans else _layout(lt, dtype, N, K, ldw)
+    b_layout = _layout(lt, dtype, K, M, lda)
+    c_layout, d_layout = _layout(lt, dtype, N, M, ldc), _layout(lt, dtype, N, M, ldd)
+    pref = _P()
+    lt["cublasLtMatmulPreferenceCreate"](ctypes.byref(pref))
+    ws = _U64(workspace_bytes)
+    lt["cublasLtMatmulPreferenceSetAttribute"](pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8)
+    for attr, align in zip((_PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D), aligns):
+        v = ctypes.c_uint32(align)
+        lt["cublasLtMatmulPreferenceSetAttribute"](pref, attr, ctypes.byref(v), 4)
+    results = (_HeuristicResult * 8)()
+    count = ctypes.c_int(0)
+    rc = lt["cublasLtMatmulAlgoGetHeuristic"](handle, desc, a_layout, b_layout, c_layout, d_layout, pref, 8,
+                                               results, ctypes.byref(count))
+    if not _ok(rc):
+        return None
+    for result in results[: count.value]:
+        if result.state != 0:
+            continue
+        cap, written = _I32(0), _SZ(0)
+        algo = ctypes.byref(result.algo)
+        if _ok(lt["cublasLtMatmulAlgoCapGetAttribute"](algo, _CAP_OUT_OF_PLACE, ctypes.byref(cap), 4,
+                                                        ctypes.byref(written))) and cap.value:
+            kept = (_U64 * 8)(*result.algo)
+            return handle, desc.value, a_layout, b_layout, c_layout, d_layout, kept, result.workspace_size
+    return None
+
+
+def _workspace(device: int) -> torch.Tensor | None:
+    """The device's workspace, allocated at its first use outside a capture (one allocated in a
+    capture would belong to that graph's pool); ``None`` before then. One per device: the fused
+    calls that use it run one at a time on a device, as their symmetric buffers do."""
+    buf = _workspaces.get(device)
+    if buf is None and not torch.cuda.is_current_stream_capturing():
+        buf = _workspaces[device] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=torch.device("cuda", device))
+    return buf
+
+
+def addmm_into(d: torch.Tensor, c: torch.Tensor, a: torch.Tensor, w: torch.Tensor, alpha: float) -> bool:
+    """``d = alpha * a @ w.T + c`` on the current stream, ``c`` left as it is; ``False`` (nothing
+    enqueued) where this call does not apply (module docstring).
+
+    Shapes: ``a: [M, K]``, ``w: [N, K]``, ``c, d: [M, N]``, all of one dtype (fp16/bf16), on one GPU.
+    """
+    if a.dtype not in _DTYPES or not (a.dtype == w.dtype == c.dtype == d.dtype) or not a.is_cuda:
+        return False
+    M, K = a.shape
+    N = w.shape[0]
+    if M == 0 or N == 0 or K == 0 or c.shape != (M, N) or d.shape != (M, N):
+        return False
+    if a.stride(1) != 1 or c.stride(1) != 1 or d.stride(1) != 1:
+        return False
+    lda, ldc, ldd = (t.stride(0) if M > 1 else n for t, n in ((a, K), (c, N), (d, N)))
+    if lda < K or ldc < N or ldd < N:
+        return False
+    if w.stride(1) == 1 and (N == 1 or w.stride(0) >= K):  # nn.Linear's [N, K]
+        w_trans, ldw = True, w.stride(0) if N > 1 else K
+    elif w.stride(0) == 1 and (K == 1 or w.stride(1) >= N):  # a W.t() view of a [K, N] tensor
+        w_trans, ldw = False, w.stride(1) if K > 1 else N
+    else:
+        return False
+    lt = _library()
+    if lt is None:
+        return False
+    ptrs = (w.data_ptr(), a.data_ptr(), c.data_ptr(), d.data_ptr())
+    device = a.device.index
+    workspace = _workspace(device)
+    workspace_bytes = 0 if workspace is None else workspace.numel()
+    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)), workspace_bytes)
+    with _lock:
+        plan = _plans.get((device, key), False)
+        if plan is False:
+            with torch.cuda.device(device):  # the handle and the heuristic are the device's
+                plan = _plans[(device, key)] = _plan(lt, device, key)
+    if plan is None:
+        return False
+    handle, desc, a_layout, b_layout, c_layout, d_layout, algo, ws_bytes = plan
+    alpha_, beta_ = ctypes.c_float(alpha), ctypes.c_float(1.0)
+    rc = lt["cublasLtMatmul"](handle, desc, ctypes.byref(alpha_), ptrs[0], a_layout, ptrs[1], b_layout,
+                              ctypes.byref(beta_), ptrs[2], c_layout, ptrs[3], d_layout, ctypes.byref(algo),
+                              workspace.data_ptr() if ws_bytes else None, ws_bytes,
+                              torch._C._cuda_getCurrentRawStream(device))
+    return _ok(rc)

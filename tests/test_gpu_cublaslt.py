@@ -1,0 +1,89 @@
+"""``fluxlite._cublaslt.addmm_into`` (``d = alpha * a @ w.T + c``, ``c`` and ``d`` apart) against
+float32 torch, on one GPU, at random shapes and layouts: row views with a leading dimension over the
+width (the matmul consumer's splits of ``recv`` and ``out``), a weight as ``nn.Linear`` keeps it or
+as a backward passes it (``W.t()``), odd sizes that cuBLASLt may refuse (then it must enqueue
+nothing and say so), and inside a CUDA graph. Tolerance: 1e-2 relative error of the norm (bf16/fp16
+products over K, as tests/test_gpu_fused.py); ``c`` must come back bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _skip_without_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+
+def _case(rng: random.Random, gen: torch.Generator):
+    dtype = rng.choice((torch.bfloat16, torch.float16))
+    M, N = rng.choice((1, 7, 64, 129, rng.randint(1, 3000))), rng.choice((8, 64, rng.randint(1, 2500)))
+    K = rng.choice((64, 8 * rng.randint(1, 400), rng.randint(1, 2000)))
+    pad = rng.choice((0, 0, 8, 3))  # leading dimensions over the width
+    base = torch.randn(M, K + pad, generator=gen, device="cuda").to(dtype)
+    a = base[:, :K]
+    if rng.random() < 0.3:
+        w = (torch.randn(K, N, generator=gen, device="cuda") / K**0.5).to(dtype).t()  # a backward's W.t()
+    else:
+        w = (torch.randn(N, K, generator=gen, device="cuda") / K**0.5).to(dtype)
+    c = torch.randn(2, M, N + pad, generator=gen, device="cuda").to(dtype)[1, :, :N]  # a recv[p] row view
+    d = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
+    alpha = rng.choice((1.0, 0.5, 2.0))
+    return a, w, c, d, alpha
+
+
+def test_addmm_into_matches_float32_at_random_shapes_and_layouts():
+    _skip_without_cuda()
+    from fluxlite._cublaslt import addmm_into
+
+    rng, gen = random.Random(7), torch.Generator(device="cuda").manual_seed(7)
+    ran = 0
+    for _ in range(60):
+        a, w, c, d, alpha = _case(rng, gen)
+        c_before = c.clone()
+        d_before = d.clone()
+        if not addmm_into(d, c, a, w, alpha):
+            torch.cuda.synchronize()
+            assert torch.equal(d.isnan(), d_before.isnan()), "a refused call wrote its output"
+            continue
+        ran += 1
+        ref = alpha * (a.float() @ w.float().t()) + c.float()
+        torch.cuda.synchronize()
+        assert torch.equal(c, c_before), "C was written"
+        err = ((d.float() - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, (a.shape, w.shape, w.stride(), c.stride(), alpha, err)
+    assert ran >= 40, f"cuBLASLt took only {ran} of 60 cases"
+
+
+def test_addmm_into_replays_from_a_cuda_graph():
+    _skip_without_cuda()
+    from fluxlite._cublaslt import addmm_into
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randn(512, 1024, generator=gen, device="cuda").bfloat16()
+    w = (torch.randn(768, 1024, generator=gen, device="cuda") / 32).bfloat16()
+    c = torch.randn(512, 768, generator=gen, device="cuda").bfloat16()
+    d = torch.empty_like(c)
+    assert addmm_into(d, c, a, w, 1.0)  # eager first: the workspace is allocated outside the capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        assert addmm_into(d, c, a, w, 0.5)
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(2):
+        a.copy_(torch.randn(512, 1024, generator=gen, device="cuda"))
+        c.copy_(torch.randn(512, 768, generator=gen, device="cuda"))
+        d.fill_(float("nan"))
+        graph.replay()
+        ref = 0.5 * (a.float() @ w.float().t()) + c.float()
+        torch.cuda.synchronize()
+        assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
