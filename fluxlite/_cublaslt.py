@@ -55,7 +55,12 @@ _SIGNATURES = {
                                        ctypes.POINTER(_HeuristicResult), ctypes.POINTER(ctypes.c_int)],
     "cublasLtMatmulAlgoCapGetAttribute": [_P, ctypes.c_int, _P, _SZ, ctypes.POINTER(_SZ)],
     "cublasLtMatmul": [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _SZ, _P],
+    "cublasLtMatmulDescDestroy": [_P],
+    "cublasLtMatrixLayoutDestroy": [_P],
+    "cublasLtMatmulPreferenceDestroy": [_P],
 }
+MAX_PLANS = 4096
+"""Plans kept (one per shape, layout and alignment); past this they are destroyed and made again."""
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +81,9 @@ def _library() -> dict | None:
             continue
         fns = {}
         for fn_name, argtypes in _SIGNATURES.items():
-            fn = getattr(lib, fn_name)
+            fn = getattr(lib, fn_name, None)
+            if fn is None:
+                return None  # a cuBLASLt without one of these: torch.addmm it is
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
             fns[fn_name] = fn
         return fns
@@ -98,15 +105,21 @@ def _alignment(address: int) -> int:
     return min(256, address & -address) if address else 256
 
 
-def _layout(lt: dict, dtype: int, rows: int, cols: int, ld: int) -> int:
+def _layout(lt: dict, dtype: int, rows: int, cols: int, ld: int) -> int | None:
     layout = _P()
-    if not _ok(lt["cublasLtMatrixLayoutCreate"](ctypes.byref(layout), dtype, rows, cols, ld)):
-        raise RuntimeError("cublasLtMatrixLayoutCreate failed")
-    return layout.value
+    return layout.value if _ok(lt["cublasLtMatrixLayoutCreate"](ctypes.byref(layout), dtype, rows, cols, ld)) else None
+
+
+def _destroy(lt: dict, desc: int | None, layouts: list) -> None:
+    if desc:
+        lt["cublasLtMatmulDescDestroy"](desc)
+    for layout in layouts:
+        if layout:
+            lt["cublasLtMatrixLayoutDestroy"](layout)
 
 
 def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
-    """``(desc, A, B, C, D layouts, algo, workspace bytes)`` for one key, or ``None`` where
+    """``(handle, desc, A, B, C, D layouts, algo, workspace bytes)`` for one key, or ``None`` where
     cuBLASLt has no out-of-place algorithm for it."""
     dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns, workspace_bytes = key
     handle = _handles.get(device)
@@ -122,31 +135,39 @@ def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
         v = _I32(value)
         lt["cublasLtMatmulDescSetAttribute"](desc, attr, ctypes.byref(v), 4)
     # op(A) is N x K: W^T stored K x N (ld = ldw) for nn.Linear's [N, K], or W stored N x K otherwise
-    a_layout = _layout(lt, dtype, K, N, ldw) if w_trans else _layout(lt, dtype, N, K, ldw)
-    b_layout = _layout(lt, dtype, K, M, lda)
-    c_layout, d_layout = _layout(lt, dtype, N, M, ldc), _layout(lt, dtype, N, M, ldd)
-    pref = _P()
-    lt["cublasLtMatmulPreferenceCreate"](ctypes.byref(pref))
-    ws = _U64(workspace_bytes)
-    lt["cublasLtMatmulPreferenceSetAttribute"](pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8)
-    for attr, align in zip((_PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D), aligns):
-        v = ctypes.c_uint32(align)
-        lt["cublasLtMatmulPreferenceSetAttribute"](pref, attr, ctypes.byref(v), 4)
-    results = (_HeuristicResult * 8)()
-    count = ctypes.c_int(0)
-    rc = lt["cublasLtMatmulAlgoGetHeuristic"](handle, desc, a_layout, b_layout, c_layout, d_layout, pref, 8,
-                                               results, ctypes.byref(count))
-    if not _ok(rc):
+    layouts = [_layout(lt, dtype, K, N, ldw) if w_trans else _layout(lt, dtype, N, K, ldw),
+               _layout(lt, dtype, K, M, lda), _layout(lt, dtype, N, M, ldc), _layout(lt, dtype, N, M, ldd)]
+    algo = _algo(lt, handle, desc.value, layouts, aligns, workspace_bytes) if all(layouts) else None
+    if algo is None:
+        _destroy(lt, desc.value, layouts)
         return None
+    return (handle, desc.value, *layouts, *algo)
+
+
+def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple, workspace_bytes: int) -> tuple | None:
+    """``(algo, its workspace bytes)``: the heuristic's first out-of-place algorithm, or ``None``."""
+    pref = _P()
+    if not _ok(lt["cublasLtMatmulPreferenceCreate"](ctypes.byref(pref))):
+        return None
+    try:
+        ws = _U64(workspace_bytes)
+        lt["cublasLtMatmulPreferenceSetAttribute"](pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8)
+        for attr, align in zip((_PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D), aligns):
+            v = ctypes.c_uint32(align)
+            lt["cublasLtMatmulPreferenceSetAttribute"](pref, attr, ctypes.byref(v), 4)
+        results = (_HeuristicResult * 8)()
+        count = ctypes.c_int(0)
+        if not _ok(lt["cublasLtMatmulAlgoGetHeuristic"](handle, desc, *layouts, pref, 8, results, ctypes.byref(count))):
+            return None
+    finally:
+        lt["cublasLtMatmulPreferenceDestroy"](pref)
     for result in results[: count.value]:
         if result.state != 0:
             continue
         cap, written = _I32(0), _SZ(0)
-        algo = ctypes.byref(result.algo)
-        if _ok(lt["cublasLtMatmulAlgoCapGetAttribute"](algo, _CAP_OUT_OF_PLACE, ctypes.byref(cap), 4,
-                                                        ctypes.byref(written))) and cap.value:
-            kept = (_U64 * 8)(*result.algo)
-            return handle, desc.value, a_layout, b_layout, c_layout, d_layout, kept, result.workspace_size
+        if _ok(lt["cublasLtMatmulAlgoCapGetAttribute"](ctypes.byref(result.algo), _CAP_OUT_OF_PLACE, ctypes.byref(cap),
+                                                        4, ctypes.byref(written))) and cap.value:
+            return (_U64 * 8)(*result.algo), result.workspace_size
     return None
 
 
@@ -194,6 +215,11 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor, a: torch.Tensor, w: torch.Tenso
     with _lock:
         plan = _plans.get((device, key), False)
         if plan is False:
+            if len(_plans) >= MAX_PLANS:
+                for old in _plans.values():
+                    if old is not None:
+                        _destroy(lt, old[1], list(old[2:6]))
+                _plans.clear()
             with torch.cuda.device(device):  # the handle and the heuristic are the device's
                 plan = _plans[(device, key)] = _plan(lt, device, key)
     if plan is None:
