@@ -175,7 +175,7 @@ def call_signature(code: int, rows: int, K: int, N: int, dtype: torch.dtype, spl
     if not 0 < code < 16 or len(options) > MAX_OPTIONS:
         raise ValueError(f"an op code is 1-15 with at most {MAX_OPTIONS} options, got {code} and {len(options)}")
     bits = sum(int(bool(o)) << i for i, o in enumerate(options))
-    return code | _DTYPE_CODES[dtype] << 4 | (bits | int(matmul) << MATMUL_BIT - 8) << 8 | splits << 16, rows, K, N
+    return code | _DTYPE_CODES[dtype] << 4 | bits << 8 | int(matmul) << MATMUL_BIT | splits << 16, rows, K, N
 
 
 def describe_signature(words) -> str:

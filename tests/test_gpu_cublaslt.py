@@ -47,10 +47,9 @@ def test_addmm_into_matches_float32_at_random_shapes_and_layouts():
     for _ in range(60):
         a, w, c, d, alpha = _case(rng, gen)
         c_before = c.clone()
-        d_before = d.clone()
         if not addmm_into(d, c, a, w, alpha):
             torch.cuda.synchronize()
-            assert torch.equal(d.isnan(), d_before.isnan()), "a refused call wrote its output"
+            assert d.isnan().all(), "a refused call wrote its output"
             continue
         ran += 1
         ref = alpha * (a.float() @ w.float().t()) + c.float()

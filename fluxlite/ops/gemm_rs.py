@@ -283,7 +283,7 @@ class GemmReduceScatter(Op):
                     dst = reduced[lo : lo + rows]
                     if peers:
                         first = recv[peers[0], lo : lo + rows]  # C: cuBLASLt reads it where it lies
-                        if not (ws.is_cuda and cublaslt.addmm_into(dst, first, src, args.weight, scale)):
+                        if not cublaslt.addmm_into(dst, first, src, args.weight, scale):  # declines CPU tensors
                             torch.addmm(first, src, wt, alpha=scale, out=dst)  # copies C into dst first
                         for p in peers[1:]:
                             dst += recv[p, lo : lo + rows]
