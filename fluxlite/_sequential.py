@@ -38,22 +38,27 @@ def reduce_scatter_rows(x: torch.Tensor, tp: TPGroup, out: torch.Tensor | None =
     return out
 
 
-def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight.T (+ bias)``, written into ``out`` when given."""
+def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                alpha: float = 1.0) -> torch.Tensor:
+    """``alpha * x @ weight.T (+ bias)``, written into ``out`` when given: one cuBLAS GEMM, the bias and
+    ``alpha`` in its epilogue."""
     if out is None:
         out = x.new_empty((x.shape[0], weight.shape[0]))
     if bias is not None:
-        return torch.addmm(bias, x, weight.t(), out=out)
-    return torch.matmul(x, weight.t(), out=out)
+        return torch.addmm(bias, x, weight.t(), alpha=alpha, out=out)
+    if alpha == 1.0:
+        return torch.matmul(x, weight.t(), out=out)
+    return out.addmm_(x, weight.t(), beta=0, alpha=alpha)  # beta 0: out's old contents are never read
 
 
 def epilogue_linear(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     ep: Epilogue = PLAIN, row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """``ep(x @ weight.T)`` (:mod:`fluxlite.epilogue`; ``row_scale: [rows]``), written into ``out``
-    when given. A plain epilogue is one ``addmm``; any other applies the epilogue to the product in
-    fp32 (the product itself is rounded to ``x.dtype`` first, unlike the kernels' accumulator)."""
-    if ep == PLAIN:
-        return linear_into(out, x, weight, bias)
+    when given. An epilogue of a scale and a bias at most is one GEMM (:func:`linear_into`); any other
+    applies the epilogue to the product in fp32 (the product itself is rounded to ``x.dtype`` first,
+    unlike the kernels' accumulator)."""
+    if ep.activation is None and not ep.row_scaled:
+        return linear_into(out, x, weight, bias, ep.scale)
     y = apply_epilogue(x @ weight.t(), ep, bias, row_scale, x.dtype)
     if out is None:
         return y

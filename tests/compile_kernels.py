@@ -142,8 +142,8 @@ def main() -> None:
                   dict(flags_ptr="*i32", error_ptr="*i32", call_ptr="*i32", first="i32", rank="i32", world_size="i32",
                        timeout_ns="i64"), {}, 0))
     cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
-                  dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", rank="i32", world_size="i32",
-                       sig_base="i32", timeout_ns="i64"), {}, 0))
+                  dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", peer_lo="i32", peer_hi="i32", rank="i32",
+                       chunk="i32", sig_base="i32", timeout_ns="i64", code="i32"), {}, 0))
     # launched as one program of one warp
     one_warp = (align.align_kernel, finished_wait.finished_wait_kernel, split_wait.split_wait_kernel)
     for dtype, name, fn, types, consts, loops in cases:

@@ -521,7 +521,7 @@ def test_gemm_rs_measures_only_the_configs_its_kernel_holds():
 
     configs = RS.kernel_configs(SimpleNamespace())
     assert configs == (None, *(c for c in dispatch.GPU_CONFIGS if c.num_stages <= 3))
-    assert 0 < len(configs) - 1 < len(AG.kernel_configs(SimpleNamespace()))
+    assert 0 < len(configs) - 1 < len(dispatch.GPU_CONFIGS)
     big = next(c for c in dispatch.GPU_CONFIGS if c.num_stages > gemm_rs.MAX_STAGES)
     with pytest.raises(ValueError, match="config: the GEMM-RS kernel holds at most 3 pipeline stages, got num_stages=4"):
         gemm_rs.launch(a=torch.empty(8, 8), weight=torch.empty(8, 8), out=None, bias=None, partial=None, recv=None,
@@ -630,20 +630,32 @@ def test_the_warm_up_runs_every_input_in_each_mode():
     (6000, 5000, 3500, torch.bfloat16, "triton"),     # rows of 7000 bytes: cuBLAS is slow there
     (6000, 5000, 3500, torch.float32, "torch"),       # rows of 14000 bytes: whole 16-byte units
 ])
-def test_gemm_rs_consumer_rule(M, K, N, dtype, expected):
-    """A forced fused GEMM-RS on CUDA runs the matmul consumer where cuBLAS's rows are whole 16-byte
-    units and K is off 64 or the GEMM is large; a named config always runs the kernel; CPU runs the
-    state's consumer."""
+def test_matmul_consumer_rule(M, K, N, dtype, expected):
+    """A forced fused GEMM-RS, or AG-GEMM with pushed rows and no activation or row scale, on CUDA runs
+    the matmul consumer where cuBLAS's rows are whole 16-byte units and K is off 64 or the GEMM is
+    large (AG counts the gathered rows: ``M`` here, ``M/2`` per rank); a named config always runs the
+    kernel; CPU runs the state's consumer. AG's other options run the kernel."""
     from types import SimpleNamespace
 
+    from fluxlite.epilogue import PLAIN, Epilogue
     from fluxlite.kernels.gemm_core import GemmConfig
-    from fluxlite.ops.gemm_rs import MATMUL_MIN_FLOPS
+    from fluxlite.ops.op import MATMUL_MIN_FLOPS
 
     assert 2 * 4096 * 3072 * 4096 < MATMUL_MIN_FLOPS <= 2 * 8192 * 4096 * 8192
-    args = SimpleNamespace(a=torch.empty(M, K, dtype=dtype, device="meta"),
-                           weight=torch.empty(N, K, dtype=dtype, device="meta"))
     cuda = SimpleNamespace(ws=SimpleNamespace(is_cuda=True), consumer="triton")
-    assert RS.consumer_of(cuda, args, None) == expected
-    assert RS.consumer_of(cuda, args, GemmConfig()) == "triton"
     cpu = SimpleNamespace(ws=SimpleNamespace(is_cuda=False), consumer="torch")
-    assert RS.consumer_of(cpu, args, None) == "torch"
+    tp = SimpleNamespace(world_size=2)
+    for op, rows in ((RS, M), (AG, M // 2)):
+        args = SimpleNamespace(a=torch.empty(rows, K, dtype=dtype, device="meta"), tp=tp, ep=PLAIN,
+                               weight=torch.empty(N, K, dtype=dtype, device="meta"),
+                               options=dict(return_gathered=False, row_scale=None))
+        assert op.consumer_of(cuda, args, None) == expected, op.name
+        assert op.consumer_of(cuda, args, GemmConfig()) == "triton"
+        assert op.consumer_of(cpu, args, None) == "torch"
+        assert op.kernel_configs(args)[0] is None, "auto measures the matmul consumer too"
+    for options, ep in ((dict(return_gathered=True), PLAIN), (dict(return_gathered=False), Epilogue("gelu")),
+                        (dict(return_gathered=False), Epilogue(None, True))):
+        args = SimpleNamespace(a=torch.empty(M // 2, K, dtype=dtype, device="meta"), tp=tp, ep=ep,
+                               weight=torch.empty(N, K, dtype=dtype, device="meta"), options=options)
+        assert AG.consumer_of(cuda, args, None) == "triton", (options, ep)
+        assert None not in AG.kernel_configs(args)

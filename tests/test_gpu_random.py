@@ -165,3 +165,36 @@ def _random_layers(rank, W, seed):
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_layer_matrix_at_random_sizes(seed):
     run_gpu_ranks(_random_layers, _world_size(), seed, limit_s=300)
+
+
+def _matmul_consumers(rank, W, seed):
+    """AG push and GEMM-RS with every fused call on the matmul consumer (its rule's size floor at 0):
+    cuBLAS per split, the bounded split waits between the GEMMs, a scale and a bias in cuBLAS's
+    epilogue. Counts that the consumer ran, so the case cannot pass on the Triton kernel."""
+    import fluxlite.ops.op as op_module
+    from fluxlite.ops import AG, RS
+
+    op_module.MATMUL_MIN_FLOPS = 0
+    ran = dict(ag=0, rs=0)
+    for name, op in (("ag", AG), ("rs", RS)):
+        original = op._consume_by_matmul
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            ran[_name] += 1
+            return _original(*args, **kwargs)
+
+        op._consume_by_matmul = counted
+    rng = random.Random(seed)
+    gen = torch.Generator(device=dev()).manual_seed(seed * 100 + rank)
+    failures = []
+    for _ in range(CASES // 2):
+        case = draw_case(rng)
+        case.update(op=rng.choice(("ag", "rs")), activation=None, row_scale=False)
+        case["N"] += -case["N"] % 8  # output rows whole 16-byte units: the rule's condition for the matmul consumer
+        failures += _run_case(case, W, gen)
+    assert not failures, f"rank {rank}: {len(failures)} failed calls:\n" + "\n".join(failures[:20])
+    assert ran["ag"] > 0 and ran["rs"] > 0, ran
+
+
+def test_matmul_consumers_at_random_shapes_match_float32():
+    run_gpu_ranks(_matmul_consumers, _world_size(), 5, limit_s=300)

@@ -318,13 +318,13 @@ def test_finished_wait_returns_at_once_after_an_earlier_failure():
     assert torch.equal(error, before), "the first failure stays the record"
 
 
-def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s):
+def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s, **kw):
     parity = epoch % 2
     split_wait_kern.launch(flags=flags[sch.region_start(W, parity):], sig=torch.tensor(sig, dtype=torch.int32),
                            error=error, call=torch.tensor([epoch], dtype=torch.int32),
                            first=sch.data_slot(W, 0, split), peer_stride=sch.peer_slots(), rank=rank, world_size=W,
                            sig_base=sch.signature_slot(W, parity, 0) - sch.region_start(W, parity),
-                           timeout_s=timeout_s, cache={})
+                           timeout_s=timeout_s, cache={}, **kw)
 
 
 def test_split_wait_returns_once_every_peer_sent_the_split():
@@ -357,6 +357,26 @@ def test_split_wait_records_a_peer_whose_split_never_comes():
     exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
     assert isinstance(exc, FluxliteTimeoutError)
     assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch) == (0, 2, 0, split, epoch)
+
+
+def test_split_wait_for_one_peer_looks_at_that_peer_only():
+    """AG-GEMM's matmul consumer, rank 0 of 3, waits for peer 2's rows of split 1: peer 1, which never
+    sent anything, is not waited for; a second wait on peer 1's rows then times out, recorded as
+    gathered rows of peer 1's chunk."""
+    W, epoch, split = 3, 5, 1
+    sig = sch.call_signature(AG.code, 32, 16, 24, torch.float32, 1, (False, False), matmul=True)
+    flags = _flags_with_signature(W, sig, epoch % 2, (1, 2))
+    flags[_slot(W, epoch, sch.data_slot(W, 2, split))] = sch.SET
+    error, mirror = _mirrored_record()
+    _split_wait(flags, sig, error, epoch, 0, W, split, 30.0, peer=2, code=ERR_TIMEOUT_AG)
+    assert error[:MIRROR_WORD].tolist() == [0] * MIRROR_WORD
+    _split_wait(flags, sig, error, epoch, 0, W, split, 0.01, peer=1, code=ERR_TIMEOUT_AG)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_AG, sch.data_slot(W, 1, split), epoch, 0, 1, 1)
+    assert _mirrored(error, mirror)
+    exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
+    assert isinstance(exc, FluxliteTimeoutError) and "gathered rows" in str(exc)
+    assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch) == (0, 1, 1, split, epoch)
 
 
 def test_split_wait_records_a_peer_in_another_call():

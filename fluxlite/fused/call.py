@@ -26,7 +26,8 @@ from .. import schedule as sch
 from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..host_flags import host_set_flag, host_wait_flag
-from ..kernels import finished_wait, gemm_core
+from ..kernels import finished_wait, gemm_core, split_wait
+from ..kernels.device_flags import ERR_TIMEOUT_RS
 from . import producer
 from .. import workspace as _workspace
 from .state import FusedState
@@ -250,6 +251,18 @@ class Call:
             raise FluxliteCallMismatchError(rank=ws.rank, peer=peer, mine=sch.describe_signature(self.plan.signature),
                                             theirs=sch.describe_signature(theirs))
         host_wait_flag(flags, slot, sch.SET, what=what, peer=peer, chunk=chunk, split=split, **self.wait_info())
+
+    def wait_split(self, split: int, peer: int | None = None, code: int = ERR_TIMEOUT_RS) -> None:
+        """CUDA matmul consumer: enqueue the bounded wait for split ``split`` of ``peer``'s data (every
+        peer's: ``None``) on the current stream (:mod:`fluxlite.kernels.split_wait`; ``code``: what a
+        timeout records). The producer's signals of that split that the feed holds go ahead of it."""
+        state, W = self.state, self.ws.world_size
+        if self.feed is not None:
+            self.feed.waiting(split)
+        split_wait.launch(flags=state.region(self.parity), sig=self.plan.signature_dev, error=state.error,
+                          call=state.call_number, first=sch.data_slot(W, 0, split), peer_stride=sch.peer_slots(),
+                          rank=self.ws.rank, world_size=W, sig_base=self.signature_base, timeout_s=self.timeout_s,
+                          cache=state.split_wait_kernels, peer=peer, code=code)
 
     def replay_key(self, *tensors: torch.Tensor | None, scale: float) -> tuple | None:
         """What a CUDA call's enqueued work depends on beyond its plan and workspace generation: the

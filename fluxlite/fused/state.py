@@ -378,7 +378,7 @@ class FusedState:
             # The producer's bounded wait for the peers' finished flags, likewise: alone, nothing to wait for.
             finished_wait.launch(flags=own, error=self.error, call=self.call_number, first=sch.finished_slot(W, 0),
                                  rank=0, world_size=1, timeout_s=self._timeout_s, cache=self.finished_wait_kernels)
-            # The matmul consumer's bounded wait for the peers' partials, likewise.
+            # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
                               error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),
                               peer_stride=sch.peer_slots(), rank=0, world_size=1, sig_base=0,

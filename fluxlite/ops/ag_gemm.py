@@ -22,6 +22,13 @@ peer's (chunk, split) flag is set::
     consumer: for each row block (schedule order): a peer's block waits for the peer's ready flag,
               checks its signature, waits for the (chunk, split) flag; out = epilogue(A @ W.T)
 
+The consumer is one of two (:meth:`fluxlite.ops.op.Op.consumer_of`): the Triton kernel above, tile by
+tile, or the matmul consumer, the same protocol a chunk (split) at a time with cuBLAS on CUDA, for
+pushed rows with no activation or row scale::
+
+    consumer: out[our rows] = scale * a @ W.T + b                     (no wait: read in place)
+              for each peer chunk p, split s: wait (bounded kernel) as above; out[p's rows of s] = ...
+
 With a row scale (the deferred norm's 1/sigma) each rank's ``[m]`` fp32 scales travel with its rows:
 pushed into the peers' scale area before the first split's flag, or staged beside the staged rows
 and pulled before the first split. The schedule starts on the local chunk (``first = 0``), which
@@ -45,11 +52,17 @@ from .._sequential import all_gather_rows, epilogue_linear
 from ..fused import Call, FusedState, Plan, get_plan, producer
 from ..fused.producer import COPY, SIGNAL, STAGE, WAIT
 from ..kernels import ag_gemm as kernel
+from ..kernels.device_flags import ERR_TIMEOUT_AG
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
 from .op import Args, Op, check_common, finish_args
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
+
+MATMUL_SPLITS = 1
+"""Splits per chunk of the CUDA matmul consumer: one GEMM per peer chunk. A peer's rows take less time
+to arrive than this rank's own rows take to multiply wherever the GEMM is large enough for the matmul
+consumer (:data:`fluxlite.ops.op.MATMUL_MIN_FLOPS`), so a split would only add a GEMM's last wave."""
 
 
 def _scales_offset(rows: int, row_bytes: int) -> int:
@@ -147,12 +160,20 @@ class AllGatherGemm(Op):
     def ready_on_arrival(self, variant: str) -> bool:
         return variant != PULL  # pulled rows: the producer announces them once they are staged
 
+    def has_matmul_consumer(self, args: Args) -> bool:
+        """Pushed rows with an epilogue of a scale and a bias at most (cuBLAS's own): the matmul
+        consumer, :meth:`_consume_by_matmul`."""
+        return not args.options["return_gathered"] and args.ep.activation is None and not args.ep.row_scaled
+
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
         state.check()  # a poisoned workspace raises before it could enter a collective growth
         a, ep = args.a, args.ep
         m, K = a.shape
         variant = self.variant(args.options)
-        plan = get_plan(state, self, m, K, args.weight.shape[0], a.dtype, variant, ep, config)
+        consumer = self.consumer_of(state, args, config)
+        matmul = consumer == "torch" and state.ws.is_cuda
+        plan = get_plan(state, self, m, K, args.weight.shape[0], a.dtype, variant, ep, config, consumer,
+                        MATMUL_SPLITS if matmul else None)
         rows_here = state.ws.world_size * m if variant != PULL else m
         row = K * a.element_size()
         state.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0),
@@ -182,16 +203,7 @@ class AllGatherGemm(Op):
         out = args.out if args.out is not None else a.new_empty((W * m, ep.out_features(weight.shape[0])))
 
         def consume_torch() -> None:
-            for chunk, row0, rows, split in sched.rows():
-                rows_ = slice(chunk * m + row0, chunk * m + row0 + rows)
-                if chunk == r:
-                    scales = None if row_scale is None else row_scale[row0 : row0 + rows]
-                    epilogue_linear(out[rows_], a[row0 : row0 + rows], weight, bias, ep, scales)
-                    continue
-                slot = self.block_slot(W, r, chunk, split, self.variant(args.options))
-                call.wait_peer(slot, peer=chunk, chunk=chunk, split=split, what="gathered rows")
-                scales = None if scale_gathered is None else scale_gathered[rows_]
-                epilogue_linear(out[rows_], gathered[rows_], weight, bias, ep, scales)
+            self._consume_by_matmul(call, args, gathered, scale_gathered, out)
 
         def consume_triton() -> None:
             kernel.launch(a_local=a, gathered=gathered, weight=weight, out=out, bias=bias, ep=ep,
@@ -210,6 +222,33 @@ class AllGatherGemm(Op):
         call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
                  call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale), copied)
         return out, (None if push else gathered)
+
+    def _consume_by_matmul(self, call: Call, args: Args, gathered: torch.Tensor, scale_gathered: torch.Tensor | None,
+                           out: torch.Tensor) -> None:
+        """The matmul consumer (on CPU, the only one): this rank's rows in one GEMM, read in place from
+        ``a`` while the peers' rows travel; then each peer's chunk split by split, once the split is in
+        ``gathered`` (a bounded wait: on CUDA a one-program kernel between the GEMMs,
+        :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's). On CUDA each GEMM is one
+        cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`)."""
+        ws, plan = call.ws, call.plan
+        W, r = ws.world_size, ws.rank
+        a, weight, bias, ep = args.a, args.weight, args.bias, args.ep
+        row_scale = args.options["row_scale"]
+        m = a.shape[0]
+        variant = self.variant(args.options)
+        for chunk in plan.sched.chunk_order:
+            if chunk == r:
+                epilogue_linear(out[r * m : (r + 1) * m], a, weight, bias, ep, row_scale)
+                continue
+            for split, (lo, hi) in enumerate(plan.split_rows):
+                if ws.is_cuda:
+                    call.wait_split(split, peer=chunk, code=ERR_TIMEOUT_AG)
+                else:
+                    call.wait_peer(self.block_slot(W, r, chunk, split, variant), peer=chunk, chunk=chunk, split=split,
+                                   what="gathered rows")
+                rows = slice(chunk * m + lo, chunk * m + hi)
+                scales = None if scale_gathered is None else scale_gathered[rows]
+                epilogue_linear(out[rows], gathered[rows], weight, bias, ep, scales)
 
     def steps(self, call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
               scale_gathered: torch.Tensor | None) -> list:

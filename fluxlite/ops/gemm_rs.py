@@ -38,14 +38,13 @@ from .. import _cuda_driver as cu
 from .. import dispatch, epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
-from .._sequential import reduce_scatter_rows
+from .._sequential import linear_into, reduce_scatter_rows
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
 from ..host_flags import host_set_flag
 from ..fused import Call, FusedState, Plan, get_plan, producer
 from ..fused.producer import COPY, SIGNAL, WAIT
 from ..kernels import gemm_rs as kernel
-from ..kernels import split_wait
 from ..kernels.gemm_core import GemmConfig
 from .op import Args, Op, check_common, finish_args
 
@@ -56,15 +55,6 @@ split is one GEMM per chunk, a copy and a flag per peer, and on the local chunk 
 the first split's copy run beside the second split's GEMM, so the local chunk's first ``addmm`` finds
 its partials there; three were slower on every GEMM-RS and GEMM-AllReduce shape measured at two ranks
 on two H200s (BENCHMARKS.md, "GEMM-RS by cuBLAS and the copy engine")."""
-
-
-MATMUL_MIN_FLOPS = 2.5e11
-"""The smallest GEMM (``2 M K N`` per rank) that a forced fused call runs with the matmul consumer
-where ``K`` is a multiple of 64. On two H200s the Triton kernel was the faster below it (8192x2048->4096,
-4096x3072->4096 and 512x14336->8192: 1.25-1.32x the overlap limit against 1.29-1.77x; 4096x7168->4096
-a tie; 1024x8192->8192 is the exception, 1.27x against 1.37x), and the matmul consumer at and above
-it on all ten shapes measured (1.00-1.11x against 1.02-1.46x; BENCHMARKS.md, "GEMM-RS by cuBLAS and
-the copy engine")."""
 
 
 class GemmReduceScatter(Op):
@@ -163,21 +153,8 @@ class GemmReduceScatter(Op):
                       signature=plan.signature)
         return plan
 
-    def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
-        """What computes a fused call. On CPU: the state's consumer. On CUDA, a named kernel ``config``
-        runs the Triton GEMM-RS kernel; without one (a forced ``impl="fused"``, or the rule), the matmul
-        consumer (``"torch"``: one cuBLAS GEMM per split) where cuBLAS's rows are whole 16-byte units and
-        either ``K`` is off a multiple of 64 (rows the Triton kernel's TMA loads split across cache
-        lines) or the GEMM has at least :data:`MATMUL_MIN_FLOPS`; else the Triton kernel, whose one
-        launch costs less on short GEMMs. ``auto`` measures both (:meth:`kernel_configs`)."""
-        if not state.ws.is_cuda:
-            return state.consumer
-        if config is not None:
-            return "triton"
-        (M, K), N = args.a.shape, args.weight.shape[0]
-        if N * args.a.element_size() % 16:
-            return "triton"
-        return "torch" if K % 64 or 2 * M * K * N >= MATMUL_MIN_FLOPS else "triton"
+    def has_matmul_consumer(self, args: Args) -> bool:
+        return True  # :meth:`_consume_by_matmul`
 
     def plan_variant(self, world_size: int, args: Args) -> str:
         """What of a call's shapes makes a plan of its own: nothing for GEMM-RS."""
@@ -255,10 +232,7 @@ class GemmReduceScatter(Op):
                 host_set_flag(state.counters, slot, value)
 
         def product(dst: torch.Tensor, src: torch.Tensor, with_bias: bool) -> None:  # dst = scale * src @ W.T (+ b)
-            if with_bias and bias is not None:
-                torch.addmm(bias, src, wt, alpha=scale, out=dst)
-            else:
-                dst.addmm_(src, wt, beta=0, alpha=scale)  # beta 0: dst's old contents are never read
+            linear_into(dst, src, args.weight, bias if with_bias else None, scale)
 
         for chunk in sched.chunk_order:
             for split, (lo, hi) in enumerate(plan.split_rows):
@@ -270,12 +244,7 @@ class GemmReduceScatter(Op):
                     count(sch.counter_slot(chunk, split), split)
                     continue
                 if ws.is_cuda:
-                    call.feed.waiting(split)  # our signals of this split go ahead of our wait on the peers'
-                    split_wait.launch(flags=state.region(call.parity), sig=plan.signature_dev, error=state.error,
-                                      call=state.call_number, first=sch.data_slot(W, 0, split),
-                                      peer_stride=sch.peer_slots(), rank=r, world_size=W,
-                                      sig_base=call.signature_base, timeout_s=call.timeout_s,
-                                      cache=state.split_wait_kernels)
+                    call.wait_split(split)  # behind our own signals of this split (producer.Feed)
                 else:
                     for p in peers:
                         call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")

@@ -49,6 +49,16 @@ OPS: dict[str, "Op"] = {}
 """Every op by name, in the order they were defined."""
 
 
+MATMUL_MIN_FLOPS = 2.5e11
+"""The smallest GEMM (``2 * rows * K * N`` per rank, ``rows`` as dispatch counts them) that a forced
+fused call runs with an op's matmul consumer (:meth:`Op.consumer_of`) where ``K`` is a multiple of
+64. On two H200s GEMM-RS's Triton kernel was the faster below it (8192x2048->4096, 4096x3072->4096 and
+512x14336->8192: 1.25-1.32x the overlap limit against 1.29-1.77x; 4096x7168->4096 a tie;
+1024x8192->8192 is the exception, 1.27x against 1.37x), and the matmul consumer at and above it on
+all ten shapes measured (1.00-1.11x against 1.02-1.46x; BENCHMARKS.md, "GEMM-RS by cuBLAS and the copy
+engine")."""
+
+
 @dataclasses.dataclass
 class Args:
     """A call's arguments as the op uses them: checked, ``a`` and ``bias`` contiguous, the weight in
@@ -167,6 +177,29 @@ class Op:
         """The plan of a fused call of these arguments' shapes, with room for it in the workspace."""
         raise NotImplementedError
 
+    def has_matmul_consumer(self, args: Args) -> bool:
+        """Whether this call's fused path can run as cuBLAS GEMMs per split, the tile protocol's waits
+        and counts between them (the op's matmul consumer), as well as the Triton kernel."""
+        return False
+
+    def consumer_of(self, state: fused.FusedState, args: Args, config: GemmConfig | None) -> str:
+        """What computes a fused call. On CPU: the state's consumer. On CUDA, a named kernel ``config``
+        runs the Triton kernel; without one (a forced ``impl="fused"``, or the rule), the matmul
+        consumer (``"torch"``, :meth:`has_matmul_consumer`) where cuBLAS's output rows are whole
+        16-byte units and either ``K`` is off a multiple of 64 (rows the Triton kernel's TMA loads
+        split across cache lines) or the GEMM has at least :data:`MATMUL_MIN_FLOPS`; else the Triton
+        kernel, whose one launch costs less on short GEMMs. ``auto`` measures both
+        (:meth:`kernel_configs`)."""
+        if not state.ws.is_cuda:
+            return state.consumer
+        if config is not None or not self.has_matmul_consumer(args):
+            return "triton"
+        K, N = args.a.shape[1], args.weight.shape[0]
+        if args.ep.out_features(N) * args.a.element_size() % 16:
+            return "triton"
+        rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
+        return "torch" if K % 64 or 2 * rows * K * N >= MATMUL_MIN_FLOPS else "triton"
+
     def fused(self, state: fused.FusedState, plan: fused.Plan, args: Args):
         """The fused call by ``plan``: its producer program beside its consumer."""
         raise NotImplementedError
@@ -253,8 +286,8 @@ class Op:
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
         candidate of its own (none: its fused path runs no GEMM kernel of ours; ``None`` among them:
-        the fused call with no config named, GEMM-RS's matmul consumer where its rule runs it)."""
-        return dispatch.GPU_CONFIGS
+        the fused call with no config named, the matmul consumer where :meth:`consumer_of` runs it)."""
+        return ((None,) if self.has_matmul_consumer(args) else ()) + tuple(dispatch.GPU_CONFIGS)
 
     def dispatch_op(self, variant: str) -> str:
         """The op of a dispatch key: the name, and the variant after a ``+`` (``ag_gemm+gathered``)."""
