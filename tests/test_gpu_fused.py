@@ -469,8 +469,10 @@ def _skipped_call(rank, world_size, op):
     fluxlite.get_workspace()  # collective: both ranks create it
     dist.barrier()
     if rank == 0:
-        a = torch.randn(256, 512, device=_dev()).to(BF16)
-        w = torch.randn(384, 512, device=_dev()).to(BF16)
+        K = 520 if op.endswith("matmul") else 512  # K off a multiple of 64: the matmul consumer's bounded wait
+        a = torch.randn(256, K, device=_dev()).to(BF16)
+        w = torch.randn(384, K, device=_dev()).to(BF16)
+        op = op.split("_")[0]
         start = time.monotonic()
         with pytest.raises(fluxlite.FluxliteTimeoutError) as info:
             if op == "ag":
@@ -489,7 +491,7 @@ def _skipped_call(rank, world_size, op):
     dist.barrier()
 
 
-@pytest.mark.parametrize("op", ["ag", "rs"])
+@pytest.mark.parametrize("op", ["ag", "rs", "ag_matmul", "rs_matmul"])
 def test_missing_peer_raises_timeout_not_hang(op):
     run_gpu_ranks(_skipped_call, 2, op, limit_s=90)
 
