@@ -16,9 +16,9 @@ A stream wait (``cuStreamWaitValue32``) would do this for free, but it has no ti
 is set by the peer's producer: a peer that died would leave the stream waiting for good. This
 kernel waits with :func:`~fluxlite.kernels.device_flags.wait_peer` instead: past ``timeout_ns`` it
 records ``code`` (:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_RS` or ``ERR_TIMEOUT_AG``, what
-the data is) naming the peer, the chunk and the slot (or a call mismatch), and returns, so the stream drains and the host raises. After a recorded failure
-every later wait returns at once; the GEMMs after it compute on whatever ``recv`` holds, and the
-call fails.
+the data is) naming the peer, the chunk and the slot (or a call mismatch), and returns, so the
+stream drains and the host raises. After a recorded failure every later wait returns at once; the
+GEMMs after it compute on whatever the buffers hold, and the call fails.
 
 No GEMM kernel of ours spins while it waits (cuBLAS's kernels end), so it needs one SM for a moment,
 and it is launched once when the fused state is made (:meth:`fluxlite.fused.state.FusedState._warm_up`),
