@@ -114,8 +114,12 @@ def _candidates_run_as_calls(rank: int, W: int) -> None:
     # the first (and the auto call itself: its own check, then its choice)
     unchecked = counts["check"] - counts["sequential"] - counts["decomposed"]
     assert 0 <= unchecked <= counts["prepare"] + 1, counts
-    # a fused candidate is planned once, then repeated: what a caller's repeated fused call costs
-    assert counts["prepare"] == 1, counts
+    # a fused candidate is planned once, then repeated: what a caller's repeated fused call costs; the
+    # call itself plans once more where auto then runs fused (the measured choice is its own object,
+    # and the plan it asks for is the candidate's, from the plan cache)
+    planned = counts["prepare"]
+    chosen = RS.impl_of(a_parts[rank], w_parts[rank])
+    assert planned == 1 + (chosen == "fused"), (counts, chosen)
 
 
 @pytest.mark.timeout(120)
