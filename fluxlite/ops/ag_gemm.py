@@ -60,9 +60,12 @@ from .op import Args, Op, check_common, finish_args
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 
 MATMUL_SPLITS = 1
-"""Splits per chunk of the CUDA matmul consumer: one GEMM per peer chunk. A peer's rows take less time
-to arrive than this rank's own rows take to multiply wherever the GEMM is large enough for the matmul
-consumer (:data:`fluxlite.ops.op.MATMUL_MIN_FLOPS`), so a split would only add a GEMM's last wave."""
+"""Splits per chunk of the CUDA matmul consumer: one GEMM per peer chunk. Where the GEMM is large
+enough for the matmul consumer (:data:`fluxlite.ops.op.MATMUL_MIN_FLOPS`), a peer's rows took less
+time to arrive than this rank's own rows took to multiply on every AG shape measured on two H200s
+(their ratio is about ``N / 2000``), so a split would only add a GEMM's last wave. The rule also runs
+this consumer for ``K`` off a multiple of 64 at any size; there, with a short ``N``, the copy may
+outlast the first GEMM (not measured)."""
 
 
 def _scales_offset(rows: int, row_bytes: int) -> int:
