@@ -118,8 +118,8 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
     :func:`gemm_core.default_config`). Of the epilogue only what shapes the plan is in its key (the
     activation, SwiGLU's halved output, and whether row scales travel): a scale is a launch argument,
     so a new scale value builds no plan. ``consumer``: what computes the call (default: the state's,
-    :attr:`FusedState.consumer`; GEMM-RS's matmul consumer runs as ``"torch"`` on CUDA too:
-    :meth:`fluxlite.ops.gemm_rs.GemmReduceScatter.consumer_of`); ``splits``: at most this many per
+    :attr:`FusedState.consumer`; an op's matmul consumer runs as ``"torch"`` on CUDA too:
+    :meth:`fluxlite.ops.op.Op.consumer_of`); ``splits``: at most this many per
     chunk (default: the op's schedule's)."""
     consumer = consumer or state.consumer
     config = config or gemm_core.default_config()

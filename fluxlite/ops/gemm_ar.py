@@ -171,11 +171,9 @@ class GemmAllReduce(GemmReduceScatter):
         """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
         return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
 
-    def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
-        """One shot: the state's (on CUDA, cuBLAS's GEMM and the reduction kernel); two shots: GEMM-RS's."""
-        if self.call_is_one_shot(state.ws.world_size, args):
-            return state.consumer
-        return super().consumer_of(state, args, config)
+    def has_matmul_consumer(self, args: Args) -> bool:
+        """Two shots: GEMM-RS's consumers. One shot has neither (cuBLAS's GEMM, then the reduction kernel)."""
+        return not self.call_is_one_shot(args.tp.world_size, args)
 
     def plan_variant(self, world_size: int, args: Args) -> str:
         """Each path has a plan of its own, whose views of the data halves are that path's."""

@@ -14,7 +14,7 @@ owner)::
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s) == tiles of (d, s)
                                              d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
 
-The consumer is one of two (:meth:`GemmReduceScatter.consumer_of`): the Triton kernel above, tile
+The consumer is one of two (:meth:`fluxlite.ops.op.Op.consumer_of`): the Triton kernel above, tile
 by tile, or the matmul consumer, the same protocol a split at a time with cuBLAS on CUDA::
 
     consumer: splits of peer chunk d: partial[d] rows = scale * A @ W.T (+ b for chunk r - 1); counter (d, s) = blocks
@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from .. import _cublaslt as cublaslt
 from .. import _cuda_driver as cu
-from .. import dispatch, epilogue
+from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
 from .._sequential import linear_into, reduce_scatter_rows
@@ -123,7 +123,7 @@ class GemmReduceScatter(Op):
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """The matmul consumer (``None``), then the configs whose pipeline the GEMM-RS kernel can hold
         (``kernel.MAX_STAGES``)."""
-        return (None, *(c for c in dispatch.GPU_CONFIGS if c.num_stages <= kernel.MAX_STAGES))
+        return tuple(c for c in super().kernel_configs(args) if c is None or c.num_stages <= kernel.MAX_STAGES)
 
     # ---- the tile protocol -------------------------------------------------------------------------
     def chunk_rows(self, rows: int, world_size: int) -> int:
