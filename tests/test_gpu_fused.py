@@ -170,7 +170,40 @@ def _recurring_calls(rank, world_size):
     graphs = {(key[0], key[5]): _replays(plan) for key, plan in state.plans.items()}  # (op name, variant)
     assert graphs["ag_gemm", ""] >= 2, graphs  # both parities: its tensors never move
     assert graphs["ag_gemm", PULL] >= 2, graphs  # its gathered tensor comes back at a few addresses
-    assert graphs["gemm_rs", ""] >= 2, graphs  # its partial buffer is allocated per call, mostly at one address
+    assert graphs["gemm_rs", ""] >= 2, graphs  # its partials are in the state's scratch buffer
+
+
+def test_recurring_gemm_rs_calls_replay_whatever_else_is_allocated():
+    run_gpu_ranks(_recurring_rs_between_allocations, 2)
+
+
+def _recurring_rs_between_allocations(rank, world_size):
+    """A GEMM-RS call made one at a time between other work (a decode step, a profiler's rotation)
+    recurs with the same tensors, but whatever else is allocated between the calls moves what the
+    allocator would hand out. Its partials live in the state's scratch buffer, so its replay keys
+    recur: two graphs in all (one per parity), every result right."""
+    import fluxlite
+
+    gen = torch.Generator(device=_dev()).manual_seed(17 + rank)
+    M, K, N = world_size * 328, 1536, 1024
+    w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+    a = torch.randn(M, K, generator=gen, device=_dev()).to(BF16)
+    out = torch.empty(M // world_size, N, dtype=BF16, device=_dev())
+    ref = _rs_reference(a, w, None)
+    kept = []
+    for i in range(16):
+        # other work's allocations, some kept: sizes near the partials' (M x N) and not
+        kept.append(torch.empty(int(M * N * random.Random(i).uniform(0.5, 1.5)), dtype=BF16, device=_dev()))
+        if i % 3 == 0:
+            kept.pop(0)
+        out.fill_(float("nan"))
+        fluxlite.gemm_rs(a, w, impl="fused", out=out)
+        assert rel_err(out, ref) < TOL, f"call {i}"
+    fluxlite.synchronize()
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    plans = [plan for key, plan in state.plans.items() if key[0] == "gemm_rs"]
+    graphs = [len(plan.bound.graphs) for plan in plans]
+    assert graphs == [2] and [_replays(plan) for plan in plans] == [2], graphs
 
 
 def _replays(plan) -> int:

@@ -104,6 +104,9 @@ class FusedState:
         self._align_kernels: dict = {}
         self.finished_wait_kernels: dict = {}  # the producer's bounded wait (fluxlite.kernels.finished_wait)
         self.split_wait_kernels: dict = {}  # the matmul consumer's bounded wait (fluxlite.kernels.split_wait)
+        self._scratch: torch.Tensor | None = None  # bytes of this rank's own for a call's working data (scratch)
+        self._scratch_views: dict[tuple, torch.Tensor] = {}
+        self._retired_scratch: list[torch.Tensor] = []  # replaced while a user's graph may replay into them
         self._bound = (-1, (), None, ())  # (workspace generation, then what _bind makes)
         if ws.is_cuda:
             self._warm_up()
@@ -204,6 +207,32 @@ class FusedState:
             data = tuple(addresses(lambda p, parity=parity: ws.data_addr(p, parity)) for parity in (0, 1))
             self._bound = (ws.generation, regions, addresses(ws.flag_addr), data)
         return self._bound[1:]
+
+    def scratch(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A ``shape`` tensor of this rank's own memory (no peer maps it) for a call's working data,
+        GEMM-RS's partials before they leave: one buffer per state, grown to the largest call and
+        kept, so that a recurring call finds it at the same address. An eager call replays from a
+        graph keyed by its tensors' addresses (:meth:`fluxlite.fused.Call.run`); with a fresh
+        allocation per call, the address moved with whatever else the program had allocated
+        meanwhile, and a call that did not recur back to back (one call at a time between other
+        work) ran uncaptured, at two or three times its replayed cost. Calls on a state are stream-
+        ordered, so one buffer serves them all. Under a capture that needs it larger, the capture's
+        own allocation is used instead (its graph keeps it); a buffer a user's graph may still
+        replay into is kept when it is replaced."""
+        key = (shape, dtype)
+        view = self._scratch_views.get(key)
+        if view is not None:
+            return view
+        nbytes = max(1, dtype.itemsize * int(torch.Size(shape).numel()))
+        if self._scratch is None or self._scratch.numel() < nbytes:
+            if self.ws.is_cuda and _workspace.capturing(self.ws.device):
+                return torch.empty(shape, dtype=dtype, device=self.ws.device)
+            if self.captured and self._scratch is not None:
+                self._retired_scratch.append(self._scratch)
+            self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.ws.device)
+            self._scratch_views.clear()
+        view = self._scratch_views[key] = self._scratch[:nbytes].view(dtype).view(shape)
+        return view
 
     def region(self, parity: int) -> torch.Tensor:
         """int32 view of this rank's flag region ``parity`` followed by the signature slots: the
@@ -399,6 +428,7 @@ class FusedState:
             for plan in self.plans.values():  # its views keep the buffers alive, its graphs address them
                 plan.bound.clear()
             self.plans = {}
+            self._scratch, self._scratch_views, self._retired_scratch = None, {}, []
             if self.ws.is_cuda:
                 self._graph_pool = None
             self.closed = True  # what a call kept of this state (fluxlite.ops.op.Repeat) is void

@@ -176,7 +176,7 @@ class GemmReduceScatter(Op):
         state.check()
         call = Call(state, self.name, plan, args.timeout_s)
         recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # recv[p]: rank p's partial of our rows
-        partial = a.new_empty((W, mc, N))  # our partials of the peers' rows, before they leave
+        partial = state.scratch((W, mc, N), a.dtype)  # our partials of the peers' rows, before they leave
         out = args.out if args.out is not None else a.new_empty(self.out_shape(args))
         reduced = self.reduced_rows(out, r, mc)  # where the consumer writes our reduced chunk
         second = reduced is not out  # a second shot sends it on from there
