@@ -8,6 +8,8 @@ raise its ``FluxliteError`` before anything is built or communicated, on every r
 
 A call with a warmed shape goes through, and marks the workspace as captured. On GPUs the same rules
 are tested under real capture (tests/test_gpu_graphs.py).
+
+Also GEMM-RS's partials in the state's kept scratch buffer, which a pretended capture must not grow.
 """
 
 from __future__ import annotations
@@ -98,3 +100,53 @@ def test_an_eager_replay_is_captured_again_when_its_copied_memory_is_a_new_alloc
     assert bindings.graphs[("key",)].buffers == (7, 10)
     assert replay() is True and captured == [100, 101] and launched[-1] == (101, 5)
     assert Call._replay(call, None, (), lambda: "program", None) is False  # no key (CPU): never a graph
+
+
+def _kept_partials(rank, W):
+    """GEMM-RS's partials live in the state's scratch buffer (docs/cuda_graphs.md), so that a call
+    recurs at the same addresses whatever else was allocated between: the same buffer for a recurring
+    call, a larger one for a larger call, the one a user's graph may replay into kept when replaced,
+    and under a capture that needs it larger, the capture's own allocation (never cached). Every
+    result against float64, outputs poisoned first."""
+    from .numerics import check, randn, rs_reference
+
+    gen = torch.Generator().manual_seed(5)  # every rank draws every rank's operands
+    K, N = 24, 40
+    failures: list[str] = []
+
+    def rs(M: int, name: str) -> None:
+        a_parts = [randn(gen, M, K, dtype=torch.float32) for _ in range(W)]
+        w_parts = [randn(gen, N, K, dtype=torch.float32) for _ in range(W)]
+        out = torch.full((M // W, N), float("nan"))
+        fluxlite.gemm_rs(a_parts[rank], w_parts[rank], impl="fused", out=out)
+        check(name, out, rs_reference(a_parts, w_parts, None, rank), torch.float32, failures)
+
+    fluxlite.ag_gemm(torch.randn(64, 512), torch.randn(8, 512), impl="fused")  # room for every RS call below
+    state = fluxlite.fused.state_of(fluxlite.get_workspace())
+    capacity = state.ws.capacity
+    rs(8 * W, "first")
+    assert state._scratch is not None and state._scratch.numel() == W * 8 * N * 4, "the call's partials are not in it"
+    scratch = state.scratch((W, 8, N), torch.float32)
+    kept = []
+    for i in range(3):
+        kept.append(torch.empty(1000 * (i + 1)))  # other work's allocations between the calls
+        rs(8 * W, f"again {i}")
+        assert state.scratch((W, 8, N), torch.float32) is scratch, "a recurring call's partials moved"
+    rs(40 * W, "larger")  # grows the scratch buffer, not the workspace
+    assert state._scratch.numel() == W * 40 * N * 4, "the larger call did not grow it"
+    grown = state.scratch((W, 40, N), torch.float32)
+    assert grown.numel() == W * 40 * N and state.ws.capacity == capacity
+    assert state.scratch((W, 8, N), torch.float32).data_ptr() == grown.data_ptr(), "one buffer, views from its start"
+    rs(8 * W, "smaller again")
+    assert not state._retired_scratch, "no graph holds the old buffer: it goes"
+    with _pretend_capture():
+        loose = state.scratch((W, 80, N), torch.float32)  # larger than the buffer, under capture
+    assert loose.data_ptr() != grown.data_ptr() and state.scratch((W, 40, N), torch.float32) is grown
+    state.captured = True  # as after a user's capture of a fused call
+    rs(80 * W, "larger after a capture")
+    assert [t.data_ptr() for t in state._retired_scratch] == [grown.data_ptr()], "a graph may replay into it"
+    assert not failures, failures
+
+
+def test_gemm_rs_partials_are_kept_grown_and_retired():
+    run_ranks(_kept_partials, 2)

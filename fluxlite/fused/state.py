@@ -225,7 +225,7 @@ class FusedState:
             return view
         nbytes = max(1, dtype.itemsize * int(torch.Size(shape).numel()))
         if self._scratch is None or self._scratch.numel() < nbytes:
-            if self.ws.is_cuda and _workspace.capturing(self.ws.device):
+            if _workspace.capturing(self.ws.device):
                 return torch.empty(shape, dtype=dtype, device=self.ws.device)
             if self.captured and self._scratch is not None:
                 self._retired_scratch.append(self._scratch)
