@@ -145,6 +145,10 @@ def _kept_partials(rank, W):
     state.captured = True  # as after a user's capture of a fused call
     rs(80 * W, "larger after a capture")
     assert [t.data_ptr() for t in state._retired_scratch] == [grown.data_ptr()], "a graph may replay into it"
+    from fluxlite.fused.state import MAX_SCRATCH_VIEWS
+    for m in range(1, MAX_SCRATCH_VIEWS + 10):  # calls of ever new shapes keep a bounded number of views
+        state.scratch((W, m, N), torch.float32)
+    assert len(state._scratch_views) <= MAX_SCRATCH_VIEWS
     assert not failures, failures
 
 

@@ -32,6 +32,7 @@ from ..workspace import SymmetricWorkspace, wait_idle
 
 
 CONSUMERS = ("torch", "triton")
+MAX_SCRATCH_VIEWS = 256  # views of the scratch buffer kept by shape (FusedState.scratch); past this it starts again
 
 
 class Replay(NamedTuple):
@@ -230,6 +231,8 @@ class FusedState:
             if self.captured and self._scratch is not None:
                 self._retired_scratch.append(self._scratch)
             self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.ws.device)
+            self._scratch_views.clear()
+        if len(self._scratch_views) >= MAX_SCRATCH_VIEWS:  # calls of ever new shapes (varying M)
             self._scratch_views.clear()
         view = self._scratch_views[key] = self._scratch[:nbytes].view(dtype).view(shape)
         return view
