@@ -351,6 +351,36 @@ def test_a_transfer_that_fails_to_build_leaves_the_rest_of_the_shape():
     run_ranks(_shape_without_the_transfer, 2)
 
 
+def _kept_outputs(rank: int, W: int) -> None:
+    """Each of fluxlite's calls in a profile writes into an output kept per input set and
+    implementation, as a model's step meets the same tensors each iteration (an eager fused call
+    replays only while its tensors keep their addresses): the same tensor for every call of one set,
+    a different one for another set or implementation, each holding that call's result."""
+    from fluxlite.profile import run
+    from fluxlite.profile.presets import Shape
+
+    tp = fluxlite.resolve_group()
+    for op, M in (("ag_gemm", 6 * W), ("gemm_rs", 6 * W), ("gemm_ar", 5)):
+        make, cases = run.op_case(Shape(op, M, 8, 12), tp, torch.float32, torch.device("cpu"))
+        x, y = make(), make()
+        ref = cases["sequential"](x).clone()
+        for impl in ("fused", "decomposed", "auto"):
+            first = cases[impl](x)
+            torch.testing.assert_close(first, ref, rtol=1e-5, atol=1e-5)
+            first.fill_(float("nan"))
+            again = cases[impl](x)
+            assert again is first, f"{op} {impl}: a second call of one input set wrote a new tensor"
+            torch.testing.assert_close(again, ref, rtol=1e-5, atol=1e-5)
+            assert cases[impl](y) is not first, f"{op} {impl}: two input sets share an output"
+        assert cases["fused"](x) is not cases["decomposed"](x), f"{op}: two implementations share an output"
+
+
+def test_the_profiles_calls_write_into_kept_outputs():
+    from tests.dist_utils import run_ranks
+
+    run_ranks(_kept_outputs, 2)
+
+
 def test_presets_derive_the_anchor_shapes():
     from fluxlite.profile.presets import model_shapes
 
