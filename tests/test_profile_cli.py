@@ -2,7 +2,8 @@
 CSV and PNG, positive times, the limit and the efficiency against it consistent with the reported
 times, the dispatch cache that ``--tune`` fills; re-drawing from the JSON; bad arguments (one line,
 exit 2, once, also under torchrun); a run stopped by a signal or ``--time-limit`` writes the shapes
-it measured; fluxlite's own git commit. The GPU test runs the llama3-70b preset on 2 GPUs."""
+it measured; fluxlite's own git commit; fluxlite's calls into outputs kept per input set. The GPU
+test runs the llama3-70b preset on 2 GPUs."""
 
 from __future__ import annotations
 
