@@ -12,6 +12,7 @@ are given when it is made; :func:`state_of` takes them from the documented envir
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -224,7 +225,7 @@ class FusedState:
         view = self._scratch_views.get(key)
         if view is not None:
             return view
-        nbytes = max(1, dtype.itemsize * int(torch.Size(shape).numel()))
+        nbytes = max(1, dtype.itemsize * math.prod(shape))
         if self._scratch is None or self._scratch.numel() < nbytes:
             if _workspace.capturing(self.ws.device):
                 return torch.empty(shape, dtype=dtype, device=self.ws.device)

@@ -1,6 +1,8 @@
-"""Kineto traces of back-to-back fused GEMM-RS (matmul consumer), the limit and cuBLAS (torchrun, 2 GPUs)."""
+"""Kineto traces of back-to-back fused GEMM-RS (matmul consumer), the limit and cuBLAS (torchrun, 2 GPUs).
+Environment: SRC, the tree whose fluxlite to run (default: the working directory); CALLS, calls per
+callable (default 8)."""
 import os, sys
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.environ.get("SRC", os.getcwd()))
 import torch, torch.distributed as dist
 import fluxlite
 from fluxlite.profile.limit import limit_case
@@ -31,7 +33,7 @@ for spec in sys.argv[1].split():
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         for name, f in fns.items():
             dist.barrier(); torch.cuda.synchronize()
-            for _ in range(8): f(x)
+            for _ in range(int(os.environ.get("CALLS", 8))): f(x)
             torch.cuda.synchronize()
     prof.export_chrome_trace(os.path.join(OUT, f"trace_{M}x{K}x{N}_r{rank}.json"))
     transfer.close()

@@ -8,7 +8,7 @@ export PYTHONPATH=$PWD
 for v in base head; do
   S=$PWD; [[ $v == base ]] && S=$PWD/.scratch/base
   mkdir -p $R/tr_$v
-  SRC=$S OUT=$R/tr_$v timeout 100 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-26-h200x2-l/scripts/trace_rs.py "8192,4096,8192 4096,14336,8192 8192,14336,8192" 2>&1 | grep -v '^W1' | tail -2
+  SRC=$S CALLS=12 OUT=$R/tr_$v timeout 100 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-26-h200x2-j/scripts/trace_rs.py "8192,4096,8192 4096,14336,8192 8192,14336,8192" 2>&1 | grep -v '^W1' | tail -2
   for f in $R/tr_$v/*.json; do echo "== $v $(basename $f)"; python3 benchmarks/2026-11-26-h200x2-j/scripts/breakdown.py $f | tr '\n' ' '; echo; gzip $f; done | tee -a $R/breakdown.log
 done
 S="--shape rs:8192,4096,8192 --shape rs:4096,14336,8192 --shape rs:8192,7168,4096 --shape rs:4096,6144,12288 --shape rs:8192,14336,8192 --shape rs:4096,28672,8192"
