@@ -7,7 +7,9 @@ reduces them over the ranks round by round and compares them in pairs):
 
 - ``throughput``: ``n`` calls back to back, the host queued ahead of the device (on CUDA behind a
   ``torch.cuda._sleep``), CUDA events around the batch, divided by ``n``. On CPU: wall clock.
-- ``latency``: the ranks aligned (a device sync and a barrier), one call, a sync: wall clock.
+- ``latency``: the ranks aligned (a device sync and a barrier), one call, a sync: wall clock; the
+  second of two such calls, as in a loop that waits for each call (the first warms what the
+  throughput batch before it may have left cold, e.g. ``auto``'s other choice).
   ``latency_event``: the same call by CUDA events (equal to ``latency`` on CPU).
 - ``host``: the host time of one call, issued while the device sleeps, with no sync.
 - ``enqueue``: the host time to issue a throughput batch; more than the sleep means the device
@@ -80,51 +82,58 @@ class Timer:
 
     def throughput(self, fn: Callable, inputs: Sequence, first: int, n: int, sleep_ms: float) -> tuple[float, float]:
         """(ms per call over ``n`` calls queued behind a sleep, host ms to issue them)."""
-        self.align()
-        self._sleep(sleep_ms)
-        t0 = time.perf_counter()
-        if self.cuda:
-            self.start.record()
         with self._marked("throughput"):
+            self.align()
+            self._sleep(sleep_ms)
+            t0 = time.perf_counter()
+            if self.cuda:
+                self.start.record()
             for i in range(n):
                 fn(inputs[(first + i) % len(inputs)])
-        if self.cuda:
-            self.end.record()
-        enqueue = (time.perf_counter() - t0) * 1e3
-        self.sync()
+            if self.cuda:
+                self.end.record()
+            enqueue = (time.perf_counter() - t0) * 1e3
+            self.sync()
         return (self.start.elapsed_time(self.end) if self.cuda else enqueue) / n, enqueue
 
     def latency(self, fn: Callable, x) -> tuple[float, float]:
         """(wall ms of one call and its sync, CUDA-event ms of the call), the ranks aligned first."""
-        self.align()
-        t0 = time.perf_counter()
-        if self.cuda:
-            self.start.record()
         with self._marked("latency"):
+            self.align()
+            t0 = time.perf_counter()
+            if self.cuda:
+                self.start.record()
             fn(x)
-        if self.cuda:
-            self.end.record()
-        self.sync()
-        wall = (time.perf_counter() - t0) * 1e3
+            if self.cuda:
+                self.end.record()
+            self.sync()
+            wall = (time.perf_counter() - t0) * 1e3
         return wall, self.start.elapsed_time(self.end) if self.cuda else wall
 
     def host(self, fn: Callable, x, sleep_ms: float) -> float:
         """Host ms of one call, issued while the device sleeps."""
-        self.align()
-        self._sleep(sleep_ms)
-        t0 = time.perf_counter()
         with self._marked("latency"):
+            self.align()
+            self._sleep(sleep_ms)
+            t0 = time.perf_counter()
             fn(x)
-        ms = (time.perf_counter() - t0) * 1e3
-        self.sync()
+            ms = (time.perf_counter() - t0) * 1e3
+            self.sync()
         return ms
 
     @contextlib.contextmanager
     def _marked(self, mode: str):
-        """:attr:`mode` is ``mode`` inside: a queued batch is ``"throughput"``, a call alone ``"latency"``."""
+        """:attr:`mode` is ``mode`` inside (a queued batch is ``"throughput"``, a call alone
+        ``"latency"``), and the calls made inside declare it
+        (:func:`fluxlite.dispatch.assume_mode`): ``auto`` runs that mode's choice, as for a caller
+        who says which kind of calls it makes. Entered outside the timed part, so that declaring
+        the mode costs ``auto`` nothing the others do not pay."""
+        from .dispatch import assume_mode  # dispatch measures with this module's timer
+
         self.mode = mode
         try:
-            yield
+            with assume_mode(mode):
+                yield
         finally:
             self.mode = None
 
@@ -154,8 +163,8 @@ def run_each_once(timer: Timer, fns: dict[str, Callable], x) -> tuple[dict, dict
 
 
 WARM_MODES = ("throughput", "latency")
-"""The modes a warm-up runs in: a callable that runs what its mode declares (``auto``,
-:func:`fluxlite.profile.run.declared_mode`) warms each mode's choice."""
+"""The modes a warm-up runs in (:meth:`Timer._marked`): a callable that runs what its mode declares
+(``auto``) warms each mode's choice."""
 
 
 def warmup_calls(warmup: int, sets: int) -> int:
@@ -204,6 +213,11 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, s = fns[name], samples[name]
             tp, enqueue = timer.throughput(fn, inputs, r, batch["n"], batch["sleep_ms"])
+            # A latency-bound loop's call follows the same call, made the same way: so an untimed one
+            # goes first. Timed right after the throughput batch instead, a callable that runs another
+            # implementation per mode (auto) would be timed on its first call of that choice since the
+            # batch of the other, with the host's caches and the device as that batch left them.
+            timer.latency(fn, inputs[r % len(inputs)])
             wall, event = timer.latency(fn, inputs[r % len(inputs)])
             host_ms = timer.host(fn, inputs[(r + 1) % len(inputs)], batch["host_sleep_ms"]) if host else math.nan
             for mode, v in zip(MODES, (tp, wall, event, host_ms, enqueue)):

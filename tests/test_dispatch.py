@@ -592,10 +592,35 @@ def _device_modes_only(rank: int, W: int) -> None:
         calls = []
         samples, batch = time_samples(timer, {"f": lambda x: calls.append(x)}, [None], rounds=3, warmup=0,
                                       batch_ms=1.0, max_batch=2, host=host)
-        per_round = batch["n"] + 1 + host  # the throughput batch, one latency call, one host call if asked
+        per_round = batch["n"] + 2 + host  # the throughput batch, two latency calls, one host call if asked
         assert len(calls) == 2 + 3 * per_round, (host, len(calls), batch)  # 2: the probe's latency and host calls
         assert all(math.isnan(v) for v in samples["f"]["host"]) != host, (host, samples["f"]["host"])
         assert all(v >= 0 for v in samples["f"]["throughput"] + samples["f"]["latency"]), samples
+
+
+def _latency_after_the_same_call(rank: int, W: int) -> None:
+    from fluxlite.timing import time_samples
+
+    timer = Timer(fluxlite.resolve_group(), torch.device("cpu"))
+    inputs = ["x", "y", "z"]
+    seen = []
+    fns = {name: (lambda x, name=name: seen.append((name, timer.mode, x))) for name in ("f", "g")}
+    _, batch = time_samples(timer, fns, inputs, rounds=4, warmup=0, batch_ms=1.0, max_batch=2, host=False)
+    rounds = seen[2 * len(fns):]  # after the probe's latency and host call of each
+    per_name = batch["n"] + 2
+    assert len(rounds) == 4 * len(fns) * per_name, (len(rounds), batch)
+    for i in range(0, len(rounds), per_name):
+        name = rounds[i][0]
+        part = rounds[i : i + per_name]
+        assert {(n, m) for n, m, _ in part[: batch["n"]]} == {(name, "throughput")}, part
+        assert part[-2] == part[-1] and part[-1][:2] == (name, "latency"), part  # the timed call repeats the untimed one
+
+
+def test_a_timed_latency_call_follows_the_same_call():
+    """In latency mode the timed call comes right after an untimed call of the same callable, mode and
+    input, as in a loop that waits for each call, not right after the throughput batch (where
+    ``auto`` ran its other choice)."""
+    run_ranks(_latency_after_the_same_call, 1)
 
 
 def test_time_samples_can_skip_the_host_mode():

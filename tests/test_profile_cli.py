@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -476,21 +477,37 @@ def test_layer_timings_rejects_a_model_without_fluxlite_layers():
 
 
 def test_auto_is_timed_as_a_call_that_declares_each_mode():
-    """The timer marks what it times (a queued batch: throughput; one call alone: latency), and the
-    profile's ``auto`` runs in that mode (``both`` outside the timed calls)."""
+    """The timer marks what it times (a queued batch: throughput; one call alone: latency) and declares
+    it, so ``auto`` runs that mode's choice (outside the timed calls: the undeclared mode, ``both``),
+    and the declaration is made outside the timed part."""
     from types import SimpleNamespace
 
-    from fluxlite.profile.run import declared_mode
     from fluxlite.timing import Timer
 
     timer = Timer(SimpleNamespace(world_size=1), torch.device("cpu"))
     seen = []
-    fn = declared_mode(timer, lambda x: seen.append(dispatch.call_mode(torch.device("cpu"))))
+    fn = lambda x: seen.append(dispatch.call_mode(torch.device("cpu")))  # noqa: E731
     fn(None)
     timer.throughput(fn, [None], 0, 2, 0.0)
     timer.latency(fn, None)
     timer.host(fn, None, 0.0)
     assert seen == ["both", "throughput", "throughput", "latency", "latency"] and timer.mode is None
+    assert dispatch.call_mode(torch.device("cpu")) == "both"
+
+    real = dispatch.assume_mode
+
+    def slow_declaration(mode):
+        time.sleep(0.05)  # declaring the mode takes 50 ms: no timed figure may include it
+        return real(mode)
+
+    try:
+        dispatch.assume_mode = slow_declaration
+        _, enqueue = timer.throughput(fn, [None], 0, 2, 0.0)
+        wall, _ = timer.latency(fn, None)
+        host = timer.host(fn, None, 0.0)
+        assert max(enqueue, wall, host) < 50.0, (enqueue, wall, host)
+    finally:
+        dispatch.assume_mode = real
 
 
 def test_a_signal_that_lands_where_python_drops_exceptions_is_raised_at_the_next_call():

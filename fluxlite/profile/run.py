@@ -6,8 +6,9 @@ engine alone) and ``limit`` (the GEMM with that copy running beside it: what an 
 cost at best, :mod:`fluxlite.profile.limit`); ``sequential``, ``decomposed`` and ``fused``
 (fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works;
 for GEMM-AllReduce, which torch does not fuse, the GEMM then ``symm_mem.one_shot_all_reduce``)
-and ``auto``, timed in each mode as a call that declares that mode (:func:`declared_mode`). Figures
-derived from the throughput times (:func:`derive`)::
+and ``auto``, timed in each mode as a call that declares that mode (the timer declares it,
+:meth:`fluxlite.timing.Timer._marked`). Figures derived from the throughput times
+(:func:`derive`)::
 
     speedup     = T_sequential / T_impl                        (per mode)
     exposed     = T_impl - T_gemm                               (the communication left visible)
@@ -95,18 +96,6 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
     return make, {name: fn for name, fn in cases.items() if fn is not None}
 
 
-def declared_mode(timer: Timer, fn: Callable) -> Callable:
-    """``fn`` (an ``auto`` call) run as a caller who says which mode its calls are in
-    (:func:`fluxlite.dispatch.assume_mode`): ``"throughput"`` while ``timer`` queues a batch,
-    ``"latency"`` while it times one call alone, ``"both"`` otherwise (the warm-up and the check). So
-    the profile's ``auto`` row is what ``auto`` gives a caller in each mode that declares it; one that
-    does not gets the ``both`` choice in every mode (docs/dispatch.md)."""
-    def run(x):
-        with dispatch.assume_mode(timer.mode or "both"):
-            return fn(x)
-    return run
-
-
 def symmetric_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, group_name: str):
     """A tensor in torch's symmetric memory, rendezvoused over the group (collective), or ``None`` where
     torch cannot make one (the ``torch_symm_mem`` case then fails and is reported)."""
@@ -165,8 +154,6 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
     ``wrap``: applied to every case (``fn(inputs) -> output``) before it is timed."""
     tp, device = timer.tp, timer.device
     make, cases = op_case(shape, tp, dtype, device)
-    if "auto" in cases:
-        cases["auto"] = declared_mode(timer, cases["auto"])
     transfer, no_limit = add_limit_cases(timer, shape, dtype, cases)
     if wrap is not None:
         cases = {name: wrap(fn) for name, fn in cases.items()}
