@@ -536,10 +536,12 @@ class _Memory(dict):
     def __init__(self) -> None:
         super().__init__()
         self.fused: set[Key] = set()
+        self.generation = 0  # goes up on every change: what eager_choice_of remembered may be stale
 
     def __setitem__(self, key: Key, value: Choices | Choice) -> None:
         value = Choices.same(value) if isinstance(value, Choice) else value
         super().__setitem__(key, value)
+        self.generation += 1
         if value.fused:
             self.fused.add(key)
         else:
@@ -547,6 +549,7 @@ class _Memory(dict):
 
     def clear(self) -> None:
         super().clear()
+        self.generation += 1
         self.fused.clear()
 
 
@@ -557,6 +560,7 @@ class _State:
         self.memory = _Memory()  # Key -> Choices
         self.disk: dict[Path, dict] = {}  # cache file -> its entries as read
         self.keys: dict[tuple, Key] = {}  # call signature -> Key (Key.of)
+        self.eager: dict = {}  # an op's repeat signature -> (stamp, (choice, key), asks capture) (eager_choice_of)
         self.mode: str | None = None  # FLUXLITE_AUTO_MODE as read ("" if unset), None before
         self.auto: str | None = None  # FLUXLITE_AUTO as read, None before
 
@@ -577,6 +581,7 @@ class _State:
         self.memory.clear()
         self.disk.clear()
         self.keys.clear()
+        self.eager.clear()
         self.mode = self.auto = None
 
 
@@ -706,12 +711,6 @@ def remembered(key: Key) -> Choice | None:
     return known.for_call(key.torch_device)
 
 
-def any_remembered() -> bool:
-    """Whether this process remembers a choice: else every ``auto`` call goes through :func:`choose`,
-    and none need look its key up first (:mod:`fluxlite.ops`)."""
-    return bool(_MEMORY)
-
-
 def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
     """The choice ``auto`` makes for ``key`` now, without measuring: this process's, else the rule."""
     known = _MEMORY.get(key)
@@ -767,10 +766,46 @@ def eager_choice(key: Key, a: torch.Tensor) -> Choice | None:
     known = _MEMORY.get(key)
     if known is None or (tuned is not None and key not in tuned) or a.shape[0] == 0:
         return None
-    if known.uniform or getattr(known, _declared_mode() or "throughput") is known.both:
+    if not _asks_capture(known):
         return known.both  # what the call runs whether it is captured or not: no capture query
     capturing = _workspace.capturing(a.device)
     return None if capturing else _mode_choice(known, a, capturing)
+
+
+def _asks_capture(known: Choices) -> bool:
+    """Whether an eager call's choice among ``known`` depends on whether it is captured: where the
+    mode's choice (``throughput`` under capture when no mode is declared) is not ``both``."""
+    return not (known.uniform or getattr(known, _declared_mode() or "throughput") is known.both)
+
+
+MAX_EAGER = 4096
+"""Signatures :func:`eager_choice_of` remembers; past this it starts again."""
+
+
+def eager_choice_of(signature: tuple, key_of: Callable[[], Key | None], a: torch.Tensor) -> tuple[Choice, Key] | None:
+    """``(choice, key)`` of :func:`eager_choice` for the key ``key_of()`` of an op's call, remembered
+    per ``signature`` (hashable; one signature always gives one key, so it must hold everything the
+    key is made of), or ``None`` where :func:`eager_choice` is. What a repeated ``auto`` call asks
+    of dispatch: one look-up, while the choices, the declared mode and any :func:`tuning` block are
+    as they were, plus the capture query where the choice depends on it. ``key_of()`` may be
+    ``None`` (nothing to choose: one rank)."""
+    stamp = (_MEMORY.generation, _declared_mode())
+    entry = _STATE.eager.get(signature)
+    if entry is not None and entry[0] == stamp and _TUNING.get() is None:
+        if not entry[2] or not _workspace.capturing(a.device):
+            return entry[1]
+    if not _MEMORY:  # nothing remembered: every auto call goes through choose(), no key needed first
+        return None
+    key = key_of()
+    choice = None if key is None else eager_choice(key, a)
+    if choice is None:
+        return None
+    known = (choice, key)
+    if _TUNING.get() is None:
+        if len(_STATE.eager) >= MAX_EAGER:
+            _STATE.eager.clear()
+        _STATE.eager[signature] = (stamp, known, _asks_capture(_MEMORY[key]))
+    return known
 
 
 def _mode_choice(choices: Choices, a: torch.Tensor, capturing: bool | None = None) -> Choice:

@@ -468,6 +468,53 @@ def test_a_repeated_call_asks_for_the_capture_state_only_where_its_choice_depend
     assert dispatch.eager_choice(key, torch.empty(0, K)) is None  # no rows: choose()'s own rule
 
 
+def test_a_repeated_call_finds_its_choice_by_one_look_up_until_what_it_depends_on_changes(monkeypatch, fresh_dispatch):
+    """dispatch.eager_choice_of: the key and the choice are worked out once per call signature, and again
+    when the choices change, the declared mode changes, inside a tuning block, or (where the choice
+    depends on it) under capture; every answer equals eager_choice's at that moment."""
+    monkeypatch.delenv("FLUXLITE_AUTO_MODE", raising=False)
+    capturing = {"now": False, "asked": 0}
+
+    def capture_query(device):
+        capturing["asked"] += 1
+        return capturing["now"]
+
+    monkeypatch.setattr(workspace, "capturing", capture_query)
+    a = torch.empty(64, K)
+    key = dispatch.Key("gemm_rs", dispatch.m_bucket(64), K, N, "float32", 2, "cpu", fluxlite.__version__)
+    made = []
+
+    def key_of():
+        made.append(key)
+        return key
+
+    def ask():
+        got = dispatch.eager_choice_of(("gemm_rs", 64), key_of, a)
+        want = dispatch.eager_choice(key, a)
+        assert (got is None and want is None) or (got[0] is want and got[1] is key), (got, want)
+        return None if got is None else got[0]
+
+    assert ask() is None and made == []  # nothing remembered: no key is made
+    fused, seq = dispatch.Choice("fused", source="measured"), dispatch.Choice("sequential", source="measured")
+    dispatch._MEMORY[key] = dispatch.Choices.of(seq, fused, dispatch.Choice("sequential", source="measured"))
+    assert ask() is seq and ask() is seq and len(made) == 1  # the second call: one look-up
+    with dispatch.assume_mode("latency"):
+        assert ask() is fused and len(made) == 2
+        asked = capturing["asked"]
+        assert ask() is fused and len(made) == 2 and capturing["asked"] > asked  # this choice asks every time
+        capturing["now"] = True
+        assert ask() is None and len(made) == 3  # under capture choose() decides
+        capturing["now"] = False
+    assert ask() is seq and len(made) == 4  # back in the undeclared mode
+    dispatch._MEMORY[key] = dispatch.Choices.same(fused)  # re-measured: the new choice at once
+    assert ask() is fused and len(made) == 5
+    with dispatch.tuning():  # the key will be measured again: choose() decides, nothing is kept
+        assert ask() is None and ask() is None and len(made) == 7
+    assert ask() is fused
+    dispatch.clear_memory()
+    assert ask() is None
+
+
 @pytest.mark.parametrize("rows", [1, 7, 1000, 3923, 4096, 4300, 16384, 50000])
 def test_a_keys_rows_are_its_buckets_centre_within_5_percent(rows):
     key = dispatch.Key.of_size("gemm_rs", 2, torch.empty(rows, 8), torch.empty(8, 8), rows)

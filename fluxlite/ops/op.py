@@ -325,6 +325,7 @@ class Op:
             return None, None, None
         try:
             a, weight = tensors[0], tensors[1]
+            group = dist.group.WORLD if group is None else group
             known = self._auto_known(group, options, a, weight) if impl == "auto" else None
             choice = forced if forced is not None else known[0] if known is not None else None
             if impl == "auto" and (choice is None or choice.impl != "fused"):
@@ -335,7 +336,7 @@ class Op:
             layouts = tuple(_tensor_key(options.get(k)) for k in self.tensor_options)
             # auto: the mode's choice is part of the key, so that calls in modes whose choices differ
             # (two configs, say) each repeat their own decisions instead of replacing one another's
-            key = (dist.group.WORLD if group is None else group, resolve_timeout(timeout), type(timeout),
+            key = (group, resolve_timeout(timeout), type(timeout),
                    torch.cuda.current_device() if device >= 0 else -1, impl, id(choice), plain,
                    *map(_tensor_key, tensors), *layouts)
             repeat = self.repeats.get(key)
@@ -346,16 +347,20 @@ class Op:
     def _auto_known(self, group, options: dict, a: torch.Tensor,
                     weight: torch.Tensor) -> tuple[Choice, dispatch.Key] | None:
         """``(choice, dispatch key)`` of an ``auto`` call whose choice dispatch remembers for an eager
-        call in its mode now, or None (nothing remembered, first sight, capture): dictionary look-ups."""
-        if not dispatch.any_remembered():
-            return None
-        W = (dist.group.WORLD if group is None else group).size()
-        if W == 1:
-            return None
-        key = dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight,
-                                   self.dispatch_rows(a, W, options))
-        choice = dispatch.eager_choice(key, a)
-        return None if choice is None else (choice, key)
+        call in its mode now, or None (nothing remembered, first sight, capture): one look-up
+        (:func:`fluxlite.dispatch.eager_choice_of`) by what the dispatch key is made of: the op, the
+        group, the operands' shapes, dtype and device, and the options that are not tensors."""
+        values = tuple(options.values()) if not self.tensor_options else tuple(
+            v for k, v in options.items() if k not in self.tensor_options)
+        signature = (self.name, group, a.shape, a.dtype, a.get_device(), weight.shape, values)
+
+        def key_of() -> dispatch.Key | None:
+            W = group.size()
+            if W == 1:
+                return None
+            return dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight,
+                                        self.dispatch_rows(a, W, options))
+        return dispatch.eager_choice_of(signature, key_of, a)
 
     def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, args: Args,
                   state: fused.FusedState, plan: fused.Plan) -> None:
