@@ -37,10 +37,11 @@ call ran: a fused call can only be captured after it ran eagerly with its shape
 (docs/cuda_graphs.md), and the warm-up may have run in another mode. To capture the throughput
 choice, warm up inside ``assume_mode("throughput")`` (or measure first, in the same process).
 
-A repeated call costs a dictionary look-up: the key of a call's signature (:meth:`Key.of`), the
-choices of the key, then the mode as above (where the three choices are one, not even that):
-:func:`eager_choice`, which the ops ask once per call, before their checks, and which also tells
-them whether the call repeats a fused call's decisions.
+A repeated call costs a dictionary look-up: :func:`eager_choice_of`, which the ops ask once per
+call, before their checks, by the call's signature, and which also tells them whether the call
+repeats a fused call's decisions. It keeps :func:`eager_choice`'s answer (the key's choices, then
+the mode as above) while the choices, the declared mode and any :func:`tuning` block are unchanged;
+where the modes' choices differ it asks the capture state on every call.
 
 When a key is first seen in a process
 -------------------------------------
@@ -759,23 +760,29 @@ def eager_choice(key: Key, a: torch.Tensor) -> Choice | None:
     """What :func:`choose` returns for an eager call of ``key`` on ``a`` when it would neither measure
     nor agree (the key is remembered and no :func:`tuning` block will measure it again), with the same
     warm mark; ``None`` where :func:`choose` must run (first sight, a CUDA-graph capture, no rows).
-    Dictionary look-ups and one capture query: what a repeated ``auto`` call costs beyond its
-    implementation. The capture query is made only where the answer depends on it: where the mode's
-    choice (``throughput`` under capture when no mode is declared) is not ``both``."""
+    Dictionary look-ups and at most one capture query: what a repeated ``auto`` call costs beyond its
+    implementation. The capture query is made only where the answer depends on it (:func:`_asks_capture`);
+    where it does not, a captured call gets the same answer as :func:`choose` would give it."""
     tuned = _TUNING.get()
     known = _MEMORY.get(key)
     if known is None or (tuned is not None and key not in tuned) or a.shape[0] == 0:
         return None
-    if not _asks_capture(known):
+    declared = _declared_mode()
+    choice = getattr(known, declared or "throughput")
+    if known.uniform or choice is known.both:
         return known.both  # what the call runs whether it is captured or not: no capture query
+    if declared and (a.shape[0], id(choice)) in known.warm:
+        return choice  # a captured call takes a warm choice of its declared mode too: no capture query
     capturing = _workspace.capturing(a.device)
     return None if capturing else _mode_choice(known, a, capturing)
 
 
 def _asks_capture(known: Choices) -> bool:
-    """Whether an eager call's choice among ``known`` depends on whether it is captured: where the
-    mode's choice (``throughput`` under capture when no mode is declared) is not ``both``."""
-    return not (known.uniform or getattr(known, _declared_mode() or "throughput") is known.both)
+    """Whether a repeated eager call's choice among ``known`` may differ when it is captured: where
+    no mode is declared and the throughput choice (a capture's) is not ``both`` (an eager call's).
+    In a declared mode both run the mode's choice, once an eager call made it warm for its rows
+    (:func:`_mode_choice`), as the call that :func:`eager_choice_of` remembers did."""
+    return not (known.uniform or known.throughput is known.both or _declared_mode())
 
 
 MAX_EAGER = 4096
