@@ -8,8 +8,9 @@ reduces them over the ranks round by round and compares them in pairs):
 - ``throughput``: ``n`` calls back to back, the host queued ahead of the device (on CUDA behind a
   ``torch.cuda._sleep``), CUDA events around the batch, divided by ``n``. On CPU: wall clock.
 - ``latency``: the ranks aligned (a device sync and a barrier), one call, a sync: wall clock; the
-  second of two such calls, as in a loop that waits for each call (the first warms what the
-  throughput batch before it may have left cold, e.g. ``auto``'s other choice).
+  median of :data:`LATENCY_CALLS` such calls after an untimed one, as in a loop that waits for each
+  call (the untimed call warms what the throughput batch before it may have left cold, e.g.
+  ``auto``'s other choice).
   ``latency_event``: the same call by CUDA events (equal to ``latency`` on CPU).
 - ``host``: the host time of one call, issued while the device sleeps, with no sync.
 - ``enqueue``: the host time to issue a throughput batch; more than the sleep means the device
@@ -38,6 +39,8 @@ from .fused import release_workspaces, synchronize
 from .group import TPGroup
 
 MODES = ("throughput", "latency", "latency_event", "host", "enqueue")
+LATENCY_CALLS = 3
+"""Timed latency calls per callable and round (after an untimed one); the round's reading is their median."""
 
 
 class Timer:
@@ -217,8 +220,11 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
             # goes first. Timed right after the throughput batch instead, a callable that runs another
             # implementation per mode (auto) would be timed on its first call of that choice since the
             # batch of the other, with the host's caches and the device as that batch left them.
+            # The round's reading is the median of LATENCY_CALLS such calls: one aligned call's time
+            # moves with how fast the host wakes after the sync, by tens of us on 2xH200's host.
             timer.latency(fn, inputs[r % len(inputs)])
-            wall, event = timer.latency(fn, inputs[r % len(inputs)])
+            walls, events = zip(*(timer.latency(fn, inputs[r % len(inputs)]) for _ in range(LATENCY_CALLS)))
+            wall, event = statistics.median(walls), statistics.median(events)
             host_ms = timer.host(fn, inputs[(r + 1) % len(inputs)], batch["host_sleep_ms"]) if host else math.nan
             for mode, v in zip(MODES, (tp, wall, event, host_ms, enqueue)):
                 s[mode].append(v)
