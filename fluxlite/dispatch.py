@@ -68,9 +68,11 @@ statistics of the ratios, :func:`ratio_bounds`; at least 5 rounds give one). A c
   than the tie margin, at the stated confidence);
 - is *safe* in a mode when its upper bound is at most ``1 + MAX_LOSS``.
 
-The throughput and the latency choice: among the candidates that win the mode, the one with the
-least median ratio, or an earlier one (sequential, then decomposed, then fused with the default
-config first) within :data:`TIE_MARGIN` of it; sequential when none wins. The ``both`` choice:
+The throughput and the latency choice: among the candidates that win the mode, the first by
+preference (sequential, then decomposed, then fused with the default config first), given up for a
+later one only where that one is faster than it by more than :data:`TIE_MARGIN` at
+:data:`CONFIDENCE` (their paired ratios, :func:`_settled_best`); sequential when none wins. The
+``both`` choice:
 among sequential and the candidates that are safe in both modes and win one, the least worst
 slowdown over both modes against the best of them (``max(r_tp / best_tp, r_lat / best_lat)``),
 ties to the earlier. So no choice is slower than sequential beyond noise in its mode, and ``both``
@@ -143,7 +145,8 @@ GPU_FUSED_DTYPES = (torch.bfloat16, torch.float16)  # what the fused kernels tak
 M_BUCKETS_PER_OCTAVE = 8
 TIE_MARGIN = 0.01
 """A candidate wins a mode only if it is faster than sequential by more than this (at
-:data:`CONFIDENCE`); among winners, an earlier one within this of the best is taken."""
+:data:`CONFIDENCE`); among winners, a later one replaces an earlier one only if it is faster than
+that one by more than this (at :data:`CONFIDENCE`)."""
 MAX_LOSS = 0.02
 """The most the ``both`` choice may be slower than sequential in either mode (at :data:`CONFIDENCE`)."""
 CONFIDENCE = 0.95
@@ -471,6 +474,20 @@ def _first_within_margin(labels: list[str], score: Callable[[str], float]) -> st
     return next(label for label in labels if score(label) <= least * (1 + TIE_MARGIN))
 
 
+def _settled_best(labels: list[str], samples: dict[str, dict[str, Sequence[float]]], mode: str) -> str:
+    """The first of ``labels`` (by preference), given up for a later one only where that one is
+    faster than it by more than :data:`TIE_MARGIN` at :data:`CONFIDENCE` (the high bound of their
+    paired per-round ratios in ``mode``). Medians alone would pick among configs that differ by
+    noise: in latency mode, where one reading moves by tens of microseconds, that was a different
+    config from round to round of measurements."""
+    pick = labels[0]
+    for label in labels[1:]:
+        paired = [t / p for t, p in zip(samples[label][mode], samples[pick][mode])]
+        if ratio_bounds(paired)[2] < 1 - TIE_MARGIN:
+            pick = label
+    return pick
+
+
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
     """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
     the modes of :data:`MEASURED_MODES`, every list one entry per round (NaN where the candidate was not
@@ -488,7 +505,7 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
     chosen = {}
     for m in MEASURED_MODES:
         winners = [label for label in rest if wins[label][m]]
-        chosen[m] = _first_within_margin(winners, lambda c: ratios[c][m][1]) if winners else base
+        chosen[m] = _settled_best(winners, samples, m) if winners else base
     both = [base] + [label for label in rest if safe[label] and any(wins[label].values())]
     best = {m: min(ratios[c][m][1] for c in both) for m in MEASURED_MODES}
     chosen["both"] = _first_within_margin(both, lambda c: max(ratios[c][m][1] / best[m] for m in MEASURED_MODES))

@@ -279,6 +279,23 @@ def test_ties_go_to_the_simpler_candidate():
     assert _picks(v) == (SEQ, SEQ, SEQ) and v.open == (), v
 
 
+def test_a_later_config_replaces_the_default_only_where_it_is_faster_beyond_noise():
+    """Among winners, the earlier (the default config) stays unless a later one is faster than it at
+    the stated confidence, in paired rounds: a lower median that the rounds do not settle is noise."""
+    g16 = "fused[g16]"
+    order = [SEQ, DEC, FUSED, g16]
+    # latency: fused 0.80 every round; g16's median 0.77 (4% lower) but 1.04x fused in two of five rounds
+    v = dispatch.decide(_samples(20, 5, fused=(0.8, 0.8), **{g16: (0.8, [0.76, 0.832, 0.77, 0.832, 0.75])}), order)
+    assert v.ratios[g16]["latency"][1] < v.ratios[FUSED]["latency"][1] * (1 - dispatch.TIE_MARGIN)
+    assert (v.throughput, v.latency) == (FUSED, FUSED), v
+    # throughput: g16 3% faster than fused in every round: settled, so it replaces the default there
+    v = dispatch.decide(_samples(21, 5, fused=(0.8, 0.8), **{g16: (0.776, 0.8)}), order)
+    assert (v.throughput, v.latency) == (g16, FUSED), v
+    # a later candidate is compared with the current pick, not only with sequential
+    v = dispatch.decide(_samples(22, 5, decomposed=(0.9, 0.9), fused=(0.895, 0.5)), order)
+    assert (v.throughput, v.latency) == (DEC, FUSED), v
+
+
 def test_a_candidate_faster_in_one_mode_and_slower_beyond_noise_in_the_other_serves_that_mode_only():
     v = dispatch.decide(_samples(8, 5, fused=(0.8, 1.10)), ORDER)  # large shapes' pattern
     assert _picks(v) == (FUSED, SEQ, SEQ) and v.open == (), v
