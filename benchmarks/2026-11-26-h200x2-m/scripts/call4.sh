@@ -1,10 +1,6 @@
 #!/usr/bin/env bash
 # Every preset shape with the latency mode's new method (the second of two aligned calls); GPU graph tests.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 FLUXLITE_TIMEOUT_S=15
-R=/tmp/res13d; rm -rf $R; mkdir -p $R; trap 'tar czf $OUT/res.tgz -C $R .' EXIT
-nvidia-smi -L | head -2 | tee $R/gpus.txt
-export PYTHONPATH=$PWD
+R=/tmp/res13d; source benchmarks/2026-11-26-h200x2-m/scripts/common.sh
 (nvidia-smi dmon -s pc -d 2 > $R/dmon.log 2>&1 &)
 timeout 260 python3 -m fluxlite.profile $(cat benchmarks/2026-11-26-h200x2-k/scripts/preset_shapes.txt) --nproc 2 \
   --impls fused,torch_symm_mem --rounds 5 --no-progress --out $R/presets 2>&1 | grep -v '^W1' | grep -v measured > $R/presets.log; tail -1 $R/presets.log
