@@ -41,7 +41,7 @@ def _rs_program(rank: int, W: int, splits: int, second: bool = False) -> list:
 def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch, second: bool = False) -> list:
     """The items of ``rank``'s queue in host order: ``("main", op, ...)`` and ``("side", step)``."""
     queue = []
-    monkeypatch.setattr(producer, "stream_calls", lambda steps: list(steps))
+    monkeypatch.setattr(producer, "stream_calls", lambda steps, *a: list(steps))
     monkeypatch.setattr(producer, "enqueue_on_stream",
                         lambda calls, stream, *a: queue.extend(("side", step) for step in calls))
     pieces = producer.pieces(_rs_program(rank, W, splits, second))

@@ -45,7 +45,7 @@ from fluxlite.ops.ag_gemm import PULL, _scales_offset
 from fluxlite.ops.gemm_ar import _gathered_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
-from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, STAGE, WAIT, WAIT_FINISHED, Program, first_wait,
+from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, STAGE, WAIT, WAIT_FINISHED, Program, SignalCopy, first_wait,
                                      stream_calls)
 
 from .dist_utils import run_ranks
@@ -437,7 +437,7 @@ def _unbatched(calls: list) -> list:
     ``CUstreamBatchMemOpParams`` array."""
     steps = []
     for call in calls:
-        if call[0] == COPY:
+        if call[0] in (COPY, JOIN, WAIT_FINISHED):
             steps.append(call)
             continue
         for op in call[1]:
@@ -482,6 +482,38 @@ def test_cuda_stream_calls_enqueue_each_program_in_order_with_flag_runs_batched(
     many = [(SIGNAL, 64 * i, 1) for i in range(cu.MAX_BATCH + 3)]
     calls = stream_calls(many)
     assert [len(c[1]) for c in calls] == [cu.MAX_BATCH, 3] and _unbatched(calls) == many
+
+
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+def test_a_peers_flag_set_right_after_a_copy_is_a_copy_of_the_set_word(W):
+    """With a :class:`SignalCopy`, every signal of SET to a peer's flag that directly follows a copy
+    in the program is a 4-byte copy of the SET word, at that place; every other step is enqueued as
+    without it (this rank's own flags and signals after a wait stay stream writes), in the same order,
+    and a fed program's pieces make the same calls."""
+    word = 0x77 << 40
+    for op, push, rows in (("rs", True, W * 700), ("ag", True, 700), ("ag", False, 700), ("ar", True, W * 700)):
+        ws, plan, call, steps, t = _program(op, W, W - 1, rows, 8, 40, push=push)
+        own = range(ws.flag_addr(ws.rank, 0), ws.flag_addr(ws.rank, sch.num_flag_slots(W)))
+        def alone(i, steps):  # no flag operation after it to share a memop batch with
+            return i + 1 == len(steps) or steps[i + 1][0] not in (SIGNAL, WAIT)
+
+        copied = [i for i, s in enumerate(steps) if s[0] == SIGNAL and i and steps[i - 1][0] == COPY
+                  and alone(i, steps) and ws.where(s[1])[:2] != ("flag", ws.rank)]
+        if op == "ag" and push:  # every split's flag
+            assert len(copied) == (W - 1) * len(plan.split_rows), (W, len(copied))
+        plain, by_copy = (Program.of(steps, cuda=True, signal_copy=c) for c in (None, SignalCopy(word, own)))
+        want = [(COPY, s[1], word, 4) if i in copied else (s if s[0] == COPY else s[:3])
+                for i, s in enumerate(steps) if s[0] != STAGE]
+        got = _unbatched(by_copy.on_stream[0]) + _unbatched(by_copy.on_stream[1])
+        assert got == want, (op, push)
+        assert len(_unbatched(plain.on_stream[0]) + _unbatched(plain.on_stream[1])) == len(got)
+        if op in ("rs", "ar"):  # the matmul consumer's feed enqueues a wait apart from the signal before it
+            fed = Program.of(steps, cuda=True, fed=True, signal_copy=SignalCopy(word, own))
+            got = _unbatched(fed.on_stream[0]) + _unbatched([c for _, _, calls in fed.pieces for c in calls])
+            want = [(COPY, s[1], word, 4) if s[0] == SIGNAL and i and steps[i - 1][0] == COPY
+                    and (i + 1 == len(steps) or steps[i + 1][0] != SIGNAL) and ws.where(s[1])[:2] != ("flag", ws.rank)
+                    else (s if s[0] == COPY else s[:3]) for i, s in enumerate(steps) if s[0] != STAGE]
+            assert got == want, op
 
 
 def test_the_address_map_tells_ranks_and_slots_apart():

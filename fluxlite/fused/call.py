@@ -208,7 +208,8 @@ class Call:
             if len(programs) >= MAX_PROGRAMS:
                 programs.clear()
             program = programs[key] = producer.Program.of(build(), cuda=self.ws.is_cuda,
-                                                          fed=self.plan.consumer != "triton")
+                                                          fed=self.plan.consumer != "triton",
+                                                          signal_copy=self.state.signal_copy())
         return program
 
     def _bindings(self) -> Bindings:

@@ -6,7 +6,11 @@ beside the consumer GEMM. One program, two devices:
 - CUDA: a high-priority side stream. ``copy`` is a copy-engine copy (peers' memory is mapped),
   ``signal`` a 32-bit stream write (which fences first), ``wait`` a 32-bit stream wait; a run of
   signals and waits with no copy between them is one ``cuStreamBatchMemOp`` call, in order (one
-  node of a captured graph, not one per flag: each node adds about 1 µs to a graph's launch).
+  node of a captured graph, not one per flag). A signal to a peer's flag right after a copy, with
+  no flag operation after it to share a batch with (AG push's per split), is instead a 4-byte
+  copy-engine copy of a word that holds SET (:class:`SignalCopy`): it starts once the copy before
+  it on the stream has completed, as a stream write would, and a graph of copies and kernels
+  launches faster than one with memop nodes, and runs its small calls faster.
   Until the consumer has finished no SM is needed, so a persistent GEMM that holds every SM can
   never starve its own producer.
 
@@ -46,6 +50,7 @@ from typing import NamedTuple
 import torch
 
 from .. import _cuda_driver as cu
+from .. import schedule as sch
 from ..host_flags import host_store, host_wait
 
 COPY, STAGE, SIGNAL, WAIT, JOIN, WAIT_FINISHED = "copy", "stage", "signal", "wait", "join", "wait finished"
@@ -59,10 +64,23 @@ def first_wait(steps: list) -> int:
 FLAGS = "flags"  # a stream call: a run of signals and waits as one memop batch
 
 
-def stream_calls(steps: list) -> list:
+class SignalCopy(NamedTuple):
+    """How a CUDA program writes a peer's flag right after a copy (:func:`stream_calls` says when):
+    a copy-engine copy of the int32
+    at ``word`` (this rank's memory, holding :data:`fluxlite.schedule.SET`). Flags at addresses in
+    ``own`` (this rank's flag array) stay stream writes: a copy within one GPU may run on SMs that
+    the consumer holds (STAGE, below)."""
+
+    word: int
+    own: range
+
+
+def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy: bool = False) -> list:
     """``steps`` as the calls that enqueue them: ``(COPY, dst, src, nbytes)``, ``(FLAGS, batch)`` for
     each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`), JOIN and WAIT_FINISHED
-    as they are."""
+    as they are; with ``signal_copy``, a SIGNAL of SET to a peer's flag between a COPY and anything
+    but another flag operation (which it would share a batch with) is ``(COPY, flag,
+    signal_copy.word, 4)`` (``after_copy``: the step before ``steps[0]`` was a COPY)."""
     calls, run = [], []
 
     def end_run() -> None:
@@ -70,10 +88,17 @@ def stream_calls(steps: list) -> list:
             calls.append((FLAGS, cu.mem_op_batch(run)))
             run.clear()
 
-    for step in steps:
+    for i, step in enumerate(steps):
         if step[0] in (COPY, JOIN, WAIT_FINISHED):
             end_run()
             calls.append(step)
+            continue
+        follows_copy = steps[i - 1][0] == COPY if i else after_copy
+        alone = i + 1 == len(steps) or steps[i + 1][0] not in (SIGNAL, WAIT)  # else it shares a batch
+        if (signal_copy and step[0] == SIGNAL and step[2] == sch.SET and follows_copy and alone
+                and step[1] not in signal_copy.own):
+            end_run()
+            calls.append((COPY, step[1], signal_copy.word, 4))
             continue
         if len(run) == cu.MAX_BATCH:
             end_run()
@@ -82,7 +107,7 @@ def stream_calls(steps: list) -> list:
     return calls
 
 
-def pieces(steps: list) -> list[tuple[str, int, list]]:
+def pieces(steps: list, signal_copy: SignalCopy | None = None) -> list[tuple[str, int, list]]:
     """``steps`` cut before every WAIT, JOIN and WAIT_FINISHED, and before a SIGNAL that follows a
     COPY, each piece as ``(kind, address, stream calls)``: ``kind`` is its first step's (``address``
     that of a WAIT, else 0). What :class:`Feed` enqueues a piece at a time."""
@@ -95,7 +120,8 @@ def pieces(steps: list) -> list[tuple[str, int, list]]:
         piece.append(step)
     if piece:
         out.append(piece)
-    return [(p[0][0], p[0][1] if p[0][0] == WAIT else 0, stream_calls(p)) for p in out]
+    return [(p[0][0], p[0][1] if p[0][0] == WAIT else 0, stream_calls(p, signal_copy, i > 0 and out[i - 1][-1][0] == COPY))
+            for i, p in enumerate(out)]
 
 
 class Feed:
@@ -165,9 +191,10 @@ class Program(NamedTuple):
     pieces: list | None = None  # CUDA, for a consumer of many launches: the rest, as pieces (:class:`Feed`)
 
     @classmethod
-    def of(cls, steps: list, cuda: bool = False, fed: bool = False) -> "Program":
-        """``steps`` as a program; ``cuda``: with its stream calls; ``fed``: and its pieces, for a
-        consumer that takes the producer as it goes (:class:`Feed`)."""
+    def of(cls, steps: list, cuda: bool = False, fed: bool = False, signal_copy: SignalCopy | None = None) -> "Program":
+        """``steps`` as a program; ``cuda``: with its stream calls (``signal_copy``: see
+        :func:`stream_calls`); ``fed``: and its pieces, for a consumer that takes the producer as it
+        goes (:class:`Feed`)."""
         at = first_wait(steps)
         staged = tuple(step[1:] for step in steps if step[0] == STAGE)
         if any(step[0] != STAGE for step in steps[:len(staged)]):
@@ -175,9 +202,10 @@ class Program(NamedTuple):
         rest = steps[len(staged):]
         at_rest = at - len(staged)
         after = rest[at_rest:]
-        on_stream = (stream_calls(rest[:at_rest]), None if fed else stream_calls(after)) if cuda else None
+        on_stream = (stream_calls(rest[:at_rest], signal_copy),
+                     None if fed else stream_calls(after, signal_copy)) if cuda else None
         return cls(steps, at, on_stream, any(step[0] == JOIN for step in steps), staged,
-                   pieces(after) if cuda and fed else None)
+                   pieces(after, signal_copy) if cuda and fed else None)
 
 
 def run_on_thread(steps: list, consumed: int, **wait_info) -> None:

@@ -30,6 +30,7 @@ from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..process import PROCESS
 from ..workspace import SymmetricWorkspace, wait_idle
+from . import producer
 
 
 CONSUMERS = ("torch", "triton")
@@ -98,6 +99,8 @@ class FusedState:
             words = [(mirror >> shift) & 0xFFFFFFFF for shift in (0, 32)]
             self.error[MIRROR_WORD : MIRROR_WORD + 2] = torch.tensor(words, dtype=torch.int64).to(torch.int32)
         self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
+        # What the producer copies into a peer's flag to set it (fluxlite.fused.producer.SignalCopy)
+        self.set_word = torch.full((1,), sch.SET, dtype=torch.int32, device=ws.device)
         # The device's call sequence (fluxlite.kernels.align): the parity the next call must use,
         # null calls so far, and calls so far (the number a kernel's error record names); on CPU the
         # host keeps it the same way.
@@ -209,6 +212,13 @@ class FusedState:
             data = tuple(addresses(lambda p, parity=parity: ws.data_addr(p, parity)) for parity in (0, 1))
             self._bound = (ws.generation, regions, addresses(ws.flag_addr), data)
         return self._bound[1:]
+
+    def signal_copy(self) -> producer.SignalCopy:
+        """How this rank's CUDA producer sets a peer's flag right after a copy: by copying
+        :attr:`set_word` (:class:`fluxlite.fused.producer.SignalCopy`); its own flags, at the
+        workspace's current addresses, stay stream writes."""
+        own = self.ws.flags(self.ws.rank)
+        return producer.SignalCopy(self.set_word.data_ptr(), range(own.data_ptr(), own.data_ptr() + own.nbytes))
 
     def scratch(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A ``shape`` tensor of this rank's own memory (no peer maps it) for a call's working data,
