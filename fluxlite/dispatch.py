@@ -74,9 +74,10 @@ later one only where that one is faster than it by more than :data:`TIE_MARGIN` 
 :data:`CONFIDENCE` (their paired ratios, :func:`_settled_best`); sequential when none wins. The
 ``both`` choice:
 among sequential and the candidates that are safe in both modes and win one, the least worst
-slowdown over both modes against the best of them (``max(r_tp / best_tp, r_lat / best_lat)``),
-ties to the earlier. So no choice is slower than sequential beyond noise in its mode, and ``both``
-in neither mode.
+slowdown over both modes against the best of them (``max(r_tp / best_tp, r_lat / best_lat)``), by
+the same rule: the first by preference, given up for a later one only where their paired ratios
+settle that the later one's worst slowdown is the smaller (:func:`_settled_least_worst`). So no
+choice is slower than sequential beyond noise in its mode, and ``both`` in neither mode.
 
 While a win or the safety of a candidate that could win is unsettled (its bounds straddle the
 threshold, or there are too few rounds for bounds), more rounds time sequential and the unsettled
@@ -468,10 +469,28 @@ class Verdict:
     ratios: dict[str, dict[str, tuple[float, float, float]]]
 
 
-def _first_within_margin(labels: list[str], score: Callable[[str], float]) -> str:
-    """The earliest of ``labels`` whose score is within :data:`TIE_MARGIN` of the least."""
-    least = min(score(label) for label in labels)
-    return next(label for label in labels if score(label) <= least * (1 + TIE_MARGIN))
+def _settled_least_worst(labels: list[str], samples: dict[str, dict[str, Sequence[float]]],
+                         ratios: dict[str, dict[str, tuple[float, float, float]]]) -> str:
+    """The ``both`` choice among ``labels`` (by preference): the one whose worst slowdown over the
+    modes, against the best median of ``labels`` in each mode, is least. The first, given up for a
+    later one only where their paired per-round ratios settle it at :data:`CONFIDENCE`: the later
+    one is faster than the pick by more than :data:`TIE_MARGIN` in a mode where the pick is slower
+    than the best by more than that, and in no mode is its slowdown (the pick's times the high
+    bound of their ratio) above the pick's worst. Medians alone would trade configs on noise."""
+    best = {m: min(ratios[c][m][1] for c in labels) for m in MEASURED_MODES}
+
+    def slowdown(label: str) -> dict[str, float]:
+        return {m: ratios[label][m][1] / best[m] for m in MEASURED_MODES}
+
+    pick = labels[0]
+    for label in labels[1:]:
+        own = slowdown(pick)
+        worst = max(own.values())
+        high = {m: ratio_bounds([t / p for t, p in zip(samples[label][m], samples[pick][m])])[2] for m in MEASURED_MODES}
+        faster = any(high[m] < 1 - TIE_MARGIN and own[m] > 1 + TIE_MARGIN for m in MEASURED_MODES)
+        if faster and all(high[m] * own[m] <= worst for m in MEASURED_MODES):
+            pick = label
+    return pick
 
 
 def _settled_best(labels: list[str], samples: dict[str, dict[str, Sequence[float]]], mode: str) -> str:
@@ -507,8 +526,7 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
         winners = [label for label in rest if wins[label][m]]
         chosen[m] = _settled_best(winners, samples, m) if winners else base
     both = [base] + [label for label in rest if safe[label] and any(wins[label].values())]
-    best = {m: min(ratios[c][m][1] for c in both) for m in MEASURED_MODES}
-    chosen["both"] = _first_within_margin(both, lambda c: max(ratios[c][m][1] / best[m] for m in MEASURED_MODES))
+    chosen["both"] = _settled_least_worst(both, samples, ratios)
 
     def unsettled(label: str) -> bool:
         r = ratios[label]

@@ -296,6 +296,24 @@ def test_a_later_config_replaces_the_default_only_where_it_is_faster_beyond_nois
     assert (v.throughput, v.latency) == (DEC, FUSED), v
 
 
+def test_the_both_choice_keeps_the_default_config_unless_a_later_one_is_settled_faster():
+    """The ``both`` choice (least worst slowdown over the modes) gives up the earlier candidate only
+    where paired rounds settle it: a later config whose medians are lower in both modes by noise
+    does not replace the default; one faster in every round does."""
+    g16 = "fused[g16]"
+    order = [SEQ, DEC, FUSED, g16]
+    noisy = (0.8, [0.79, 0.81, 0.78, 0.83, 0.77]), (0.8, [0.76, 0.832, 0.77, 0.832, 0.75])
+    v = dispatch.decide(_samples(23, 5, fused=(0.8, 0.8), **{g16: tuple(r for _, r in noisy)}), order)
+    assert all(v.ratios[g16][m][1] < v.ratios[FUSED][m][1] for m in MODES), v  # lower medians in both modes
+    assert v.both == FUSED, v
+    v = dispatch.decide(_samples(24, 5, fused=(0.8, 0.8), **{g16: (0.776, 0.776)}), order)
+    assert _picks(v) == (g16, g16, g16), v
+    # faster where the pick is slowest, but slower elsewhere than the pick's worst: the pick stays
+    # (worst slowdowns against the best, 0.85 and 0.9: decomposed 1.059, fused 1.133)
+    v = dispatch.decide(_samples(25, 5, decomposed=(0.9, 0.9), fused=(0.85, 1.02)), order)
+    assert _picks(v) == (FUSED, DEC, DEC), v
+
+
 def test_a_candidate_faster_in_one_mode_and_slower_beyond_noise_in_the_other_serves_that_mode_only():
     v = dispatch.decide(_samples(8, 5, fused=(0.8, 1.10)), ORDER)  # large shapes' pattern
     assert _picks(v) == (FUSED, SEQ, SEQ) and v.open == (), v
