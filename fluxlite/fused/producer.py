@@ -66,10 +66,9 @@ FLAGS = "flags"  # a stream call: a run of signals and waits as one memop batch
 
 class SignalCopy(NamedTuple):
     """How a CUDA program writes a peer's flag right after a copy (:func:`stream_calls` says when):
-    a copy-engine copy of the int32
-    at ``word`` (this rank's memory, holding :data:`fluxlite.schedule.SET`). Flags at addresses in
-    ``own`` (this rank's flag array) stay stream writes: a copy within one GPU may run on SMs that
-    the consumer holds (STAGE, below)."""
+    a copy-engine copy of the int32 at ``word`` (this rank's memory, holding
+    :data:`fluxlite.schedule.SET`). Flags at addresses in ``own`` (this rank's flag array) stay
+    stream writes: a copy within one GPU may run on SMs that the consumer holds (STAGE, below)."""
 
     word: int
     own: range
