@@ -486,7 +486,7 @@ def _settled_least_worst(labels: list[str], samples: dict[str, dict[str, Sequenc
     for label in labels[1:]:
         own = slowdown(pick)
         worst = max(own.values())
-        high = {m: ratio_bounds([t / p for t, p in zip(samples[label][m], samples[pick][m])])[2] for m in MEASURED_MODES}
+        high = {m: _paired_high(samples, label, pick, m) for m in MEASURED_MODES}
         faster = any(high[m] < 1 - TIE_MARGIN and own[m] > 1 + TIE_MARGIN for m in MEASURED_MODES)
         if faster and all(high[m] * own[m] <= worst for m in MEASURED_MODES):
             pick = label
@@ -501,10 +501,14 @@ def _settled_best(labels: list[str], samples: dict[str, dict[str, Sequence[float
     config from round to round of measurements."""
     pick = labels[0]
     for label in labels[1:]:
-        paired = [t / p for t, p in zip(samples[label][mode], samples[pick][mode])]
-        if ratio_bounds(paired)[2] < 1 - TIE_MARGIN:
+        if _paired_high(samples, label, pick, mode) < 1 - TIE_MARGIN:
             pick = label
     return pick
+
+
+def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pick: str, mode: str) -> float:
+    """The high :data:`CONFIDENCE` bound of ``label``'s per-round time over ``pick``'s in ``mode``."""
+    return ratio_bounds([t / p for t, p in zip(samples[label][mode], samples[pick][mode])])[2]
 
 
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
