@@ -81,9 +81,9 @@ def test_gemm_ar_fused_with_the_kernel_as_consumer(world_size):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_gemm_ar_one_shot_with_the_kernel_as_consumer(world_size):
     """One-shot: the interpreted one-shot kernel signals, waits and reduces every rank's partial
-    through their addresses (fp32). Without the 255-row shape, which the torch consumer covers: the
-    interpreter runs the kernel a program at a time."""
-    run_ranks(_cases, world_size, (torch.float32,), ("fused",), ONE_SHOT_SHAPES[:-1], True,
+    through their addresses (fp32): runs of M * N elements shorter than a tile, and 255 x 23, one
+    whole tile and a masked rest."""
+    run_ranks(_cases, world_size, (torch.float32,), ("fused",), ONE_SHOT_SHAPES, True,
               env={"FLUXLITE_CPU_CONSUMER": "triton"})
 
 

@@ -420,8 +420,10 @@ def test_profile_llama3_70b_on_two_gpus_and_auto_against_the_best_fixed_choice(t
     """The preset end to end on 2 GPUs (bf16), and ``auto`` within 3% of the best of sequential,
     decomposed and fused for its shape, in throughput and in latency mode.
     The full-size run for BENCHMARKS.md is ``scripts/gpu_suite.sh overlap``."""
+    from fluxlite.profile.presets import model_shapes
+
     rows = _gpu_profile(tmp_path, "--model", "llama3-70b", "--tokens", "4096")
-    assert len(rows) == 8 and (tmp_path / "profile.csv").exists()
+    assert len(rows) == len(model_shapes("llama3-70b", 2, 4096)) == 12 and (tmp_path / "profile.csv").exists()
     slow = []
     for row in rows:
         _check_row(row, set(row["times_ms"]))

@@ -9,9 +9,11 @@ dtype, written by the GEMM before this kernel into its data half of the call's p
 
     out[m, n] = epilogue(sum_{q=0}^{W-1} P_q[m, n]) = scale * (...) + bias[n]     (fp32, q in rank order)
 
-Every rank sums in the same order, so every rank's output is the same to the bit. A tile is one row
-and ``BLOCK_N`` columns, so ``M = 1`` wastes no lanes; the programs take tiles round robin (no tile
-waits for another program's work).
+Every rank sums in the same order, so every rank's output is the same to the bit. The partials and
+``out`` are contiguous ``[M, N]``, so the kernel reads them as one run of ``M * N`` elements cut into
+tiles of ``BLOCK`` (the column of an element is its index mod ``N``, for the bias): the loads are
+16-byte vectors at any ``N``, a decode step's one row keeps every lane busy, and only the run's last
+tile is masked. The programs take tiles round robin (no tile waits for another program's work).
 
 Protocol (rank ``r``, a call of parity ``P``)::
 
@@ -45,25 +47,46 @@ from . import gemm_core as core
 from . import launch as direct
 from .device_flags import TIMEOUT_RS, sync_args, wait_peer
 
-BLOCK_N = 4096
-"""Columns of a tile: 32 bytes of a bf16 partial per thread of 8 warps, so a program has enough loads
-from the peers in flight to stream over NVLink with one program per SM."""
+BLOCK = 4096
+"""Elements of a tile: 32 bytes of a bf16 partial per thread of 8 warps per peer."""
 NUM_WARPS = 8
+PROGRAMS_PER_SM = 4
+"""Programs per SM (at most one per tile): more loads from the peers in flight than one program of 8
+warps keeps. Reading a peer's partial over NVLink, four reached 280-302 GiB/s on two H200s and one
+program per SM of the row-wise tiles that came before 252-295 GiB/s (BENCHMARKS.md, "GEMM-AllReduce")."""
 PEER_LANES = tl.constexpr(8)
 """Peers whose flags a program sets at once (one lane each, so the remote stores go out together
 rather than one round trip after another); a larger group takes more rounds."""
 
 
-# N is specialised (divisible by 16 or not), and VEC says how many elements a row's start is a
-# multiple of (16 bytes' worth where N * element size is a multiple of 16, else 1): rows then start
-# 16-byte aligned, so loads and stores are vector ones, at N = 7000 as at N = 8192 (specialised on 16
-# only, rows of N = 7000 bf16 elements load element by element). The other integers change from call
-# to call and are not.
-@triton.jit(do_not_specialize=["M", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot",
+@triton.jit
+def _reduce_tile(partials_ptr, out, bias_ptr, at, mask, N, rank, world_size, err, scale, BLOCK: tl.constexpr):
+    """``out[at] = epilogue(sum_q P_q[at])`` for the flat indices ``at`` (``[BLOCK]``), ``q`` in rank order;
+    a peer's partial only while no wait failed (``err == 0``)."""
+    out_dtype = out.dtype.element_ty
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for q in range(0, world_size):  # rank order on every rank
+        if (err == 0) | (q == rank):
+            # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): a tile's loads are vectors.
+            partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16)
+            if mask is None:
+                acc += tl.load(partial + at, cache_modifier=".cg").to(tl.float32)
+            else:
+                acc += tl.load(partial + at, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    col = at % N
+    y = core.epilogue(acc[None, :], scale, None, tl.arange(0, 1), tl.arange(0, 1) < 1, bias_ptr, col, col < N, 0, 1,
+                      BLOCK)
+    if mask is None:
+        tl.store(out + at[None, :], y.to(out_dtype))
+    else:
+        tl.store(out + at[None, :], y.to(out_dtype), mask=mask[None, :])
+
+
+@triton.jit(do_not_specialize=["M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot",
                                "timeout_ns"])
 def one_shot_kernel(
     partials_ptr,    # int64 [W]: every rank's data half of the call's parity as mapped here; its partial [M, N] first
-    out,             # [M, N]
+    out,             # [M, N], contiguous
     bias_ptr,        # [N] or None
     flag_bases_ptr,  # int64 [W]: every rank's flag array as mapped here
     sync,            # (flags, signature, error record, call count): device_flags.sync_args; the flags are
@@ -74,8 +97,7 @@ def one_shot_kernel(
     signal_at,       # slot (of every flag array) of this rank's finished flag in the call's region
     claim_slot, timeout_ns,
     scale,           # fp32 scalar epilogue scale, applied to the reduced sum
-    BLOCK_N: tl.constexpr,
-    VEC: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     if core.next_claim(counters_ptr, claim_slot) == 0:  # the first program to start announces our partial
         for p0 in range(0, world_size, PEER_LANES):
@@ -87,24 +109,16 @@ def one_shot_kernel(
     for p in range(0, world_size):
         if p != rank:
             err = wait_peer(sync, finished_at + p, sig_base, timeout_ns, TIMEOUT_RS, p, -1)
-    out_dtype = out.dtype.element_ty
-    offs_r = tl.arange(0, 1)
-    row_ok = offs_r < 1
-    row_len = N // VEC * VEC  # N itself (VEC divides it), its divisibility by VEC then known to the compiler
-    column_blocks = tl.cdiv(row_len, BLOCK_N)
-    for tile in range(tl.program_id(0), M * column_blocks, tl.num_programs(0)):
-        offs_n = (tile % column_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < row_len
-        at = (tile // column_blocks).to(tl.int64) * row_len + offs_n[None, :]  # [1, BLOCK_N] elements of [M, N]
-        acc = tl.zeros((1, BLOCK_N), tl.float32)
-        for q in range(0, world_size):  # rank order on every rank
-            if (err == 0) | (q == rank):
-                # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): rows of whole
-                # 16-byte units (VEC > 1) start 16-byte aligned, and load as vectors.
-                partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16)
-                acc += tl.load(partial + at, mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, 1, BLOCK_N)
-        tl.store(out + at, y.to(out_dtype), mask=col_ok[None, :])
+    total = M.to(tl.int64) * N
+    full = total // BLOCK
+    lanes = tl.arange(0, BLOCK)
+    # Whole tiles without a mask (a mask of unknown alignment would split the vector loads), then the
+    # last program takes the rest of the run.
+    for tile in range(tl.program_id(0), full, tl.num_programs(0)):
+        _reduce_tile(partials_ptr, out, bias_ptr, tile * BLOCK + lanes, None, N, rank, world_size, err, scale, BLOCK)
+    if tl.program_id(0) == tl.num_programs(0) - 1:
+        at = full * BLOCK + lanes
+        _reduce_tile(partials_ptr, out, bias_ptr, at, at < total, N, rank, world_size, err, scale, BLOCK)
 
 
 def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, flag_bases: torch.Tensor,
@@ -115,15 +129,16 @@ def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | No
     ``partials``, ``flag_bases``: the fused state's int64 addresses of every rank's data half
     ``parity`` and flag array; ``out: [M, N]`` contiguous; ``flags``, ``sig``, ``error``, ``call``: the
     call's flag region, signature, error record and call count; ``counters``: the tile counters, which
-    the alignment kernel zeroed; ``ep``: a scale only. One program per SM at most (``config``'s count
-    under the interpreter); ``cache`` keeps the compiled kernel."""
+    the alignment kernel zeroed; ``ep``: a scale only. One program per SM (``config``'s count
+    under the interpreter) times :data:`PROGRAMS_PER_SM`, one per tile at most; ``cache`` keeps the compiled kernel."""
     M, N = out.shape
     W = world_size
-    tiles = M * triton.cdiv(N, BLOCK_N)
+    tiles = triton.cdiv(M * N, BLOCK)
+    programs = max(1, min(tiles, PROGRAMS_PER_SM * core.persistent_programs(config, out.device)))
     direct.launch(
-        one_shot_kernel, cache, core.num_programs(config, tiles, out.device),
+        one_shot_kernel, cache, programs,
         (partials, out, bias, flag_bases, sync_args(flags, sig, error, call), counters, M, N, rank, W, sig_base,
          sch.finished_slot(W, 0), sch.region_start(W, parity) + sch.finished_slot(W, rank), sch.claim_slot(W),
          int(timeout_s * 1e9), ep.scale),
-        dict(BLOCK_N=BLOCK_N, VEC=16 // out.element_size() if (N * out.element_size()) % 16 == 0 else 1),
+        dict(BLOCK=BLOCK),
         num_warps=NUM_WARPS, num_stages=1)
