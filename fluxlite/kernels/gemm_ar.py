@@ -52,8 +52,9 @@ BLOCK = 4096
 NUM_WARPS = 8
 PROGRAMS_PER_SM = 4
 """Programs per SM (at most one per tile): more loads from the peers in flight than one program of 8
-warps keeps. Reading a peer's partial over NVLink, four reached 280-302 GiB/s on two H200s and one
-program per SM of the row-wise tiles that came before 252-295 GiB/s (BENCHMARKS.md, "GEMM-AllReduce")."""
+warps keeps. Reading a peer's partial over NVLink from 8 MiB up, four reached 259-302 GiB/s on two
+H200s, one or two programs 0-3% less, and the row-wise tiles that came before (one program per SM)
+233-295 GiB/s (BENCHMARKS.md, "GEMM-AllReduce's one-shot reduction read as one run")."""
 PEER_LANES = tl.constexpr(8)
 """Peers whose flags a program sets at once (one lane each, so the remote stores go out together
 rather than one round trip after another); a larger group takes more rounds."""

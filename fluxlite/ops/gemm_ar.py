@@ -72,18 +72,14 @@ one flag round trip; the two-shot moves ``2 (W - 1) / W`` partials in two depend
 some ten dependent launches, copies and flag waits of a few microseconds each, and overlaps its
 first step with its GEMM. At ``W = 2`` both move one partial per rank, so the one-shot costs no
 bytes more and saves the steps; at ``W = 8`` it reads four times the two-shot's bytes. Measured at
-two ranks on two H200s (BENCHMARKS.md, "GEMM-AllReduce"), the one shot was the faster up to 16 MiB
-(600x5000->7000, 1536x5000->5000, 1024x8192->8192: 0.95-1.06x the sequential in throughput mode
-against 1.07-1.35x for the two shots), and the two shots from 29 MiB on, with their first shot's
-GEMMs cuBLAS's and the partials leaving beside them (2048x4096->8192, 4096x4096->4096,
-3000x13824->5120, 2048x14336->8192: 0.87-0.97x against 0.95-1.04x; in latency mode within 5% of
-each other either way). Of those, 2048x4096->8192 and 4096x4096->4096 are under GEMM-RS's
-``MATMUL_MIN_FLOPS``, where the two shots run the Triton kernel: 0.96x at 2048x4096->8192 in
-another run. Larger calls gain more from the two shots' overlap (4096x8192->8192: 0.88x
-against 0.98x). At ``W = 4`` the budget is a partial of 5.3 MiB, at ``W = 8`` 2.3 MiB; those sizes
-were not measured. It is read at every call, and each path has a plan of its own; a repeated call
-keeps its first call's plan, and so its path (a test that changes it releases the workspaces, or
-gives each path's calls a timeout of their own)."""
+two ranks on two H200s, both paths forced and interleaved (BENCHMARKS.md, "GEMM-AllReduce's one-shot
+reduction read as one run"): the one shot was 0.57-0.88x the two shots' time at the three shapes of
+8-16 MiB; at 32 MiB the paths split (0.90-1.05x over four shapes); from 41 MiB the two shots won
+(their first shot overlapping the GEMM: 8192x4096->8192 at 0.77x the sequential against 0.96x)
+except at ``K`` = 2048, a tie. At ``W = 4`` the budget is a partial of 5.3 MiB, at ``W = 8`` 2.3
+MiB; those sizes were not measured. It is read at every call, and each path has a plan of its
+own; a repeated call keeps its first call's plan, and so its path (a test that changes it releases
+the workspaces, or gives each path's calls a timeout of their own)."""
 
 
 ROW_BLOCKS_PER_SPLIT = 2

@@ -1,0 +1,129 @@
+"""GEMM-AllReduce's one-shot reduction: every rank reads every rank's whole partial from its
+symmetric buffer and reduces it, for calls small enough (decode) that one read of every partial
+costs less than the two-shot's second step.
+
+Math
+----
+With ``W`` ranks, rank ``q`` holding its partial ``P_q = a_q @ weight_q.T: [M, N]`` (in the input
+dtype, written by the GEMM before this kernel into its data half of the call's parity)::
+
+    out[m, n] = epilogue(sum_{q=0}^{W-1} P_q[m, n]) = scale * (...) + bias[n]     (fp32, q in rank order)
+
+Every rank sums in the same order, so every rank's output is the same to the bit. A tile is one row
+and ``BLOCK_N`` columns, so ``M = 1`` wastes no lanes; the programs take tiles round robin (no tile
+waits for another program's work).
+
+Protocol (rank ``r``, a call of parity ``P``)::
+
+    align:   every peer d: d.signature[P][r] <- ours; d.ready[r] = 1               (fluxlite.kernels.align)
+    GEMM:    P_r = a @ weight.T into our data half P                                (before this kernel)
+    kernel:  the first program to start: every peer d: d.finished[r] = 1           (release, system scope)
+             every program: for every peer p: wait ready[p], check its signature, wait finished[p] (bounded)
+                            then its tiles: out = epilogue(sum_q P_q), P_q read through q's data half
+
+``finished[r]`` says that ``P_r`` may be read: the GEMM that wrote it ended before this kernel began
+(stream order), and the release at system scope makes its stores visible to a peer that acquires the
+flag. One program sets it, the first to start (a claim on a counter the alignment kernel zeroed): so
+a program that is not resident yet holds back no peer, and no second, later store of the flag can
+land after the peer, done with this call, has cleared its flags for the next one. Each program's
+waits are :func:`~fluxlite.kernels.device_flags.wait_peer`'s (an acquire at system scope by one
+thread, then a CTA barrier, before any thread loads a peer's partial), and a peer's partial is
+loaded ``.cg`` (at L2, past the SM's L1, which is not coherent with the peer's writes). ``P_r`` is
+written again two calls later on this parity, once every peer has finished this call (each fused
+call waits on a signal that every peer sends only after its previous call), so no barrier ends the
+call. A failed wait is recorded (first failure wins) and the program then reads no peer's memory:
+its output is garbage and the host raises.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from fluxlite.epilogue import Epilogue
+from fluxlite import schedule as sch
+from fluxlite.kernels import gemm_core as core
+from fluxlite.kernels import launch as direct
+from fluxlite.kernels.device_flags import TIMEOUT_RS, sync_args, wait_peer
+
+BLOCK_N = 4096
+"""Columns of a tile: 32 bytes of a bf16 partial per thread of 8 warps, so a program has enough loads
+from the peers in flight to stream over NVLink with one program per SM."""
+NUM_WARPS = 8
+PEER_LANES = tl.constexpr(8)
+"""Peers whose flags a program sets at once (one lane each, so the remote stores go out together
+rather than one round trip after another); a larger group takes more rounds."""
+
+
+# N is specialised (divisible by 16 or not), and VEC says how many elements a row's start is a
+# multiple of (16 bytes' worth where N * element size is a multiple of 16, else 1): rows then start
+# 16-byte aligned, so loads and stores are vector ones, at N = 7000 as at N = 8192 (specialised on 16
+# only, rows of N = 7000 bf16 elements load element by element). The other integers change from call
+# to call and are not.
+@triton.jit(do_not_specialize=["M", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot",
+                               "timeout_ns"])
+def one_shot_kernel(
+    partials_ptr,    # int64 [W]: every rank's data half of the call's parity as mapped here; its partial [M, N] first
+    out,             # [M, N]
+    bias_ptr,        # [N] or None
+    flag_bases_ptr,  # int64 [W]: every rank's flag array as mapped here
+    sync,            # (flags, signature, error record, call count): device_flags.sync_args; the flags are
+                     # this rank's region of the call
+    counters_ptr,    # int32 counters the alignment kernel zeroed; claim_slot's elects the program that signals
+    M, N, rank, world_size, sig_base,
+    finished_at,     # region offset of peer 0's finished flag (peer p's: + p)
+    signal_at,       # slot (of every flag array) of this rank's finished flag in the call's region
+    claim_slot, timeout_ns,
+    scale,           # fp32 scalar epilogue scale, applied to the reduced sum
+    BLOCK_N: tl.constexpr,
+    VEC: tl.constexpr,
+):
+    if core.next_claim(counters_ptr, claim_slot) == 0:  # the first program to start announces our partial
+        for p0 in range(0, world_size, PEER_LANES):
+            q = p0 + tl.arange(0, PEER_LANES)
+            peer = (q < world_size) & (q != rank)
+            theirs = tl.load(flag_bases_ptr + q, mask=peer, other=0).to(tl.pointer_type(tl.int32)) + signal_at
+            tl.atomic_xchg(theirs, tl.full([PEER_LANES], 1, tl.int32), mask=peer, sem="release", scope="sys")
+    err = tl.full((), 0, tl.int32)
+    for p in range(0, world_size):
+        if p != rank:
+            err = wait_peer(sync, finished_at + p, sig_base, timeout_ns, TIMEOUT_RS, p, -1)
+    out_dtype = out.dtype.element_ty
+    offs_r = tl.arange(0, 1)
+    row_ok = offs_r < 1
+    row_len = N // VEC * VEC  # N itself (VEC divides it), its divisibility by VEC then known to the compiler
+    column_blocks = tl.cdiv(row_len, BLOCK_N)
+    for tile in range(tl.program_id(0), M * column_blocks, tl.num_programs(0)):
+        offs_n = (tile % column_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < row_len
+        at = (tile // column_blocks).to(tl.int64) * row_len + offs_n[None, :]  # [1, BLOCK_N] elements of [M, N]
+        acc = tl.zeros((1, BLOCK_N), tl.float32)
+        for q in range(0, world_size):  # rank order on every rank
+            if (err == 0) | (q == rank):
+                # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): rows of whole
+                # 16-byte units (VEC > 1) start 16-byte aligned, and load as vectors.
+                partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16)
+                acc += tl.load(partial + at, mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+        y = core.epilogue(acc, scale, None, offs_r, row_ok, bias_ptr, offs_n, col_ok, 0, 1, BLOCK_N)
+        tl.store(out + at, y.to(out_dtype), mask=col_ok[None, :])
+
+
+def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, flag_bases: torch.Tensor,
+           flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, call: torch.Tensor,
+           rank: int, world_size: int, sig_base: int, parity: int, timeout_s: float, ep: Epilogue,
+           config: core.GemmConfig, cache: dict) -> None:
+    """Launch :func:`one_shot_kernel` once this rank's partial is in its data half ``parity``.
+    ``partials``, ``flag_bases``: the fused state's int64 addresses of every rank's data half
+    ``parity`` and flag array; ``out: [M, N]`` contiguous; ``flags``, ``sig``, ``error``, ``call``: the
+    call's flag region, signature, error record and call count; ``counters``: the tile counters, which
+    the alignment kernel zeroed; ``ep``: a scale only. One program per SM at most (``config``'s count
+    under the interpreter); ``cache`` keeps the compiled kernel."""
+    M, N = out.shape
+    W = world_size
+    tiles = M * triton.cdiv(N, BLOCK_N)
+    direct.launch(
+        one_shot_kernel, cache, core.num_programs(config, tiles, out.device),
+        (partials, out, bias, flag_bases, sync_args(flags, sig, error, call), counters, M, N, rank, W, sig_base,
+         sch.finished_slot(W, 0), sch.region_start(W, parity) + sch.finished_slot(W, rank), sch.claim_slot(W),
+         int(timeout_s * 1e9), ep.scale),
+        dict(BLOCK_N=BLOCK_N, VEC=16 // out.element_size() if (N * out.element_size()) % 16 == 0 else 1),
+        num_warps=NUM_WARPS, num_stages=1)
