@@ -53,7 +53,7 @@ NUM_WARPS = 8
 PROGRAMS_PER_SM = 4
 """Programs per SM (at most one per tile): more loads from the peers in flight than one program of 8
 warps keeps. Reading a peer's partial over NVLink from 8 MiB up, four reached 259-302 GiB/s on two
-H200s, one or two programs 0-3% less, and the row-wise tiles that came before (one program per SM)
+H200s, one or two programs 0-3% less, and tiles of one row by 4096 columns (one program per SM)
 233-295 GiB/s (BENCHMARKS.md, "GEMM-AllReduce's one-shot reduction read as one run")."""
 PEER_LANES = tl.constexpr(8)
 """Peers whose flags a program sets at once (one lane each, so the remote stores go out together
