@@ -494,26 +494,27 @@ def test_a_peers_flag_set_right_after_a_copy_is_a_copy_of_the_set_word(W):
     for op, push, rows in (("rs", True, W * 700), ("ag", True, 700), ("ag", False, 700), ("ar", True, W * 700)):
         ws, plan, call, steps, t = _program(op, W, W - 1, rows, 8, 40, push=push)
         own = range(ws.flag_addr(ws.rank, 0), ws.flag_addr(ws.rank, sch.num_flag_slots(W)))
-        def alone(i, steps):  # no flag operation after it to share a memop batch with
-            return i + 1 == len(steps) or steps[i + 1][0] not in (SIGNAL, WAIT)
 
-        copied = [i for i, s in enumerate(steps) if s[0] == SIGNAL and i and steps[i - 1][0] == COPY
-                  and alone(i, steps) and ws.where(s[1])[:2] != ("flag", ws.rank)]
+        def expected(shares_batch: tuple) -> tuple[list, list]:
+            """(indices of the signals enqueued as copies, every enqueued step) when a signal that
+            follows a copy keeps its memop write only where the next step is one of ``shares_batch``."""
+            copied = [i for i, s in enumerate(steps) if s[0] == SIGNAL and i and steps[i - 1][0] == COPY
+                      and (i + 1 == len(steps) or steps[i + 1][0] not in shares_batch)
+                      and ws.where(s[1])[:2] != ("flag", ws.rank)]
+            return copied, [(COPY, s[1], word, 4) if i in copied else (s if s[0] == COPY else s[:3])
+                            for i, s in enumerate(steps) if s[0] != STAGE]
+
+        copied, want = expected((SIGNAL, WAIT))  # a flag operation after it would share its memop batch
         if op == "ag" and push:  # every split's flag
             assert len(copied) == (W - 1) * len(plan.split_rows), (W, len(copied))
         plain, by_copy = (Program.of(steps, cuda=True, signal_copy=c) for c in (None, SignalCopy(word, own)))
-        want = [(COPY, s[1], word, 4) if i in copied else (s if s[0] == COPY else s[:3])
-                for i, s in enumerate(steps) if s[0] != STAGE]
         got = _unbatched(by_copy.on_stream[0]) + _unbatched(by_copy.on_stream[1])
         assert got == want, (op, push)
         assert len(_unbatched(plain.on_stream[0]) + _unbatched(plain.on_stream[1])) == len(got)
         if op in ("rs", "ar"):  # the matmul consumer's feed enqueues a wait apart from the signal before it
             fed = Program.of(steps, cuda=True, fed=True, signal_copy=SignalCopy(word, own))
             got = _unbatched(fed.on_stream[0]) + _unbatched([c for _, _, calls in fed.pieces for c in calls])
-            want = [(COPY, s[1], word, 4) if s[0] == SIGNAL and i and steps[i - 1][0] == COPY
-                    and (i + 1 == len(steps) or steps[i + 1][0] != SIGNAL) and ws.where(s[1])[:2] != ("flag", ws.rank)
-                    else (s if s[0] == COPY else s[:3]) for i, s in enumerate(steps) if s[0] != STAGE]
-            assert got == want, op
+            assert got == expected((SIGNAL,))[1], op
 
 
 def test_the_address_map_tells_ranks_and_slots_apart():
