@@ -157,6 +157,8 @@ def buffer_ids(addresses) -> tuple[int, ...]:
 
     Unlike an address, an id is never reused in the process: memory freed to the driver and
     allocated again at the same address (torch.cuda.empty_cache, then a new segment) has a new id."""
+    if not addresses:  # a call whose copies touch none of its own tensors (GEMM-AllReduce's one shot)
+        return ()
     get, buffer = _driver()["cuPointerGetAttribute"], _U64(0)
     out, ids = ctypes.byref(buffer), []
     for address in addresses:  # on every replayed call: one driver call per address, nothing else
@@ -172,4 +174,6 @@ def graph_launch(graph_exec: int, stream: int) -> None:
 
     ``torch.cuda.CUDAGraph.replay()`` also refills the default generator's seed and offset tensors
     (two fill kernels) before it launches: for graphs without random numbers, only the launch."""
-    _check(_driver()["cuGraphLaunch"](graph_exec, stream), "cuGraphLaunch")
+    rc = _driver()["cuGraphLaunch"](graph_exec, stream)
+    if rc:
+        _check(rc, "cuGraphLaunch")

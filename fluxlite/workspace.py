@@ -337,7 +337,8 @@ def wait_idle(streams: list, ws: SymmetricWorkspace, timeout_s: float) -> None:
 def capturing(device: torch.device) -> bool:
     """Whether work for ``device`` is being captured into a CUDA graph now (the current stream is
     capturing). The one test of the capture rules (docs/cuda_graphs.md); never true on CPU."""
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()  # a CUDA device: CUDA is there
+    # torch.cuda.is_current_stream_capturing()'s own test, without its Python frame (every fused call asks)
+    return device.type == "cuda" and torch._C._cuda_isCurrentStreamCapturing()  # a CUDA device: CUDA is there
 
 
 def _numel(shape) -> int:

@@ -273,8 +273,10 @@ class Call:
         CPU, which replays nothing."""
         if not self.ws.is_cuda:
             return None
-        return (self.parity, scale, self.timeout_s,
-                *((None, None) if t is None else (t.data_ptr(), t.stride()) for t in tensors))
+        key = [self.parity, scale, self.timeout_s]
+        for t in tensors:
+            key += (None, None) if t is None else (t.data_ptr(), t.stride())
+        return tuple(key)
 
     def run(self, program: Callable[[], producer.Program], consume, replay_key: tuple | None = None,
             copied: tuple[int, ...] = ()) -> None:

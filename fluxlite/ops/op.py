@@ -15,12 +15,12 @@ What an op brings (the methods a subclass defines):
   consumer or the GPU kernel).
 
 The shared call path (:meth:`Op.__call__`) checks, picks the implementation (an explicit ``impl``,
-or :mod:`fluxlite.dispatch`), runs it, and remembers a fused call's decisions for its repeats. A
-fused call whose arguments differ from an earlier fused call's only in their data (the same group,
-options and timeout; tensors of the same type, shape, strides, dtype and device) repeats that
-call's decisions: its checks passed for exactly these arguments, and its implementation, plan and
-workspace stand. It goes straight to the fused call, so what a training step's repeated calls cost
-on the host is the call's own work. Nothing here, in :mod:`fluxlite.fused` or in
+or :mod:`fluxlite.dispatch`), runs it, and remembers the call's decisions for its repeats. A call
+whose arguments differ from an earlier call's only in their data (the same ``impl``, group, options
+and timeout; tensors of the same type, shape, strides, dtype and device) repeats that call's
+decisions: its checks passed for exactly these arguments, and its implementation (for fused, its
+plan and workspace) stands. It goes straight to the implementation, so what a training step's or a
+decode loop's repeated calls cost on the host is the call's own work. Nothing here, in :mod:`fluxlite.fused` or in
 :mod:`fluxlite.dispatch` branches on an op's name: docs/adding_an_op.md says what a new op adds.
 """
 
@@ -75,26 +75,27 @@ class Args:
 
 
 class Repeat(NamedTuple):
-    """What a fused call decided before it ran, kept for the calls whose key equals its own: the
-    group, the checked epilogue, the timeout, the fused state and plan; and the choice it ran. For
-    ``impl="auto"`` and the candidates ``auto`` measures, it holds while that choice is the one the
-    call runs (for ``auto``, while :func:`fluxlite.dispatch.remembered` still gives it); holding the
-    choice keeps its ``id``, part of the repeat key, from being reused."""
+    """What a call decided before it ran, kept for the calls whose key equals its own: the group, the
+    implementation it ran (``"fused"``, ``"sequential"`` or ``"decomposed"``), for fused the state and
+    plan, the checked epilogue, the timeout; and the choice. For ``impl="auto"`` and the candidates
+    ``auto`` measures, it holds while that choice is the one the call runs (for ``auto``, while
+    :func:`fluxlite.dispatch.remembered` still gives it); holding the choice keeps its ``id``, part of
+    the repeat key, from being reused."""
 
     tp: TPGroup
-    state: fused.FusedState
-    plan: fused.Plan
+    impl: str
+    state: fused.FusedState | None
+    plan: fused.Plan | None
     ep: epilogue.Epilogue
     timeout_s: float
-    choice: Choice
+    choice: Choice | None
 
     def in_force(self, choice: Choice | None) -> bool:
-        """Whether it still holds, for a call that runs ``choice`` (None: an explicit ``impl="fused"``)."""
-        return not self.state.closed and (choice is None or self.choice is choice)
+        """Whether it still holds, for a call that runs ``choice`` (None: an explicit ``impl``)."""
+        return (self.state is None or not self.state.closed) and (choice is None or self.choice is choice)
 
 
-MAX_REPEATS = 1024  # distinct fused calls remembered; past this it starts again
-_REPEATABLE_IMPLS = ("fused", "auto")  # an explicit sequential or decomposed call never runs fused
+MAX_REPEATS = 1024  # distinct calls remembered; past this it starts again
 
 
 class Op:
@@ -239,8 +240,16 @@ class Op:
         key, repeat, known = self._repeat(group, timeout, impl, options, (a, weight, bias, out), forced)
         if repeat is not None:
             args = self.as_used(repeat, a, weight, bias, out, options)
-            with torch.no_grad():
-                return self.result(self.fused(repeat.state, repeat.plan, self.kernel_operands(repeat.state, args)), args)
+            grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)  # torch.no_grad()'s effect, for a fraction of its host time
+            try:
+                if repeat.plan is None:
+                    value = getattr(self, repeat.impl)(args)
+                else:
+                    value = self.fused(repeat.state, repeat.plan, self.kernel_operands(repeat.state, args))
+            finally:
+                torch._C._set_grad_enabled(grad)
+            return self.result(value, args)
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=out, **options)
         if forced is not None:
             choice, dispatch_key = forced, None
@@ -261,8 +270,9 @@ class Op:
         peers and measure, so every rank must ask together); ``"sequential"`` where no communication
         is needed (one rank, no rows)."""
         options = {**self.option_defaults, **options}
-        if self._repeat(group, timeout, impl, options, (a, weight, bias, None))[1] is not None:
-            return "fused"
+        repeat = self._repeat(group, timeout, impl, options, (a, weight, bias, None))[1]
+        if repeat is not None:
+            return repeat.impl
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=None, **options)
         run = self._candidate(a, weight, bias, group, timeout, None, options)
         return impl_of(self.choose(impl, args, run)[0], args)
@@ -294,19 +304,22 @@ class Op:
         return f"{self.name}+{variant}" if variant else self.name
 
     def run(self, choice: Choice, args: Args, *, remember=None):
-        """This call by ``choice``; a fused call's state and plan are remembered for its repeats
-        under ``remember`` (the call's own run, not a dispatch measurement's)."""
+        """This call by ``choice``; its implementation (a fused call's state and plan) is remembered
+        for its repeats under ``remember`` (the call's own run, not a dispatch measurement's)."""
         impl = impl_of(choice, args)
+        state = plan = None
         with torch.no_grad():
             if impl != "fused":
-                return getattr(self, impl)(args)
-            state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s), args.timeout_s)
-            args = self.kernel_operands(state, args)
-            plan = self.prepare(state, args, choice.config)
-            value = self.fused(state, plan, args)
-            if remember is not None:
-                self._remember(*remember, choice, args, state, plan)
-            return value
+                value = getattr(self, impl)(args)
+            else:
+                state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s),
+                                       args.timeout_s)
+                args = self.kernel_operands(state, args)
+                plan = self.prepare(state, args, choice.config)
+                value = self.fused(state, plan, args)
+        if remember is not None:
+            self._remember(*remember, choice, impl, args, state, plan)
+        return value
 
     def _repeat(self, group, timeout, impl, options: dict, tensors: tuple, forced: Choice | None = None
                 ) -> tuple[tuple | None, Repeat | None, tuple[Choice, dispatch.Key] | None]:
@@ -315,30 +328,27 @@ class Op:
         ``key``: the key of a call's arguments as the checks read them (not the tensors' data); ``None``
         when an argument cannot be part of one (not a tensor, unhashable, a bad timeout): the checks
         then say what is wrong. Options hold their types too, so ``True`` is not taken for ``1.0``.
-        ``repeat``: the earlier fused call with that key, if it is still in force. ``known``: for
-        ``auto``, ``(choice, dispatch key)`` when dispatch remembers the choice of an eager call like
-        this one (:func:`fluxlite.dispatch.eager_choice`), so the call need not ask again. Only
-        ``"fused"`` or ``"auto"`` can repeat, ``auto`` only while its choice is fused; a call that
-        becomes fused is then not remembered: its first repeat is planned in full. ``forced``: the
-        choice of a call that ``auto`` measures (``impl`` is its impl)."""
-        if impl not in _REPEATABLE_IMPLS:
-            return None, None, None
+        ``repeat``: the earlier call with that key, if it is still in force. ``known``: for ``auto``,
+        ``(choice, dispatch key)`` when dispatch remembers the choice of an eager call like this one
+        (:func:`fluxlite.dispatch.eager_choice`), so the call need not ask again. ``auto`` repeats
+        only once its choice is known: its first call is checked and dispatched in full.
+        ``forced``: the choice of a call that ``auto`` measures (``impl`` is its impl)."""
         try:
             a, weight = tensors[0], tensors[1]
             group = dist.group.WORLD if group is None else group
             known = self._auto_known(group, options, a, weight) if impl == "auto" else None
             choice = forced if forced is not None else known[0] if known is not None else None
-            if impl == "auto" and (choice is None or choice.impl != "fused"):
+            if impl == "auto" and choice is None:
                 return None, None, known
             device = a.get_device()
             # options holds every option of the op (defaults filled in), so their order is fixed
-            plain = tuple((k, type(v), v) for k, v in options.items() if k not in self.tensor_options)
-            layouts = tuple(_tensor_key(options.get(k)) for k in self.tensor_options)
+            plain = tuple([(k, type(v), v) for k, v in options.items() if k not in self.tensor_options])
+            layouts = tuple([_tensor_key(options.get(k)) for k in self.tensor_options])
             # auto: the mode's choice is part of the key, so that calls in modes whose choices differ
             # (two configs, say) each repeat their own decisions instead of replacing one another's
-            key = (group, resolve_timeout(timeout), type(timeout),
-                   torch.cuda.current_device() if device >= 0 else -1, impl, id(choice), plain,
-                   *map(_tensor_key, tensors), *layouts)
+            key = (group, timeout if timeout is not None else resolve_timeout(None), type(timeout),
+                   torch._C._cuda_getDevice() if device >= 0 else -1, impl, id(choice), plain,
+                   _tensor_key(a), _tensor_key(weight), _tensor_key(tensors[2]), _tensor_key(tensors[3]), *layouts)
             repeat = self.repeats.get(key)
         except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
             return None, None, None
@@ -362,17 +372,17 @@ class Op:
                                         self.dispatch_rows(a, W, options))
         return dispatch.eager_choice_of(signature, key_of, a)
 
-    def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, args: Args,
-                  state: fused.FusedState, plan: fused.Plan) -> None:
-        """Keep a fused call's decisions for its repeats: an explicit ``impl="fused"`` or a measured
-        candidate always; ``auto`` while the choice is the one dispatch remembers (not a rule it
-        applies afresh on every call)."""
+    def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, impl: str,
+                  args: Args, state: fused.FusedState | None, plan: fused.Plan | None) -> None:
+        """Keep a call's decisions for its repeats: an explicit ``impl`` or a measured candidate
+        always; ``auto`` while the choice is the one dispatch remembers (not a rule it applies afresh
+        on every call)."""
         if key is None or (dispatch_key is not None and dispatch.remembered(dispatch_key) is not choice):
             return
         repeats = self.repeats
         if len(repeats) >= MAX_REPEATS:
             repeats.clear()
-        repeats[key] = Repeat(args.tp, state, plan, args.ep, args.timeout_s, choice)
+        repeats[key] = Repeat(args.tp, impl, state, plan, args.ep, args.timeout_s, choice)
 
 
 ROW_ALIGN_BYTES = 128
