@@ -421,7 +421,9 @@ def test_profile_llama3_70b_on_two_gpus_and_auto_against_the_best_fixed_choice(t
     decomposed and fused for its shape in throughput mode, and within 25% in latency mode: over three
     rounds one aligned call moves by up to 15% on two H200s (a host that runs Python slower right
     after a synchronisation), so the latency bound catches a wrong choice (sequential where fused is
-    1.3x faster), not the last percent, which BENCHMARKS.md measures over more rounds.
+    1.3x faster), not the last percent, which BENCHMARKS.md measures over more rounds. Where ``auto``
+    runs the very call that was best, the rows differ by noise alone (4% at one GEMM-RS shape of 1.3 ms
+    over three rounds), so only a different choice is timed against the best.
     The full-size run for BENCHMARKS.md is ``scripts/gpu_suite.sh overlap``."""
     from fluxlite.profile.presets import model_shapes
 
@@ -432,7 +434,10 @@ def test_profile_llama3_70b_on_two_gpus_and_auto_against_the_best_fixed_choice(t
         _check_row(row, set(row["times_ms"]))
         assert row["rel_err"]["fused"] < 2e-2 and row["rel_err"]["decomposed"] < 2e-2, row["rel_err"]
         for mode, bound in (("throughput", 1.03), ("latency", 1.25)):
-            best = min(row["times_ms"][i][mode] for i in ("sequential", "decomposed", "fused"))
+            best_impl = min(("sequential", "decomposed", "fused"), key=lambda i: row["times_ms"][i][mode])
+            best = row["times_ms"][best_impl][mode]
+            if row["auto"].get("modes", {}).get(mode, row["auto"]["label"]) == best_impl:
+                continue  # the very call that was best (its label names no config): noise apart
             if row["times_ms"]["auto"][mode] > bound * best:
                 slow.append(f"{report.label(row)} {mode}: auto ({row['auto']['label']}) "
                             f"{row['times_ms']['auto'][mode]:.3f} ms, best {best:.3f} ms")
