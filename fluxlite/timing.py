@@ -176,8 +176,21 @@ def warmup_calls(warmup: int, sets: int) -> int:
     fused call's eager replays (:meth:`fluxlite.fused.Call.run`: captured the second time the same
     addresses and parity come, replayed from the third) are in place for every input the rounds
     pass, in every mode. With fewer, a callable that runs fused in one mode only (``auto`` at small
-    M) paid the captures inside the timed rounds."""
+    M) paid the captures inside the timed rounds. :func:`warmup_input` says in which order."""
     return 0 if warmup <= 0 else max(warmup, 2 * 2 * sets)
+
+
+def warmup_input(i: int, sets: int) -> int:
+    """The input set of a callable's ``i``-th warm-up call: each set twice in a row, the sets in turn.
+
+    A callable's warm-up calls run back to back (not interleaved with the other callables'), so two
+    calls in a row take the two data halves of a fused workspace in turn, whatever the others do
+    and however many sets there are: every set meets each half twice in :func:`warmup_calls`
+    calls. Interleaved, where an even number of the callables make fused calls (``fused`` beside
+    ``auto``, or ``auto``'s candidates, one per kernel config), all of a callable's warm-up calls
+    fell on one parity, and its first calls on the other half, in the timed rounds, ran
+    without a graph and then captured one."""
+    return (i // 2) % sets
 
 
 def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rounds: int, warmup: int = 1,
@@ -202,9 +215,9 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
     if batch is None:
         for mode in WARM_MODES:
             with timer._marked(mode):
-                for i in range(warmup_calls(warmup, len(inputs))):
-                    for name in names:
-                        fns[name](inputs[i % len(inputs)])
+                for name in names:  # each callable's calls back to back (warmup_input)
+                    for i in range(warmup_calls(warmup, len(inputs))):
+                        fns[name](inputs[warmup_input(i, len(inputs))])
         probe = timer.max_over_ranks([v for n in names for v in (timer.latency(fns[n], inputs[0])[1],
                                                                   timer.host(fns[n], inputs[0], 5.0))])
         call_ms, host_ms = max(max(probe[0::2]), 1e-3), max(probe[1::2])

@@ -737,6 +737,39 @@ def _warm_up_in_each_mode(rank: int, W: int) -> None:
     assert warmup_calls(0, 3) == 0 and warmup_calls(20, 3) == 20
 
 
+def _warm_up_meets_both_halves(rank: int, W: int) -> None:
+    from fluxlite.timing import WARM_MODES, time_samples, warmup_calls
+
+    timer = Timer(fluxlite.resolve_group(), torch.device("cpu"))
+    for sets in (1, 2, 3, 4):
+        for fused_callables in (1, 2, 3, 4):  # beside two that make no fused call
+            inputs = [f"x{s}" for s in range(sets)]
+            epoch = [0]  # the workspace's call count, which every fused call advances
+            warm: dict[str, list] = {}
+
+            def fused(x, name):
+                epoch[0] += 1
+                if len(warm.setdefault(name, [])) < len(WARM_MODES) * warmup_calls(1, sets):
+                    warm[name].append((timer.mode, x, epoch[0] % 2))
+
+            fns = {f"f{i}": (lambda x, name=f"f{i}": fused(x, name)) for i in range(fused_callables)}
+            fns.update(g=lambda x: None, h=lambda x: None)
+            time_samples(timer, fns, inputs, rounds=1, warmup=1, batch_ms=1.0, max_batch=2, host=False)
+            for name, calls in warm.items():  # each input, in each mode, twice on each data half
+                for mode in WARM_MODES:
+                    for x in inputs:
+                        for parity in (0, 1):
+                            seen = calls.count((mode, x, parity))
+                            assert seen >= 2, (sets, fused_callables, name, mode, x, parity, calls)
+
+
+def test_the_warm_up_meets_each_input_on_both_data_halves():
+    """Every callable's warm-up calls meet each input set on both data halves of the fused workspace
+    twice, in each mode, however many callables make fused calls beside it: the second such call
+    captures the replay that the timed rounds then launch."""
+    run_ranks(_warm_up_meets_both_halves, 1)
+
+
 def test_the_warm_up_runs_every_input_in_each_mode():
     """A callable that runs another implementation in each mode (``auto``) warms up both: its fused
     calls' replays are in place before the rounds that time them."""
