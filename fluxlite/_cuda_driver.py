@@ -174,6 +174,4 @@ def graph_launch(graph_exec: int, stream: int) -> None:
 
     ``torch.cuda.CUDAGraph.replay()`` also refills the default generator's seed and offset tensors
     (two fill kernels) before it launches: for graphs without random numbers, only the launch."""
-    rc = _driver()["cuGraphLaunch"](graph_exec, stream)
-    if rc:
-        _check(rc, "cuGraphLaunch")
+    _check(_driver()["cuGraphLaunch"](graph_exec, stream), "cuGraphLaunch")

@@ -344,15 +344,11 @@ class Op:
             # options holds every option of the op (defaults filled in), so their order is fixed
             plain = tuple([(k, type(v), v) for k, v in options.items() if k not in self.tensor_options])
             layouts = tuple([_tensor_key(options.get(k)) for k in self.tensor_options])
-            bias, out = tensors[2], tensors[3]
             # auto: the mode's choice is part of the key, so that calls in modes whose choices differ
-            # (two configs, say) each repeat their own decisions instead of replacing one another's.
-            # a and weight read as tensors (anything else raises here, and the checks say what is wrong)
+            # (two configs, say) each repeat their own decisions instead of replacing one another's
             key = (group, timeout if timeout is not None else resolve_timeout(None), type(timeout),
                    torch._C._cuda_getDevice() if device >= 0 else -1, impl, id(choice), plain,
-                   type(a), a.shape, a.stride(), a.dtype, device,
-                   type(weight), weight.shape, weight.stride(), weight.dtype, weight.get_device(),
-                   None if bias is None else _tensor_key(bias), None if out is None else _tensor_key(out), *layouts)
+                   *map(_tensor_key, tensors), *layouts)
             repeat = self.repeats.get(key)
         except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
             return None, None, None
