@@ -91,6 +91,8 @@ def _case(rank, W, norm, sp, deferred, impl, dtype, zero_centered, offset, failu
     x = x_full[rows].clone().requires_grad_()
     out, out_bias = layer(x)
     assert out_bias is None
+    out.mul_(2.0)  # a caller may modify the output in place (Megatron's cross-entropy does): exact, undone below
+    out = out / 2
     out.backward(grad_full[..., rank * n : (rank + 1) * n].contiguous())
     if sp:
         FP.allreduce_sequence_parallel_grads(layer)

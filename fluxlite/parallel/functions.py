@@ -226,18 +226,29 @@ def _column_sp(x2: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions)
 
 
 def _row_sp(x: torch.Tensor, weight: torch.Tensor, bias, opt: LinearOptions) -> torch.Tensor:
-    """``gemm_rs(rows of x, weight, bias)`` viewed as ``[s/W, ..., N]``."""
+    """``gemm_rs(rows of x, weight, bias)``: ``[s/W * ..., N]`` rows (:func:`_row_out` views them)."""
     lead, W = x.shape[:-1], opt.tp.world_size
     if lead[0] % W:
         raise ValueError(
             f"RowParallelLinear with sequence parallelism reduce-scatters the first (sequence) dim: "
             f"it ({lead[0]}) must be divisible by the tensor-parallel size ({W}); input shape {tuple(x.shape)}"
         )
-    out = library.gemm_rs(_rows(x), weight, bias, group=opt.tp.group, impl=opt.impl)
-    return out.view(lead[0] // W, *lead[1:], weight.shape[0])
+    return library.gemm_rs(_rows(x), weight, bias, group=opt.tp.group, impl=opt.impl)
 
 
-def _column_out(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, opt: LinearOptions) -> torch.Tensor:
+# The autograd Functions return the output rows, and the entry points view them with the input's
+# leading dims: a view made inside a Function cannot be modified in place (Megatron's vocab-parallel
+# cross-entropy shifts its logits in place), one made of its output can.
+
+def _row_out(out: torch.Tensor, x: torch.Tensor, opt: LinearOptions) -> torch.Tensor:
+    """The Row output rows viewed as ``[s, ..., N]`` (``s/W`` under sequence parallelism)."""
+    lead = x.shape[:-1]
+    if opt.sp:
+        lead = (lead[0] // opt.tp.world_size, *lead[1:])
+    return out.view(*lead, out.shape[-1])
+
+
+def _column_out(out: torch.Tensor, x: torch.Tensor, opt: LinearOptions) -> torch.Tensor:
     """The Column output rows viewed as ``[s, ..., N/W]`` (``s`` gathered under sequence parallelism)."""
     lead = x.shape[:-1]
     if opt.sp:
@@ -252,16 +263,16 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias, options:
     dim gathered, ``s/W`` -> ``s``). Sequence parallel without ``gradient_accumulation_fusion``: through the
     custom op (traceable); otherwise through :class:`ColumnParallelLinearFunction`."""
     if options.sp and not options.gradient_accumulation_fusion:
-        return _column_out(_column_sp(_rows(x), weight, bias, options), x, weight, options)
-    return ColumnParallelLinearFunction.apply(x, weight, bias, options)
+        return _column_out(_column_sp(_rows(x), weight, bias, options), x, options)
+    return _column_out(ColumnParallelLinearFunction.apply(x, weight, bias, options), x, options)
 
 
 def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias, options: LinearOptions) -> torch.Tensor:
     """The Row layer's ``Σ_ranks x_r W_rᵀ + b``: ``[..., K/W]`` -> ``[..., N]`` (under sequence parallelism
     the first dim reduce-scattered, ``s`` -> ``s/W``). Routes as :func:`column_parallel_linear`."""
     if options.sp and not options.gradient_accumulation_fusion:
-        return _row_sp(x, weight, bias, options)
-    return RowParallelLinearFunction.apply(x, weight, bias, options)
+        return _row_out(_row_sp(x, weight, bias, options), x, options)
+    return _row_out(RowParallelLinearFunction.apply(x, weight, bias, options), x, options)
 
 
 class ColumnParallelLinearFunction(torch.autograd.Function):
@@ -278,7 +289,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
             if options.activation is not None:
                 out = apply_epilogue(out, Epilogue(options.activation), None, None, out.dtype)
         _save(ctx, options, x, weight, bias, x2)
-        return _column_out(out, x, weight, options)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -306,7 +317,6 @@ class RowParallelLinearFunction(torch.autograd.Function):
             out = _row_sp(x, weight, bias, options)
         else:  # GEMM-AllReduce: overlapped, or the matmul then the all-reduce, as options.impl picks
             out = torch.ops.fluxlite.gemm_ar(x2, weight, bias, options.tp.name, options.impl, None, None)
-            out = out.view(*x.shape[:-1], weight.shape[0])
         _save(ctx, options, x, weight, bias, x2)
         return out
 

@@ -51,6 +51,7 @@ from .functions import (
     LinearOptions,
     _all_gather_rows_async,
     _bias_grad,
+    _column_out,
     _column_dgrad,
     _forward_main_grad,
     _main_grad,
@@ -124,7 +125,6 @@ class LayerNormLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, gamma, beta, options: LinearOptions, norm: NormOptions, folded, stats):
-        lead = x.shape[:-1]
         x2 = _rows(x).detach()
         mean, s = stats
         tp = options.tp
@@ -139,13 +139,12 @@ class LayerNormLinearFunction(torch.autograd.Function):
         if options.sp:
             out = ops.ag_gemm(src, w_fold, b_fold, group=tp.group, impl=options.impl, row_scale=scales,
                               activation=act)
-            lead = (lead[0] * tp.world_size, *lead[1:])
         else:
             out = epilogue_linear(None, src, w_fold, b_fold, epilogue.Epilogue(act, scales is not None), scales)
         ctx.options, ctx.norm, ctx.main_grad = options, norm, _forward_main_grad(weight, options)
-        ctx.has_bias = bias is not None
+        ctx.has_bias, ctx.in_shape = bias is not None, x.shape
         ctx.save_for_backward(x2, weight, gamma, beta, bias if act is not None else None)
-        return out.view(*lead, out.shape[-1])  # SwiGLU: half the weight's rows
+        return out  # the rows: the module views them (a view made here could not be modified in place)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -178,10 +177,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
             grad_gamma = next(grads).to(gamma.dtype) if gr.requires_grad else None
             grad_beta = next(grads).to(beta.dtype) if br is not None and br.requires_grad else None
             if grad_x is not None:
-                lead = grad_out.shape[:-1]
-                if opt.sp:
-                    lead = (lead[0] // opt.tp.world_size, *lead[1:])
-                grad_x = grad_x.view(*lead, x2.shape[1])
+                grad_x = grad_x.view(ctx.in_shape)
         return grad_x, grad_w, grad_b, grad_gamma, grad_beta, None, None, None, None
 
 
@@ -277,10 +273,10 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
         if self.norm.deferred:
             with torch.no_grad():
                 stats = row_stats(_rows(input_.detach()), self.norm)
-        output = LayerNormLinearFunction.apply(input_, self.weight, bias, self.layer_norm_weight, self.layer_norm_bias,
-                                               self._options(allreduce_dgrad=self.allreduce_dgrad,
-                                                             activation=self.activation), self.norm, folded, stats)
-        return output, (self.bias if self.skip_bias_add else None)
+        options = self._options(allreduce_dgrad=self.allreduce_dgrad, activation=self.activation)
+        rows = LayerNormLinearFunction.apply(input_, self.weight, bias, self.layer_norm_weight, self.layer_norm_bias,
+                                             options, self.norm, folded, stats)
+        return _column_out(rows, input_, options), (self.bias if self.skip_bias_add else None)
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):
         """Megatron distributed checkpointing: weight and bias sharded along dim 0, the norm replicated."""
