@@ -1,4 +1,5 @@
-"""One cuBLASLt call: ``D = alpha * A @ W.T + C`` with ``C`` and ``D`` in different buffers.
+"""One cuBLASLt call: ``D = alpha * A @ W.T (+ C)`` with ``C`` and ``D`` in different buffers, and no
+workspace.
 
 ``torch.addmm(c, a, w.t(), out=d)`` cannot do this: cuBLAS's GEMM reads ``C`` from the buffer it
 writes, so torch first copies ``c`` into ``d`` (a pass over ``[M, N]`` before every GEMM). cuBLASLt
@@ -6,6 +7,12 @@ takes ``C`` and ``D`` as two pointers. The matmul consumer of GEMM-RS
 (:meth:`fluxlite.ops.gemm_rs.GemmReduceScatter._consume_by_matmul`) adds a peer's partial, which
 sits in the symmetric receive buffer, to this rank's product and writes the sum into the caller's
 output: with this call that is one GEMM with no copy beside it.
+
+No workspace is offered. With one, the heuristic's Hopper kernels schedule their tiles dynamically
+and cuBLAS clears the scheduler's counters with a memset before every GEMM: a node of its own in
+each fused call's graph, and a gap between two GEMMs. Without one they schedule statically, as fast
+on the matmul consumers' GEMMs (BENCHMARKS.md, "cuBLASLt without a workspace"), with nothing before
+the GEMM. :func:`linear_into` (no ``C``: ``beta = 0``) is every matmul consumer's GEMM.
 
 Row-major operands map onto cuBLASLt's column-major ones as transposes::
 
@@ -15,9 +22,8 @@ Row-major operands map onto cuBLASLt's column-major ones as transposes::
 ``a`` must have unit stride along K, ``c`` and ``d`` unit stride along N, and ``w`` unit stride
 along either dimension (``nn.Linear``'s ``[N, K]``, or a backward's ``W.t()`` view of ``[K, N]``).
 :func:`addmm_into` returns ``False`` (and does nothing) for anything else, or where no cuBLASLt is
-loaded, so that the caller can fall back to ``torch.addmm``. Handles, descriptors and the chosen
-algorithm are cached per shape, strides, dtype and pointer alignment; the workspace is one buffer
-per device.
+loaded, so that the caller can fall back to torch. Handles, descriptors and the chosen algorithm are
+cached per shape, strides, dtype and pointer alignment.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from functools import lru_cache
 
 import torch
 
+from ._sequential import linear_into as torch_linear_into
+
 _P, _I32, _U64, _SZ = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t
 _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F
 _R_32F, _DTYPES = 0, {torch.float16: 2, torch.bfloat16: 14}  # cudaDataType
@@ -35,8 +43,6 @@ _DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
 _PREF_MAX_WORKSPACE, _PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D = 1, 5, 6, 7, 8
 _CAP_OUT_OF_PLACE = 4  # CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT
 _OP_N, _OP_T = 0, 1
-WORKSPACE_BYTES = 32 << 20
-"""The workspace offered to cuBLASLt's heuristic (torch offers the same on Hopper)."""
 
 
 class _HeuristicResult(ctypes.Structure):
@@ -93,7 +99,6 @@ def _library() -> dict | None:
 _lock = threading.Lock()
 _handles: dict[int, int] = {}
 _plans: dict[tuple, tuple | None] = {}
-_workspaces: dict[int, torch.Tensor] = {}
 
 
 def _ok(rc: int) -> bool:
@@ -119,9 +124,9 @@ def _destroy(lt: dict, desc: int | None, layouts: list) -> None:
 
 
 def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
-    """``(handle, desc, A, B, C, D layouts, algo, workspace bytes)`` for one key, or ``None`` where
-    cuBLASLt has no out-of-place algorithm for it."""
-    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns, workspace_bytes = key
+    """``(handle, desc, A, B, C, D layouts, algo)`` for one key, or ``None`` where cuBLASLt has no
+    out-of-place algorithm for it."""
+    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns = key
     handle = _handles.get(device)
     if handle is None:
         h = _P()
@@ -137,20 +142,20 @@ def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
     # op(A) is N x K: W^T stored K x N (ld = ldw) for nn.Linear's [N, K], or W stored N x K otherwise
     layouts = [_layout(lt, dtype, K, N, ldw) if w_trans else _layout(lt, dtype, N, K, ldw),
                _layout(lt, dtype, K, M, lda), _layout(lt, dtype, N, M, ldc), _layout(lt, dtype, N, M, ldd)]
-    algo = _algo(lt, handle, desc.value, layouts, aligns, workspace_bytes) if all(layouts) else None
+    algo = _algo(lt, handle, desc.value, layouts, aligns) if all(layouts) else None
     if algo is None:
         _destroy(lt, desc.value, layouts)
         return None
-    return (handle, desc.value, *layouts, *algo)
+    return (handle, desc.value, *layouts, algo)
 
 
-def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple, workspace_bytes: int) -> tuple | None:
-    """``(algo, its workspace bytes)``: the heuristic's first out-of-place algorithm, or ``None``."""
+def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple):
+    """The heuristic's first out-of-place algorithm that needs no workspace, or ``None``."""
     pref = _P()
     if not _ok(lt["cublasLtMatmulPreferenceCreate"](ctypes.byref(pref))):
         return None
     try:
-        ws = _U64(workspace_bytes)
+        ws = _U64(0)
         lt["cublasLtMatmulPreferenceSetAttribute"](pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8)
         for attr, align in zip((_PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D), aligns):
             v = ctypes.c_uint32(align)
@@ -162,32 +167,28 @@ def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple, worksp
     finally:
         lt["cublasLtMatmulPreferenceDestroy"](pref)
     for result in results[: count.value]:
-        if result.state != 0:
+        if result.state != 0 or result.workspace_size:
             continue
         cap, written = _I32(0), _SZ(0)
         if _ok(lt["cublasLtMatmulAlgoCapGetAttribute"](ctypes.byref(result.algo), _CAP_OUT_OF_PLACE, ctypes.byref(cap),
                                                         4, ctypes.byref(written))) and cap.value:
-            return (_U64 * 8)(*result.algo), result.workspace_size
+            return (_U64 * 8)(*result.algo)
     return None
 
 
-def _workspace(device: int) -> torch.Tensor | None:
-    """The device's workspace, allocated at its first use outside a capture (one allocated in a
-    capture would belong to that graph's pool); ``None`` before then. One per device: the fused
-    calls that use it run one at a time on a device, as their symmetric buffers do."""
-    buf = _workspaces.get(device)
-    if buf is None and not torch.cuda.is_current_stream_capturing():
-        buf = _workspaces[device] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=torch.device("cuda", device))
-    return buf
-
-
-def addmm_into(d: torch.Tensor, c: torch.Tensor, a: torch.Tensor, w: torch.Tensor, alpha: float) -> bool:
-    """``d = alpha * a @ w.T + c`` on the current stream, ``c`` left as it is; ``False`` (nothing
-    enqueued) where this call does not apply (module docstring).
+def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, alpha: float) -> bool:
+    """``d = alpha * a @ w.T + c`` (``c`` ``None``: ``d = alpha * a @ w.T``) on the current stream,
+    ``c`` left as it is; ``False`` (nothing enqueued) where this call does not apply (module
+    docstring).
 
     Shapes: ``a: [M, K]``, ``w: [N, K]``, ``c, d: [M, N]``, all of one dtype (fp16/bf16), on one GPU.
     """
-    if a.dtype not in _DTYPES or not (a.dtype == w.dtype == c.dtype == d.dtype) or not a.is_cuda:
+    if a.dtype not in _DTYPES or not a.is_cuda or not (a.dtype == w.dtype == d.dtype):
+        return False
+    beta = 1.0
+    if c is None:
+        c, beta = d, 0.0  # beta 0: cuBLASLt does not read C
+    elif c.dtype != a.dtype:
         return False
     M, K = a.shape
     N = w.shape[0]
@@ -209,9 +210,7 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor, a: torch.Tensor, w: torch.Tenso
         return False
     ptrs = (w.data_ptr(), a.data_ptr(), c.data_ptr(), d.data_ptr())
     device = a.device.index
-    workspace = _workspace(device)
-    workspace_bytes = 0 if workspace is None else workspace.numel()
-    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)), workspace_bytes)
+    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)))
     with _lock:
         plan = _plans.get((device, key), False)
         if plan is False:
@@ -224,10 +223,21 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor, a: torch.Tensor, w: torch.Tenso
                 plan = _plans[(device, key)] = _plan(lt, device, key)
     if plan is None:
         return False
-    handle, desc, a_layout, b_layout, c_layout, d_layout, algo, ws_bytes = plan
-    alpha_, beta_ = ctypes.c_float(alpha), ctypes.c_float(1.0)
+    handle, desc, a_layout, b_layout, c_layout, d_layout, algo = plan
+    alpha_, beta_ = ctypes.c_float(alpha), ctypes.c_float(beta)
     rc = lt["cublasLtMatmul"](handle, desc, ctypes.byref(alpha_), ptrs[0], a_layout, ptrs[1], b_layout,
                               ctypes.byref(beta_), ptrs[2], c_layout, ptrs[3], d_layout, ctypes.byref(algo),
-                              workspace.data_ptr() if ws_bytes else None, ws_bytes,
-                              torch._C._cuda_getCurrentRawStream(device))
+                              None, 0, torch._C._cuda_getCurrentRawStream(device))
     return _ok(rc)
+
+
+def linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                alpha: float = 1.0) -> torch.Tensor:
+    """``out = alpha * x @ weight.T (+ bias)``: the matmul consumers' GEMM. One cuBLASLt call without a
+    workspace where :func:`addmm_into` applies and there is no bias; else torch's
+    (:func:`fluxlite._sequential.linear_into`, the bias in cuBLAS's epilogue).
+
+    Shapes: ``x: [M, K]``, ``weight: [N, K]``, ``bias: [N]``, ``out: [M, N]``."""
+    if bias is None and addmm_into(out, None, x, weight, alpha):
+        return out
+    return torch_linear_into(out, x, weight, bias, alpha)

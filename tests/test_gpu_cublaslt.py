@@ -1,8 +1,8 @@
-"""``fluxlite._cublaslt.addmm_into`` (``d = alpha * a @ w.T + c``, ``c`` and ``d`` apart) against
-float32 torch, on one GPU, at random shapes and layouts: row views with a leading dimension over the
-width (the matmul consumer's splits of ``recv`` and ``out``), a weight as ``nn.Linear`` keeps it or
-as a backward passes it (``W.t()``), odd sizes that cuBLASLt may refuse (then it must enqueue
-nothing and say so), and inside a CUDA graph. Tolerance: 1e-2 relative error of the norm (bf16/fp16
+"""``fluxlite._cublaslt.addmm_into`` (``d = alpha * a @ w.T + c``, ``c`` and ``d`` apart, or no ``c``)
+against float32 torch, on one GPU, at random shapes and layouts: row views with a leading dimension
+over the width (the matmul consumer's splits of ``recv`` and ``out``), a weight as ``nn.Linear``
+keeps it or as a backward passes it (``W.t()``), odd sizes that cuBLASLt may refuse (then it must
+enqueue nothing and say so), and inside a CUDA graph; and no memset before the GEMM (no workspace). Tolerance: 1e-2 relative error of the norm (bf16/fp16
 products over K, as tests/test_gpu_fused.py); ``c`` must come back bit for bit.
 """
 
@@ -47,12 +47,13 @@ def test_addmm_into_matches_float32_at_random_shapes_and_layouts():
     for _ in range(60):
         a, w, c, d, alpha = _case(rng, gen)
         c_before = c.clone()
-        if not addmm_into(d, c, a, w, alpha):
+        with_c = rng.random() < 0.7
+        if not addmm_into(d, c if with_c else None, a, w, alpha):
             torch.cuda.synchronize()
             assert d.isnan().all(), "a refused call wrote its output"
             continue
         ran += 1
-        ref = alpha * (a.float() @ w.float().t()) + c.float()
+        ref = alpha * (a.float() @ w.float().t()) + (c.float() if with_c else 0)
         torch.cuda.synchronize()
         assert torch.equal(c, c_before), "C was written"
         err = ((d.float() - ref).norm() / ref.norm()).item()
@@ -69,7 +70,7 @@ def test_addmm_into_replays_from_a_cuda_graph():
     w = (torch.randn(768, 1024, generator=gen, device="cuda") / 32).bfloat16()
     c = torch.randn(512, 768, generator=gen, device="cuda").bfloat16()
     d = torch.empty_like(c)
-    assert addmm_into(d, c, a, w, 1.0)  # eager first: the workspace is allocated outside the capture
+    assert addmm_into(d, c, a, w, 1.0)
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -85,4 +86,28 @@ def test_addmm_into_replays_from_a_cuda_graph():
         graph.replay()
         ref = 0.5 * (a.float() @ w.float().t()) + c.float()
         torch.cuda.synchronize()
+        assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_addmm_into_launches_nothing_but_the_gemm():
+    """No workspace: the GEMM is the only kernel (with one, cuBLAS clears its tile scheduler's
+    counters with a memset first), at shapes where torch's own call does memset."""
+    _skip_without_cuda()
+    from torch.profiler import ProfilerActivity, profile
+
+    from fluxlite._cublaslt import addmm_into
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for M, K, N in ((2048, 4096, 8192), (3072, 6976, 5184)):
+        a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
+        w = (torch.randn(N, K, generator=gen, device="cuda") / K**0.5).bfloat16()
+        d = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        assert addmm_into(d, None, a, w, 1.0)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            assert addmm_into(d, None, a, w, 1.0)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+        assert len(names) == 1 and "Memset" not in names[0], (M, K, N, names)
+        ref = a.float() @ w.float().t()
         assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2

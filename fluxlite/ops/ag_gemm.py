@@ -45,6 +45,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .. import _cublaslt as cublaslt
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
@@ -232,16 +233,24 @@ class AllGatherGemm(Op):
         ``a`` while the peers' rows travel; then each peer's chunk split by split, once the split is in
         ``gathered`` (a bounded wait: on CUDA a one-program kernel between the GEMMs,
         :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's). On CUDA each GEMM is one
-        cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`)."""
+        cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`;
+        :func:`fluxlite._cublaslt.linear_into`)."""
         ws, plan = call.ws, call.plan
         W, r = ws.world_size, ws.rank
         a, weight, bias, ep = args.a, args.weight, args.bias, args.ep
         row_scale = args.options["row_scale"]
         m = a.shape[0]
         variant = self.variant(args.options)
+
+        def product(dst: torch.Tensor, src: torch.Tensor, scales: torch.Tensor | None) -> None:
+            if ws.is_cuda:  # a scale and a bias at most (has_matmul_consumer)
+                cublaslt.linear_into(dst, src, weight, bias, ep.scale)
+            else:
+                epilogue_linear(dst, src, weight, bias, ep, scales)
+
         for chunk in plan.sched.chunk_order:
             if chunk == r:
-                epilogue_linear(out[r * m : (r + 1) * m], a, weight, bias, ep, row_scale)
+                product(out[r * m : (r + 1) * m], a, row_scale)
                 continue
             for split, (lo, hi) in enumerate(plan.split_rows):
                 if ws.is_cuda:
@@ -250,8 +259,7 @@ class AllGatherGemm(Op):
                     call.wait_peer(self.block_slot(W, r, chunk, split, variant), peer=chunk, chunk=chunk, split=split,
                                    what="gathered rows")
                 rows = slice(chunk * m + lo, chunk * m + hi)
-                scales = None if scale_gathered is None else scale_gathered[rows]
-                epilogue_linear(out[rows], gathered[rows], weight, bias, ep, scales)
+                product(out[rows], gathered[rows], None if scale_gathered is None else scale_gathered[rows])
 
     def steps(self, call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
               scale_gathered: torch.Tensor | None) -> list:

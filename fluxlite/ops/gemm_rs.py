@@ -38,7 +38,7 @@ from .. import _cuda_driver as cu
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
-from .._sequential import linear_into, reduce_scatter_rows
+from .._sequential import reduce_scatter_rows
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
 from ..host_flags import host_set_flag
@@ -232,7 +232,7 @@ class GemmReduceScatter(Op):
                 host_set_flag(state.counters, slot, value)
 
         def product(dst: torch.Tensor, src: torch.Tensor, with_bias: bool) -> None:  # dst = scale * src @ W.T (+ b)
-            linear_into(dst, src, args.weight, bias if with_bias else None, scale)
+            cublaslt.linear_into(dst, src, args.weight, bias if with_bias else None, scale)
 
         for chunk in sched.chunk_order:
             for split, (lo, hi) in enumerate(plan.split_rows):
