@@ -1,15 +1,18 @@
 #!/usr/bin/env python
 """A whole Megatron-core ``GPTModel`` training step (forward, loss, backward, the sequence-parallel
-grad all-reduce) with fluxlite's layers in ``linear_qkv``/``linear_proj``/``linear_fc1``/``linear_fc2``,
-against the same model with Megatron's own layers: the model-level comparison.
+grad all-reduce) with fluxlite's layers in ``linear_qkv``/``linear_proj``/``linear_fc1``/``linear_fc2`` and the output
+layer, against the same model with Megatron's own layers: the model-level comparison.
 
     PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_gpt.py --out bench_gpt.json
 
 The model (defaults: Llama-3-70B's widths, ``--layers`` of its 80 layers): embedding, ``--layers``
 transformer layers built from Megatron's local spec (GQA attention, SwiGLU MLP, RMSNorm; sequence
 parallel, TP = the number of ranks), the final norm, the output layer and the vocab-parallel
-cross-entropy. Everything but the four linear layers is Megatron's in both models, and they start
-from the same weights (Megatron's ``state_dict``, loaded strictly).
+cross-entropy. Everything but the linear layers is Megatron's in both models, and they start from
+the same weights (Megatron's ``state_dict``, loaded strictly). The output layer (a vocab-parallel
+``ColumnParallelLinear`` that ``GPTModel`` builds itself, not from the spec) is replaced by
+fluxlite's after the model is built (:func:`swap_output_layer`); ``--output-layer megatron`` keeps
+Megatron's there.
 
 Modes: ``megatron`` (the baseline, first), then fluxlite ``overlap`` modes (``fused``, ``auto``,
 ``sequential``, ...). Timings as ``bench_layers.py`` (same helpers): latency (one step, ranks
@@ -24,9 +27,10 @@ all-reduces its input grad.
 TP communication: the step's collectives of ``[tokens, hidden]`` timed alone (NCCL, latency). Each
 of the swapped layers' ``L`` transformer layers makes, per step, under sequence parallelism 6
 all-gathers and 4 reduce-scatters (forward: 2 AG, 2 RS; backward: the Row layers' grad AG, the
-Column layers' dgrad RS and input re-gather), and Megatron's embedding and output layer add 3 AG
-and 2 RS; without it, 4 all-reduces (forward: 2 Row outputs; backward: 2 Column input grads), and
-the embedding and the output layer add 2. Reported: that sum, and how much of it a mode hides
+Column layers' dgrad RS and input re-gather), the output layer 2 AG and 1 RS (a Column layer's) and
+the embedding 1 AG and 1 RS; without it, 4 all-reduces (forward: 2 Row outputs; backward: 2 Column
+input grads), and the output layer and the embedding add one each. "In the swapped layers" counts
+the output layer's where it is fluxlite's. Reported: that sum, and how much of it a mode hides
 beyond Megatron's own overlap, ``T_megatron - T_mode``.
 """
 
@@ -59,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
                    help="every rank holds every token (Megatron's default): the Row forward and the Column "
                         "backward all-reduce")
+    p.add_argument("--output-layer", choices=("fluxlite", "megatron"), default="fluxlite",
+                   help="whose ColumnParallelLinear the fluxlite model's output layer is")
     p.add_argument("--max-rel-err", type=float, default=5e-2,
                    help="exit 1 if a mode's first-step loss or any grad differs from Megatron's by more (norm-relative)")
     return p.parse_args(argv)
@@ -106,7 +112,22 @@ def build_gpt(a, W: int, dtype: torch.dtype, device, overlap: str | None):
     qkv = model.decoder.layers[0].self_attention.linear_qkv
     if isinstance(qkv, FP.ColumnParallelLinear) != (overlap is not None):
         raise RuntimeError(f"linear_qkv is {type(qkv).__name__}: the layer spec was not applied")
+    if overlap is not None and a.output_layer == "fluxlite":
+        swap_output_layer(model, cfg, overlap)
     return model.to(device=device, dtype=dtype)  # as Megatron's Float16Module does for bf16
+
+
+def swap_output_layer(model, cfg, overlap: str) -> None:
+    """Replace ``model.output_layer`` (Megatron's ``ColumnParallelLinear`` over the vocabulary, which
+    ``GPTModel`` builds outside the layer spec) with fluxlite's, built with the same arguments: under
+    sequence parallelism its forward is then a fused AG-GEMM and its backward's dgrad a GEMM-RS. The
+    parameter names stay ``output_layer.weight``, so Megatron's ``state_dict`` loads into it."""
+    import fluxlite.parallel as FP
+
+    old = model.output_layer
+    model.output_layer = FP.ColumnParallelLinear(
+        cfg.hidden_size, model.vocab_size, config=cfg, init_method=cfg.init_method, bias=False, skip_bias_add=False,
+        gather_output=not model.parallel_output, skip_weight_param_allocation=old.weight is None, overlap=overlap)
 
 
 def set_overlap(model, mode: str):
@@ -150,10 +171,12 @@ def comm_alone_ms(a, tp, dtype: torch.dtype, device, timer: Timer, iters: int) -
         fn()
         times[name] = max(all_ranks(statistics.median(timer.time_once(fn) for _ in range(iters)), device, tp.world_size))
     if a.sequence_parallel:
-        per_layer, rest = 6 * times["all_gather"] + 4 * times["reduce_scatter"], 3 * times["all_gather"] + 2 * times["reduce_scatter"]
+        per_layer = 6 * times["all_gather"] + 4 * times["reduce_scatter"]
+        output, embedding = 2 * times["all_gather"] + times["reduce_scatter"], times["all_gather"] + times["reduce_scatter"]
     else:
-        per_layer, rest = 4 * times["all_reduce"], 2 * times["all_reduce"]
-    return dict(times, swapped_layers=a.layers * per_layer, step=a.layers * per_layer + rest)
+        per_layer, output, embedding = 4 * times["all_reduce"], times["all_reduce"], times["all_reduce"]
+    swapped = a.layers * per_layer + (output if a.output_layer == "fluxlite" else 0)
+    return dict(times, swapped_layers=swapped, step=a.layers * per_layer + output + embedding)
 
 
 def main(argv=None) -> int:
