@@ -71,7 +71,14 @@ statistics of the ratios, :func:`ratio_bounds`; at least 5 rounds give one). A c
 The throughput and the latency choice: among the candidates that win the mode, the first by
 preference (sequential, then decomposed, then fused with the default config first), given up for a
 later one only where that one is faster than it by more than :data:`TIE_MARGIN` at
-:data:`CONFIDENCE` (their paired ratios, :func:`_settled_best`); sequential when none wins. The
+:data:`CONFIDENCE` (their paired ratios, :func:`_settled_best`); sequential when none wins. In
+latency mode a tie goes to the smaller host time: where no candidate wins, one whose median latency
+ratio is at most 1 and whose host time is settled below sequential's (the high bound of their paired
+host-time ratios under ``1 - TIE_MARGIN``) is the latency choice, the least host time first. A call
+that waits for its result waits for the host's work as well as the device's, and a host busier than
+the measurement's (a program that does more between calls) lengthens the call with more host work
+the more: measured at the same shapes on 2×H200, GEMM-RS at 512 and 1024 rows tied with sequential
+in ``auto``'s own rounds and was 1.05-1.18× faster in the profiler's, with half its host time. The
 ``both`` choice:
 among sequential and the candidates that are safe in both modes and win one, the least worst
 slowdown over both modes against the best of them (``max(r_tp / best_tp, r_lat / best_lat)``), by
@@ -153,10 +160,12 @@ MAX_LOSS = 0.02
 CONFIDENCE = 0.95
 """The confidence of each bound :func:`ratio_bounds` gives (one-sided)."""
 MEASURED_MODES = ("throughput", "latency")
+HOST = "host"
+"""The host time of a call (:mod:`fluxlite.timing`), measured beside the modes: it settles a latency tie."""
 """The modes of :mod:`fluxlite.timing` a measurement decides on."""
 CALL_MODES = (*MEASURED_MODES, "both")
 """The modes a call can be in (module docstring): each has its choice in :class:`Choices`."""
-CACHE_SCHEMA = "fluxlite-dispatch/3"  # 3: a choice per mode, decided by confidence bounds of paired ratios
+CACHE_SCHEMA = "fluxlite-dispatch/4"  # 4: a latency tie goes to the smaller host time (3: a choice per mode)
 MEASURED_IMPLS = ("sequential", "decomposed", "fused")
 MAX_KEYS = 4096  # call signatures whose Key is remembered; past this it starts again
 
@@ -513,15 +522,16 @@ def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pic
 
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
     """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
-    the modes of :data:`MEASURED_MODES`, every list one entry per round (NaN where the candidate was not
-    timed that round). ``order``: the labels by preference; the first one in ``samples`` (sequential)
+    the modes of :data:`MEASURED_MODES` and, where measured, :data:`HOST`, every list one entry per
+    round (NaN where the candidate was not timed that round). ``order``: the labels by preference; the first one in ``samples`` (sequential)
     is the baseline. The same samples give the same verdict on every rank."""
     labels = [label for label in order if label in samples]
     base, rest = labels[0], labels[1:]
-    ratios = {base: {m: (1.0, 1.0, 1.0) for m in MEASURED_MODES}}
+    timed = [m for m in (*MEASURED_MODES, HOST) if samples[base].get(m)]  # the host time where it was measured
+    ratios = {base: {m: (1.0, 1.0, 1.0) for m in timed}}
     for label in rest:
         ratios[label] = {m: ratio_bounds([t / b for t, b in zip(samples[label][m], samples[base][m])])
-                         for m in MEASURED_MODES}
+                         for m in timed}
     win_at, safe_at = 1 - TIE_MARGIN, 1 + MAX_LOSS
     wins = {label: {m: ratios[label][m][2] < win_at for m in MEASURED_MODES} for label in rest}
     safe = {label: all(ratios[label][m][2] <= safe_at for m in MEASURED_MODES) for label in rest}
@@ -529,14 +539,18 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
     for m in MEASURED_MODES:
         winners = [label for label in rest if wins[label][m]]
         chosen[m] = _settled_best(winners, samples, m) if winners else base
+    if chosen["latency"] == base and HOST in timed:  # a latency tie: the smaller host time
+        ties = [label for label in rest if ratios[label]["latency"][1] <= 1 and ratios[label][HOST][2] < win_at]
+        if ties:
+            chosen["latency"] = min(ties, key=lambda label: ratios[label][HOST][1])
     both = [base] + [label for label in rest if safe[label] and any(wins[label].values())]
     chosen["both"] = _settled_least_worst(both, samples, ratios)
 
     def unsettled(label: str) -> bool:
-        r = ratios[label]
-        win_open = any(lo < win_at <= hi for lo, _, hi in r.values())
-        could_win = any(lo < win_at for lo, _, _ in r.values())
-        return win_open or (could_win and any(lo <= safe_at < hi for lo, _, hi in r.values()))
+        r = [ratios[label][m] for m in MEASURED_MODES]
+        win_open = any(lo < win_at <= hi for lo, _, hi in r)
+        could_win = any(lo < win_at for lo, _, _ in r)
+        return win_open or (could_win and any(lo <= safe_at < hi for lo, _, hi in r))
 
     return Verdict(chosen["throughput"], chosen["latency"], chosen["both"],
                    tuple(label for label in rest if unsettled(label)), ratios)
@@ -547,18 +561,23 @@ def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], 
     """Rounds of ``sample`` until :func:`decide` is settled or ``rounds.most`` rounds have run:
     ``rounds.first``, then ``rounds.more`` at a time of the baseline (``labels[0]``) and the open
     candidates. ``sample(timed, n, first_round)`` gives this rank's ``{label: {mode: [ms]}}`` of ``n``
-    rounds of the labels ``timed`` (every rank times the same ones); each reading is reduced over the
+    rounds of the labels ``timed`` (every rank times the same ones), for the modes of
+    :data:`MEASURED_MODES` and, if it measures it, :data:`HOST`; each reading is reduced over the
     ranks (max), so every rank decides on the same figures. Returns the verdict and the samples
     (:func:`decide`'s form)."""
     samples = {label: {m: [] for m in MEASURED_MODES} for label in labels}
-    timed, done = list(labels), 0
+    timed, done, modes = list(labels), 0, None
     while True:
         n = rounds.first if done == 0 else min(rounds.more, rounds.most - done)
         local = sample(timed, n, done)
-        mine = [v for label in timed for m in MEASURED_MODES for v in local[label][m][:n]]
+        if modes is None:  # the host time too, where the sample has it
+            modes = [m for m in (*MEASURED_MODES, HOST) if m in local[timed[0]]]
+            for label in labels:
+                samples[label].update({m: [] for m in modes})
+        mine = [v for label in timed for m in modes for v in local[label][m][:n]]
         reduced = iter(timer.max_over_ranks(mine))
         for label in labels:
-            for m in MEASURED_MODES:
+            for m in modes:
                 samples[label][m] += [next(reduced) for _ in range(n)] if label in timed else [math.nan] * n
         done += n
         verdict = decide(samples, labels)
@@ -931,14 +950,13 @@ def _measure(key: Key, tp: TPGroup, a: torch.Tensor, run, fused_ok: bool,
     def sample(timed: list[str], n: int, first_round: int) -> dict:
         local, state["batch"] = time_samples(timer, {label: fns[label] for label in timed}, [None], rounds=n,
                                              warmup=r.warmup, batch_ms=r.batch_ms, max_batch=r.max_batch,
-                                             min_sleep_ms=5.0, batch=state.get("batch"), first_round=first_round,
-                                             host=False)  # auto decides on the device modes only
+                                             min_sleep_ms=5.0, batch=state.get("batch"), first_round=first_round)
         return local
 
     verdict, samples = measure_until_settled(timer, sample, list(fns), r)
     record = dict(
         rounds=len(samples[next(iter(samples))]["throughput"]), confidence=CONFIDENCE,
-        times_ms={label: {m: statistics.median(v for v in s[m] if not math.isnan(v)) for m in MEASURED_MODES}
+        times_ms={label: {m: statistics.median(v for v in s[m] if not math.isnan(v)) for m in s}
                   for label, s in samples.items()},
         vs_baseline={label: {m: list(b) for m, b in by_mode.items()} for label, by_mode in verdict.ratios.items()},
         failed=failed)

@@ -329,6 +329,40 @@ def test_modes_that_disagree_get_their_own_choices_and_both_stays_within_bound()
     assert _picks(v) == (FUSED, DEC, FUSED), v  # worst slowdown against the best: 1.035 (fused), 1.078 (decomposed)
 
 
+def _with_host(samples: dict, seed: int, **host_ratios) -> dict:
+    """``samples`` with host times: sequential's random per round, each other candidate's its ratio
+    to it (one per round, or one number for all; 1 where not given)."""
+    rounds = len(samples[SEQ]["latency"])
+    gen = torch.Generator().manual_seed(seed)
+    base = (0.05 + 0.1 * torch.rand(rounds, generator=gen, dtype=torch.float64)).tolist()
+    for label, by_mode in samples.items():
+        ratio = _per_round(host_ratios.get(label, 1.0), rounds)
+        by_mode[dispatch.HOST] = [b * r for b, r in zip(base, ratio)]
+    return samples
+
+
+def test_a_latency_tie_goes_to_the_candidate_with_the_smaller_host_time():
+    """No candidate wins latency mode, but one ties sequential there (median ratio at most 1) with
+    its host time settled lower: it is the latency choice, the least host time first. The host
+    time never decides throughput or ``both``, nor a latency mode that a candidate wins, nor a tie
+    that is a loss in the median or that the host rounds do not settle."""
+    tie = [0.9, 1.05, 1.0, 0.95, 1.03]  # latency: median 1.0, bounds 0.9-1.05 (neither a win nor safe)
+    v = dispatch.decide(_with_host(_samples(30, 5, fused=(1.2, tie)), 30, fused=0.5), ORDER)
+    assert _picks(v) == (SEQ, FUSED, SEQ), v
+    assert v.ratios[FUSED][dispatch.HOST] == pytest.approx((0.5, 0.5, 0.5))
+    v = dispatch.decide(_with_host(_samples(31, 5, decomposed=(1.2, tie), fused=(1.2, tie)), 31,
+                                   decomposed=0.8, fused=0.5), ORDER)
+    assert v.latency == FUSED, v  # the least host time, not the first by preference
+    v = dispatch.decide(_with_host(_samples(32, 5, fused=(1.2, [1.01] * 5)), 32, fused=0.5), ORDER)
+    assert v.latency == SEQ, v  # 1% slower in every round: a loss, whatever its host time
+    v = dispatch.decide(_with_host(_samples(33, 5, fused=(1.2, tie)), 33, fused=[0.5, 0.5, 1.0, 0.5, 1.0]), ORDER)
+    assert v.latency == SEQ, v  # host time lower in three rounds of five: not settled
+    v = dispatch.decide(_with_host(_samples(34, 5, decomposed=(1.0, 0.9), fused=(1.0, tie)), 34, fused=0.3), ORDER)
+    assert v.latency == DEC, v  # a win is a win: the host time only settles a tie
+    v = dispatch.decide(_samples(35, 5, fused=(1.2, tie)), ORDER)
+    assert v.latency == SEQ, v  # no host times measured: sequential keeps the tie
+
+
 def test_close_or_too_few_rounds_ask_for_more_rounds():
     v = dispatch.decide(_samples(13, 4, fused=(0.5, 0.5)), ORDER)  # four rounds give no bound at 95%
     assert _picks(v) == (SEQ, SEQ, SEQ) and v.open == (FUSED,), v
@@ -348,6 +382,9 @@ def test_without_sequential_the_simplest_timed_candidate_is_the_baseline():
     assert v.ratios[FUSED]["latency"] == pytest.approx((1.2, 1.2, 1.2))
 
 
+SAMPLED = (*MODES, dispatch.HOST)
+
+
 def _ranks_decide_alike_and_calls_follow_their_mode(rank: int, W: int) -> None:
     # 1. Ranks read different samples; each round's reading is reduced (max) before deciding. Rank 1
     # reads fused 1.2x slower in throughput in round 2, so five rounds leave it unsettled (rank 0's
@@ -359,13 +396,13 @@ def _ranks_decide_alike_and_calls_follow_their_mode(rank: int, W: int) -> None:
 
         def sample(timed, n, first):
             calls.append((list(timed), n, first))
-            return {label: {m: [readings(rank, label, m, r) for r in range(first, first + n)] for m in MODES}
+            return {label: {m: [readings(rank, label, m, r) for r in range(first, first + n)] for m in SAMPLED}
                     for label in timed}
 
         rounds = dispatch.Rounds(first=5, more=5, most=most, warmup=0, batch_ms=1.0, max_batch=1)
         verdict, samples = dispatch.measure_until_settled(timer, sample, ORDER, rounds)
         for label, timed_rounds in ((SEQ, range(most)), (DEC, range(5)), (FUSED, range(most))):
-            for m in MODES:
+            for m in SAMPLED:  # the host time is reduced over the ranks as the modes are
                 want = [max(readings(q, label, m, r) for q in range(W)) if r in timed_rounds else math.nan
                         for r in range(len(samples[SEQ][m]))]
                 assert samples[label][m] == pytest.approx(want, nan_ok=True), (label, m)
