@@ -160,9 +160,9 @@ MAX_LOSS = 0.02
 CONFIDENCE = 0.95
 """The confidence of each bound :func:`ratio_bounds` gives (one-sided)."""
 MEASURED_MODES = ("throughput", "latency")
+"""The modes of :mod:`fluxlite.timing` a measurement decides on."""
 HOST = "host"
 """The host time of a call (:mod:`fluxlite.timing`), measured beside the modes: it settles a latency tie."""
-"""The modes of :mod:`fluxlite.timing` a measurement decides on."""
 CALL_MODES = (*MEASURED_MODES, "both")
 """The modes a call can be in (module docstring): each has its choice in :class:`Choices`."""
 CACHE_SCHEMA = "fluxlite-dispatch/4"  # 4: a latency tie goes to the smaller host time (3: a choice per mode)
@@ -523,8 +523,9 @@ def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pic
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
     """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
     the modes of :data:`MEASURED_MODES` and, where measured, :data:`HOST`, every list one entry per
-    round (NaN where the candidate was not timed that round). ``order``: the labels by preference; the first one in ``samples`` (sequential)
-    is the baseline. The same samples give the same verdict on every rank."""
+    round (NaN where the candidate was not timed that round). ``order``: the labels by preference;
+    the first one in ``samples`` (sequential) is the baseline. The same samples give the same
+    verdict on every rank."""
     labels = [label for label in order if label in samples]
     base, rest = labels[0], labels[1:]
     timed = [m for m in (*MEASURED_MODES, HOST) if samples[base].get(m)]  # the host time where it was measured
