@@ -566,15 +566,13 @@ def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], 
     :data:`MEASURED_MODES` and, if it measures it, :data:`HOST`; each reading is reduced over the
     ranks (max), so every rank decides on the same figures. Returns the verdict and the samples
     (:func:`decide`'s form)."""
-    samples = {label: {m: [] for m in MEASURED_MODES} for label in labels}
-    timed, done, modes = list(labels), 0, None
+    timed, done = list(labels), 0
     while True:
         n = rounds.first if done == 0 else min(rounds.more, rounds.most - done)
         local = sample(timed, n, done)
-        if modes is None:  # the host time too, where the sample has it
+        if done == 0:  # the host time too, where the sample has it
             modes = [m for m in (*MEASURED_MODES, HOST) if m in local[timed[0]]]
-            for label in labels:
-                samples[label].update({m: [] for m in modes})
+            samples = {label: {m: [] for m in modes} for label in labels}
         mine = [v for label in timed for m in modes for v in local[label][m][:n]]
         reduced = iter(timer.max_over_ranks(mine))
         for label in labels:
