@@ -37,11 +37,15 @@ call ran: a fused call can only be captured after it ran eagerly with its shape
 (docs/cuda_graphs.md), and the warm-up may have run in another mode. To capture the throughput
 choice, warm up inside ``assume_mode("throughput")`` (or measure first, in the same process).
 
-A repeated call costs a dictionary look-up: :func:`eager_choice_of`, which the ops ask once per
-call, before their checks, by the call's signature, and which also tells them whether the call
-repeats a fused call's decisions. It keeps :func:`eager_choice`'s answer (the key's choices, then
-the mode as above) while the choices, the declared mode and any :func:`tuning` block are unchanged;
-where the modes' choices differ it asks the capture state on every call.
+A repeated call costs what a call that names its implementation costs, and one read of
+:func:`repeat_stamp`: the ops remember an eager ``auto`` call's decisions (its choice, and for fused
+its plan) under its arguments and the stamp, which changes whenever the choices in memory or the
+declared mode do, so a call that finds them runs them without asking dispatch. Where it finds none,
+it asks :func:`eager_choice_of`, by the call's signature: one look-up that keeps
+:func:`eager_choice`'s answer (the key's choices, then the mode as above) while the choices, the
+declared mode and any :func:`tuning` block are unchanged. Where a call's choice depends on whether
+it is captured (:func:`depends_on_capture`: no mode declared and the modes' choices differ), both
+ask the capture state on every call.
 
 When a key is first seen in a process
 -------------------------------------
@@ -840,6 +844,23 @@ def _asks_capture(known: Choices) -> bool:
     In a declared mode both run the mode's choice, once an eager call made it warm for its rows
     (:func:`_mode_choice`), as the call that :func:`eager_choice_of` remembers did."""
     return not (known.uniform or known.throughput is known.both or _declared_mode())
+
+
+def repeat_stamp() -> tuple[int, str] | None:
+    """What the choice of a repeated eager ``auto`` call depends on besides its arguments: the
+    generation of the choices in memory and the declared mode; ``None`` inside a :func:`tuning`
+    block, where every key met is measured again. An op keeps a call's decisions under its
+    arguments and this stamp (:meth:`fluxlite.ops.op.Op._repeat`)."""
+    if _TUNING.get() is not None:
+        return None
+    return _MEMORY.generation, _declared_mode()
+
+
+def depends_on_capture(key: Key) -> bool:
+    """Whether a repeated eager call of ``key`` would run another choice if it were captured
+    (:func:`_asks_capture`); ``False`` where nothing is remembered for ``key``."""
+    known = _MEMORY.get(key)
+    return known is not None and _asks_capture(known)
 
 
 MAX_EAGER = 4096

@@ -161,3 +161,19 @@ def run_script(script, nproc: int, *args: str, out_dir, runs: int = 1, preload=S
     out = Path(out_dir)
     return [[RankRun(rc, (out / f"run{i}_rank{r}.out").read_text(), (out / f"run{i}_rank{r}.err").read_text())
              for r, rc in enumerate(ranks)] for i, ranks in enumerate(codes)]
+
+
+def count_runs(op, impls=("sequential", "fused")) -> dict[str, int]:
+    """Count the runs of each implementation of ``op`` (an op object of :mod:`fluxlite.ops`) in this
+    rank's process from now on: ``{impl: runs}``, updated as calls run (the op object's methods are
+    replaced, in this process only)."""
+    runs = {impl: 0 for impl in impls}
+    for impl in impls:
+        real = getattr(op, impl)
+
+        def counting(*args, impl=impl, real=real):
+            runs[impl] += 1
+            return real(*args)
+
+        setattr(op, impl, counting)
+    return runs

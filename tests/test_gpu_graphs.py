@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from .dist_utils import count_runs
 from .gpu_utils import dev, rel_err, run_gpu_ranks, shared_gpus
 
 pytestmark = pytest.mark.gpu
@@ -55,10 +56,10 @@ class _Case:
         self.w.copy_(self.w_full[:, self.local_cols])
         self.s.copy_(self.s_full[self.local_rows])
 
-    def run(self, timeout: float | None = None):
+    def run(self, timeout: float | None = None, impl: str = "fused"):
         import fluxlite
 
-        kw = dict(impl="fused", timeout=timeout)
+        kw = dict(impl=impl, timeout=timeout)
         if self.op == "rs":
             return fluxlite.gemm_rs(self.a, self.w, **kw, **self.options)
         if self.row_scaled:
@@ -347,3 +348,42 @@ def test_a_layer_pair_forward_and_backward_replays_from_a_graph(column_weight_gr
     if shared_gpus() and column_weight_grad:
         pytest.skip("2 ranks on one GPU: the re-gather is a gloo collective, which a CUDA graph cannot capture")
     run_gpu_ranks(_layer_pair, 2, column_weight_grad, limit_s=300)
+
+
+def _auto_captured(rank, world_size):
+    """Undeclared, with modes whose choices differ (throughput fused, latency and both sequential): an
+    eager auto call runs sequential, a captured one fused once an eager call in throughput mode made
+    fused warm, and eager calls after the capture run sequential again: neither repeats the other's
+    decisions."""
+    import fluxlite
+    from fluxlite import dispatch, ops
+
+    case = _Case("ag", 256, 512, 768)
+    key = dispatch.Key.of("ag_gemm", fluxlite.group.resolve_group(None), case.a, case.w, world_size * case.rows)
+    fused, seq = dispatch.Choice("fused", source="cache"), dispatch.Choice("sequential", source="cache")
+    dispatch._MEMORY[key] = dispatch.Choices.of(fused, seq, seq)
+    ran = count_runs(ops.AG)
+
+    def auto():
+        return case.run(impl="auto")
+
+    for step in range(3):
+        case.load(step)
+        case.check(auto(), f"eager auto {step}")
+    assert ran == {"sequential": 3, "fused": 0}, ran
+    with dispatch.assume_mode("throughput"):
+        case.load(3)
+        case.check(auto(), "eager auto, throughput declared")
+    assert ran == {"sequential": 3, "fused": 1}, ran
+    graph, out = _capture(auto)
+    assert ran == {"sequential": 3, "fused": 2}, f"the capture did not take the throughput choice: {ran}"
+    _replays(case, graph, out, range(4, 12), "captured auto")
+    for step in range(12, 15):
+        case.load(step)
+        case.check(auto(), f"eager auto after the capture {step}")
+    assert ran == {"sequential": 6, "fused": 2}, ran
+    fluxlite.synchronize()
+
+
+def test_a_captured_auto_call_and_eager_ones_each_run_their_modes_choice():
+    run_gpu_ranks(_auto_captured, 2, limit_s=180)

@@ -10,6 +10,8 @@ random data each call, with every ``torch.empty`` NaN-filled and NaN-filled ``ou
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -17,7 +19,7 @@ import fluxlite
 from fluxlite import dispatch, ops
 from fluxlite.errors import FluxliteError
 
-from .dist_utils import run_ranks
+from .dist_utils import count_runs, run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
 
 F32 = torch.float32
@@ -209,6 +211,106 @@ def _auto_per_mode(rank: int, W: int) -> None:
                 _ag(gen, rank, W, m, K, N, failures, f"auto {mode} rep {rep}", impl="auto")
     assert counted.ag == 2, f"{counted.ag} full checks for 8 calls in two modes: one per mode expected"
     assert not failures, failures
+
+
+def _python_calls(fn, calls: int) -> dict[tuple, int]:
+    """Python and C calls that ``calls`` calls of ``fn`` make (cProfile), by function."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        fn()
+    profile.disable()
+    return {k: v[1] for k, v in pstats.Stats(profile).stats.items()}
+
+
+def _auto_repeat_costs_a_stamp(rank: int, W: int) -> None:
+    """A repeated auto call makes the calls of a call that names its choice, plus reading the stamp
+    (fluxlite.dispatch.repeat_stamp): no dispatch look-up, in a declared mode and without one, where
+    the modes' choices differ; and it is right on fresh data."""
+    m, K, N = 32, 16, 24
+    counted, gen, key = _auto_setup(13, W, m, K, N)
+    seq, dec = dispatch.Choice("sequential", source="cache"), dispatch.Choice("decomposed", source="cache")
+    dispatch._MEMORY[key] = dispatch.Choices.of(seq, dec, seq)
+    failures: list[str] = []
+    tp_rows = torch.Generator().manual_seed(5)
+    a = randn(tp_rows, m, K, dtype=F32)
+    weight = randn(tp_rows, N, K, dtype=F32)
+    looked_up = {"n": 0}
+    eager_choice_of = dispatch.eager_choice_of
+
+    def counting(*args):
+        looked_up["n"] += 1
+        return eager_choice_of(*args)
+
+    for mode, named in ((None, "sequential"), ("latency", "decomposed"), ("throughput", "sequential")):
+        with dispatch.assume_mode(mode) if mode else contextlib.nullcontext():
+            for impl in ("auto", named):  # first calls: checked, dispatched, remembered
+                fluxlite.ag_gemm(a, weight, impl=impl)
+            dispatch.eager_choice_of = counting
+            try:
+                auto = _python_calls(lambda: fluxlite.ag_gemm(a, weight, impl="auto"), 20)
+            finally:
+                dispatch.eager_choice_of = eager_choice_of
+            explicit = _python_calls(lambda: fluxlite.ag_gemm(a, weight, impl=named), 20)
+            extra = {f"{k[0].rsplit('/', 1)[-1]}:{k[2]}": (auto.get(k, 0) - explicit.get(k, 0)) / 20
+                     for k in set(auto) | set(explicit) if auto.get(k, 0) != explicit.get(k, 0)}
+            if looked_up["n"] or sum(extra.values()) > 5:
+                failures.append(f"mode {mode}: a repeated auto call looked up dispatch {looked_up['n']} times "
+                                f"and made these calls more than impl={named!r}, per call: {extra}")
+            _ag(gen, rank, W, m, K, N, failures, f"auto repeated, mode {mode}", impl="auto")
+    assert not failures, failures
+
+
+def _auto_captured_runs_its_own_choice(rank: int, W: int) -> None:
+    """Undeclared, with modes whose choices differ (throughput fused, both sequential), an eager auto
+    call runs sequential and a captured one fused: a captured call must not repeat the eager call's
+    decisions, nor an eager call the captured one's. The capture is simulated for the decision
+    (dispatch's and the repeat's capture query); the fused call itself runs eagerly on CPU ranks."""
+    from types import SimpleNamespace
+
+    from fluxlite.ops import op as op_module
+
+    m, K, N = 24, 16, 40
+    counted, gen, key = _auto_setup(17, W, m, K, N)
+    fused, seq = dispatch.Choice("fused", source="cache"), dispatch.Choice("sequential", source="cache")
+    dispatch._MEMORY[key] = dispatch.Choices.of(fused, seq, seq)
+    ran = count_runs(ops.AG)
+    now = {"capturing": False}
+    query = lambda device: now["capturing"]  # noqa: E731
+    dispatch._workspace, op_module.capturing = SimpleNamespace(capturing=query), query
+    failures: list[str] = []
+    expected = {"sequential": 0, "fused": 0}
+
+    def call(name: str, runs: str) -> None:
+        _ag(gen, rank, W, m, K, N, failures, name, impl="auto")
+        expected[runs] += 1
+        if ran != expected:
+            failures.append(f"{name}: ran {ran}, expected {expected}")
+
+    for rep in range(2):
+        call(f"eager {rep}", "sequential")
+    with dispatch.assume_mode("throughput"):  # the warm-up a capture of the throughput choice needs
+        call("eager, throughput declared", "fused")
+    now["capturing"] = True
+    for rep in range(2):
+        call(f"captured {rep}", "fused")
+    now["capturing"] = False
+    for rep in range(2):
+        call(f"eager again {rep}", "sequential")
+    assert not failures, failures
+
+
+@pytest.mark.timeout(120)
+def test_a_captured_auto_call_and_an_eager_one_repeat_their_own_choices():
+    run_ranks(_auto_captured_runs_its_own_choice, 2)
+
+
+@pytest.mark.timeout(120)
+def test_a_repeated_auto_call_costs_the_named_call_and_a_stamp():
+    run_ranks(_auto_repeat_costs_a_stamp, 2)
 
 
 @pytest.mark.timeout(120)

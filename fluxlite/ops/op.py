@@ -42,7 +42,7 @@ from ..host_flags import resolve_timeout
 from ..kernels.gemm_core import GemmConfig
 from ..process import PROCESS
 from ..group import TPGroup, resolve_group
-from ..workspace import get_workspace
+from ..workspace import capturing, get_workspace
 
 
 OPS: dict[str, "Op"] = {}
@@ -77,10 +77,10 @@ class Args:
 class Repeat(NamedTuple):
     """What a call decided before it ran, kept for the calls whose key equals its own: the group, the
     implementation it ran (``"fused"``, ``"sequential"`` or ``"decomposed"``), for fused the state and
-    plan, the checked epilogue, the timeout; and the choice. For ``impl="auto"`` and the candidates
-    ``auto`` measures, it holds while that choice is the one the call runs (for ``auto``, while
-    :func:`fluxlite.dispatch.remembered` still gives it); holding the choice keeps its ``id``, part of
-    the repeat key, from being reused."""
+    plan, the checked epilogue, the timeout; and the choice. A candidate that ``auto`` measures is
+    keyed by its choice (holding it keeps its ``id``, part of the key, from being reused); an
+    ``auto`` call by :func:`fluxlite.dispatch.repeat_stamp`, under which dispatch gives the same
+    choice, except under capture where ``captured_differs`` (then a captured call asks dispatch)."""
 
     tp: TPGroup
     impl: str
@@ -89,6 +89,7 @@ class Repeat(NamedTuple):
     ep: epilogue.Epilogue
     timeout_s: float
     choice: Choice | None
+    captured_differs: bool = False
 
     def in_force(self, choice: Choice | None) -> bool:
         """Whether it still holds, for a call that runs ``choice`` (None: an explicit ``impl``)."""
@@ -332,27 +333,37 @@ class Op:
         ``(choice, dispatch key)`` when dispatch remembers the choice of an eager call like this one
         (:func:`fluxlite.dispatch.eager_choice`), so the call need not ask again. ``auto`` repeats
         only once its choice is known: its first call is checked and dispatched in full.
-        ``forced``: the choice of a call that ``auto`` measures (``impl`` is its impl)."""
+        ``forced``: the choice of a call that ``auto`` measures (``impl`` is its impl).
+
+        An ``auto`` call's key holds :func:`fluxlite.dispatch.repeat_stamp` where a measured
+        candidate's holds its choice: so a repeated ``auto`` call costs what a call that names its
+        implementation costs, plus reading the stamp, and calls in modes whose choices differ (two
+        configs, say) each repeat their own decisions instead of replacing one another's."""
         try:
             a, weight = tensors[0], tensors[1]
             group = dist.group.WORLD if group is None else group
-            known = self._auto_known(group, options, a, weight) if impl == "auto" else None
-            choice = forced if forced is not None else known[0] if known is not None else None
-            if impl == "auto" and choice is None:
-                return None, None, known
+            if impl == "auto":
+                by = dispatch.repeat_stamp()
+                if by is None:  # a tuning block: dispatch decides every call
+                    return None, None, self._auto_known(group, options, a, weight)
+            else:
+                by = id(forced)
             device = a.get_device()
             # options holds every option of the op (defaults filled in), so their order is fixed
             plain = tuple([(k, type(v), v) for k, v in options.items() if k not in self.tensor_options])
             layouts = tuple([_tensor_key(options.get(k)) for k in self.tensor_options])
-            # auto: the mode's choice is part of the key, so that calls in modes whose choices differ
-            # (two configs, say) each repeat their own decisions instead of replacing one another's
             key = (group, timeout if timeout is not None else resolve_timeout(None), type(timeout),
-                   torch._C._cuda_getDevice() if device >= 0 else -1, impl, id(choice), plain,
+                   torch._C._cuda_getDevice() if device >= 0 else -1, impl, by, plain,
                    *map(_tensor_key, tensors), *layouts)
             repeat = self.repeats.get(key)
+            if impl != "auto":
+                return key, (repeat if repeat is not None and repeat.in_force(forced) else None), None
+            if repeat is not None and repeat.in_force(None) and not (repeat.captured_differs and capturing(a.device)):
+                return key, repeat, None
+            known = self._auto_known(group, options, a, weight)
         except Exception:  # noqa: BLE001 - any malformed argument: the full checks raise the documented error
             return None, None, None
-        return key, (repeat if repeat is not None and repeat.in_force(choice) else None), known
+        return (key, None, known) if known is not None else (None, None, None)
 
     def _auto_known(self, group, options: dict, a: torch.Tensor,
                     weight: torch.Tensor) -> tuple[Choice, dispatch.Key] | None:
@@ -376,13 +387,19 @@ class Op:
                   args: Args, state: fused.FusedState | None, plan: fused.Plan | None) -> None:
         """Keep a call's decisions for its repeats: an explicit ``impl`` or a measured candidate
         always; ``auto`` while the choice is the one dispatch remembers (not a rule it applies afresh
-        on every call)."""
-        if key is None or (dispatch_key is not None and dispatch.remembered(dispatch_key) is not choice):
+        on every call). A captured ``auto`` call whose choice may differ from an eager one's has no
+        key (:meth:`_repeat`: dispatch decides it), so what is kept is what an eager call runs."""
+        if key is None:
             return
+        differs = False
+        if dispatch_key is not None:
+            if dispatch.remembered(dispatch_key) is not choice:
+                return
+            differs = dispatch.depends_on_capture(dispatch_key)
         repeats = self.repeats
         if len(repeats) >= MAX_REPEATS:
             repeats.clear()
-        repeats[key] = Repeat(args.tp, impl, state, plan, args.ep, args.timeout_s, choice)
+        repeats[key] = Repeat(args.tp, impl, state, plan, args.ep, args.timeout_s, choice, differs)
 
 
 ROW_ALIGN_BYTES = 128
