@@ -75,12 +75,12 @@ class Args:
 
 
 class Repeat(NamedTuple):
-    """What a call decided before it ran, kept for the calls whose key equals its own: the group, the
-    implementation it ran (``"fused"``, ``"sequential"`` or ``"decomposed"``), for fused the state and
-    plan, the checked epilogue, the timeout; and the choice. A candidate that ``auto`` measures is
-    keyed by its choice (holding it keeps its ``id``, part of the key, from being reused); an
-    ``auto`` call by :func:`fluxlite.dispatch.repeat_stamp`, under which dispatch gives the same
-    choice, except under capture where ``captured_differs`` (then a captured call asks dispatch)."""
+    """What a call decided before it ran, kept for the calls whose key equals its own
+    (:meth:`Op._repeat`): the group, the implementation it ran (``"fused"``, ``"sequential"`` or
+    ``"decomposed"``), for fused the state and plan, the checked epilogue, the timeout, and the
+    choice. ``captured_differs``: for an ``auto`` call, whether a captured call with the same key
+    would run another choice (no mode declared, the modes' choices differ); such a captured call
+    asks dispatch instead of repeating this."""
 
     tp: TPGroup
     impl: str
