@@ -250,9 +250,25 @@ def time_rounds(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, rou
     then the max over the ranks."""
     samples, batch = time_samples(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms,
                                   max_batch=max_batch, min_sleep_ms=min_sleep_ms)
+    return medians(timer, samples), batch
+
+
+def medians(timer: Timer, samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    """``{name: {mode: ms}}``: each of :func:`time_samples`' readings, the median over the rounds,
+    then the max over the ranks (the same on every rank)."""
     if not samples:
-        return {}, {}
+        return {}
     names = list(samples)
     med = timer.max_over_ranks([statistics.median(samples[nm][m]) for nm in names for m in MODES])
-    times = {nm: dict(zip(MODES, med[i * len(MODES):(i + 1) * len(MODES)])) for i, nm in enumerate(names)}
-    return times, batch
+    return {nm: dict(zip(MODES, med[i * len(MODES):(i + 1) * len(MODES)])) for i, nm in enumerate(names)}
+
+
+def per_round(timer: Timer, samples: dict[str, dict[str, list[float]]], names: Sequence[str],
+              modes: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """``{name: {mode: [ms of each round]}}`` of ``names`` in ``modes``: :func:`time_samples`'
+    readings round by round, each the max over the ranks (the same on every rank), so two
+    callables compare in pairs, round by round."""
+    flat = timer.max_over_ranks([v for nm in names for m in modes for v in samples[nm][m]])
+    rounds = len(samples[names[0]][modes[0]]) if names and modes else 0
+    it = iter(flat)
+    return {nm: {m: [next(it) for _ in range(rounds)] for m in modes} for nm in names}

@@ -65,6 +65,30 @@ def _check_row(row: dict, impls: set[str]) -> None:
             best = min(t[i][mode] for i in ("sequential", "decomposed", "fused") if i in t)
             assert math.isclose(row["auto_vs_best"][mode], t["auto"][mode] / best, rel_tol=1e-9)
         assert set(row["auto"]["modes"]) <= {"throughput", "latency"}, row["auto"]
+        for mode in ("throughput", "latency"):  # JSON: null where too few rounds bound the median
+            lo, med, hi = (math.inf if v is None else v for v in row["auto_vs_best_bounds"][mode])
+            assert lo <= med <= hi or (lo == hi == math.inf), row["auto_vs_best_bounds"]
+
+
+def test_auto_over_the_best_is_bounded_by_the_rounds_paired_with_the_best_of_each_mode():
+    """derive(): auto's per-round time over the same round's time of the candidate whose median is
+    least in that mode (fused in throughput, sequential in latency here), the median of those
+    ratios and its order-statistic bounds; unbounded with fewer than 5 rounds."""
+    from fluxlite.profile.run import derive
+
+    times = {"sequential": {"throughput": 2.0, "latency": 1.0}, "decomposed": {"throughput": 3.0, "latency": 3.0},
+             "fused": {"throughput": 1.0, "latency": 2.0}, "auto": {"throughput": 1.5, "latency": 1.5}}
+    rounds = {"auto": {"throughput": [2.0, 6.0, 3.0, 4.0, 5.0], "latency": [1.0, 1.0, 1.0, 1.0, 1.0]},
+              "sequential": {"throughput": [9.0] * 5, "latency": [0.5, 1.0, 0.25, 2.0, 4.0]},
+              "decomposed": {"throughput": [9.0] * 5, "latency": [9.0] * 5},
+              "fused": {"throughput": [1.0, 2.0, 1.0, 1.0, 1.0], "latency": [9.0] * 5}}
+    got = derive(times, rounds)["auto_vs_best_bounds"]
+    assert got["throughput"] == [2.0, 3.0, 5.0]  # ratios 2, 3, 3, 4, 5
+    assert got["latency"] == [0.25, 1.0, 4.0]  # ratios 2, 1, 4, 0.5, 0.25
+    short = {impl: {m: v[:4] for m, v in by_mode.items()} for impl, by_mode in rounds.items()}
+    lo, med, hi = derive(times, short)["auto_vs_best_bounds"]["throughput"]
+    assert (lo, med, hi) == (-math.inf, 3.0, math.inf)
+    assert derive(times)["auto_vs_best_bounds"] == {}  # no rounds given: no bounds
 
 
 def test_efficiency_against_the_limit():

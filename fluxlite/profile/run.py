@@ -35,7 +35,7 @@ from .._sequential import all_gather_rows, reduce_scatter_rows
 from ..group import TPGroup
 from . import limit as limits
 from .presets import Shape
-from ..timing import Timer, run_each_once, time_rounds
+from ..timing import Timer, medians, per_round, run_each_once, time_samples
 
 IMPLS = ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused", "torch_symm_mem", "auto")
 REFERENCES = ("gemm", "comm", "copy", "limit", "sequential")  # always timed: the figures are relative to them
@@ -118,15 +118,23 @@ def all_reduce_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     return out
 
 
-def derive(times: dict[str, dict[str, float]]) -> dict:
+def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, list[float]]] | None = None) -> dict:
     """The figures of a row from ``times[impl][mode]`` (ms; see the module docstring): ``limit_ms``
     and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
     (per mode), the exposed communication (ms), the efficiency against the limit and ``vs_limit``;
     ``auto_vs_best[mode]``: ``auto`` over the fastest of what it chooses among
-    (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode it chooses for.
-    A time that is missing (not timed, or failed) makes its figures NaN."""
+    (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode it chooses for; and, from
+    ``rounds_ms[impl][mode]`` (each round's ms, the max over the ranks: :func:`fluxlite.timing.per_round`),
+    ``auto_vs_best_bounds[mode]``: ``[low, median, high]`` of ``auto``'s per-round time over that
+    fastest one's in the same round, the bounds of the median at 95% (:func:`fluxlite.dispatch.ratio_bounds`;
+    the least and the largest ratio at 5-7 rounds, unbounded below 5). A time that is missing (not
+    timed, or failed) makes its figures NaN."""
     def t(impl, mode="throughput"):
         return times.get(impl, {}).get(mode, math.nan)
+
+    def auto_bounds(mode: str) -> list[float]:
+        best = min(candidates, key=lambda i: t(i, mode))
+        return list(dispatch.ratio_bounds([a / b for a, b in zip(rounds_ms["auto"][mode], rounds_ms[best][mode])]))
 
     g, seq, lim = t("gemm"), t("sequential"), t("limit")
     timed = [i for i in OVERLAPPED if i in times]
@@ -139,6 +147,8 @@ def derive(times: dict[str, dict[str, float]]) -> dict:
         vs_limit={i: t(i) / lim for i in timed},
         auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in dispatch.MEASURED_MODES}
         if "auto" in times and candidates else {},
+        auto_vs_best_bounds={m: auto_bounds(m) for m in dispatch.MEASURED_MODES}
+        if rounds_ms and "auto" in rounds_ms and candidates else {},
     )
 
 
@@ -170,14 +180,17 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
         checked = [i for i in OVERLAPPED if i in outputs and i != "sequential" and "sequential" in outputs]
         errs = timer.max_over_ranks([rel_err(outputs[i], outputs["sequential"]) for i in checked])
         del outputs
-        times, batch = time_rounds(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
+        samples, batch = time_samples(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
+        times = medians(timer, samples)
+        paired = [i for i in ("auto", *dispatch.MEASURED_IMPLS) if i in samples] if "auto" in samples else []
+        rounds_ms = per_round(timer, samples, paired, dispatch.MEASURED_MODES)
     finally:
         if transfer is not None:
             transfer.close()
     auto = dispatch.describe(key, shape.flops, device, dtype)
     modes = dispatch.describe_modes(key) or {}
     return dict(op=shape.op, M=shape.M, K=shape.K, N=shape.N, names=list(shape.names), flops=shape.flops,
-                times_ms=times, **derive(times), rel_err=dict(zip(checked, errs)), failed={**no_limit, **failed},
+                times_ms=times, **derive(times, rounds_ms), rel_err=dict(zip(checked, errs)), failed={**no_limit, **failed},
                 batch=batch, auto=dict(auto.to_json(), label=auto.label, source=auto.source,
                                        modes={m: c.label for m, c in modes.items()}))
 
