@@ -182,8 +182,8 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
         del outputs
         samples, batch = time_samples(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
         times = medians(timer, samples)
-        paired = [i for i in ("auto", *dispatch.MEASURED_IMPLS) if i in samples] if "auto" in samples else []
-        rounds_ms = per_round(timer, samples, paired, dispatch.MEASURED_MODES)
+        paired = [i for i in ("auto", *dispatch.MEASURED_IMPLS) if i in samples]
+        rounds_ms = per_round(timer, samples, paired, dispatch.MEASURED_MODES) if "auto" in samples else {}
     finally:
         if transfer is not None:
             transfer.close()
