@@ -139,7 +139,7 @@ from .errors import FluxliteCallMismatchError, FluxliteError
 from .group import TPGroup
 from .kernels.gemm_core import GemmConfig
 from .process import PROCESS
-from .timing import Timer, run_each_once, time_samples
+from .timing import Timer, per_round, run_each_once, time_samples
 
 RULE_MIN_FLOPS = 5e11
 """The rule takes the fused path on GPU from the smallest GEMM measured to win on 2xH200 (AG
@@ -577,11 +577,10 @@ def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], 
         if done == 0:  # the host time too, where the sample has it
             modes = [m for m in (*MEASURED_MODES, HOST) if m in local[timed[0]]]
             samples = {label: {m: [] for m in modes} for label in labels}
-        mine = [v for label in timed for m in modes for v in local[label][m][:n]]
-        reduced = iter(timer.max_over_ranks(mine))
+        reduced = per_round(timer, local, timed, modes)
         for label in labels:
             for m in modes:
-                samples[label][m] += [next(reduced) for _ in range(n)] if label in timed else [math.nan] * n
+                samples[label][m] += reduced[label][m] if label in timed else [math.nan] * n
         done += n
         verdict = decide(samples, labels)
         if not verdict.open or done >= rounds.most:

@@ -243,9 +243,9 @@ class AllGatherGemm(Op):
         variant = self.variant(args.options)
 
         def product(dst: torch.Tensor, src: torch.Tensor, scales: torch.Tensor | None) -> None:
-            if ws.is_cuda:  # a scale and a bias at most (has_matmul_consumer)
+            if ep.activation is None and not ep.row_scaled:  # one GEMM, the scale and bias in its epilogue
                 cublaslt.linear_into(dst, src, weight, bias, ep.scale)
-            else:
+            else:  # CPU only: on CUDA this consumer runs plain epilogues (has_matmul_consumer)
                 epilogue_linear(dst, src, weight, bias, ep, scales)
 
         for chunk in plan.sched.chunk_order:
