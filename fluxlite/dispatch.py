@@ -73,7 +73,7 @@ statistics of the ratios, :func:`ratio_bounds`; at least 5 rounds give one). A c
 - is *safe* in a mode when its upper bound is at most ``1 + MAX_LOSS``.
 
 The throughput and the latency choice: among the candidates that win the mode, the first by
-preference (sequential, then decomposed, then fused with the default config first), given up for a
+preference (sequential, then fused with the default config first, then decomposed), given up for a
 later one only where that one is faster than it by more than :data:`TIE_MARGIN` at
 :data:`CONFIDENCE` (their paired ratios, :func:`_settled_best`); sequential when none wins. In
 latency mode a tie goes to the smaller host time: where no candidate wins, one whose median latency
@@ -433,12 +433,19 @@ def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype
 def candidates(device: torch.device, fused: bool, configs: Sequence[GemmConfig] = GPU_CONFIGS) -> list[Choice]:
     """What a measurement times, in order of preference. ``configs``: the kernel configs the call's
     fused path can run, each a candidate of its own on CUDA (none: its fused path runs no GEMM kernel
-    of ours, one fused candidate)."""
-    out = [Choice("sequential", source="measured"), Choice("decomposed", source="measured")]
+    of ours, one fused candidate).
+
+    Decomposed comes last, so that a tie between it and fused goes to fused: its calls issue a
+    collective and a GEMM per chunk, two to four times a fused call's host time on 2xH200, and its
+    collectives hold SMs beside the GEMMs, so a tie in ``auto``'s eager rounds can be a loss where
+    the host or the SMs are busier. Measured on 2xH200: a decoder stack whose ``auto`` had taken
+    decomposed for AG-GEMM 2048x8192->28672 ran its prefill 3% slower than with fused, where fused
+    was 2.4% ahead of decomposed in later measurements of that call (BENCHMARKS.md)."""
+    out = [Choice("sequential", source="measured")]
     if fused:
         timed = configs if device.type == "cuda" and configs else (None,)
         out += [Choice("fused", c, source="measured") for c in timed]
-    return out
+    return out + [Choice("decomposed", source="measured")]
 
 
 # ---- the decision ---------------------------------------------------------------------------------
