@@ -160,6 +160,8 @@ def test_profile_two_cpu_ranks_end_to_end(profiled):
     fused = [ln for ln in lines if ln["impl"] == "fused"]
     for ln, row in zip(fused, rows):
         assert float(ln["throughput_ms"]) == row["times_ms"]["fused"]["throughput"]
+        assert [float(ln[f"auto_vs_best_{m}"]) for m in ("throughput", "latency")] == [
+            row["auto_vs_best"][m] for m in ("throughput", "latency")]
         assert float(ln["limit_ms"]) == row["limit_ms"] and float(ln["efficiency"]) == row["efficiency"]["fused"]
         assert math.isfinite(float(ln["efficiency"])) and float(ln["vs_limit"]) == row["vs_limit"]["fused"]
     assert (profiled / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -216,6 +218,27 @@ def test_the_auto_column_shows_a_declared_modes_choice_where_it_differs(profiled
     assert cells.endswith("sequential (measured); lat: fused[128x256x64 w8 s3 g8]"), cells
     row["auto"]["modes"] = dict(throughput="sequential", latency="sequential")
     assert report.format_table(meta, rows).splitlines()[2].endswith("sequential (measured)")
+
+
+def test_the_auto_over_best_column_marks_a_loss_beyond_the_rounds_spread(profiled):
+    """The table's ``auto/best`` cell: auto's time over the best candidate's in throughput/latency
+    mode, ``*`` where the median's bounds lie above 1; ``-`` where auto was not timed."""
+    meta, rows = report.read_json(profiled / "profile.json")
+    row = rows[0]
+    row["auto_vs_best"] = dict(throughput=0.994, latency=1.394)
+    row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[1.035, 1.191, 1.404])
+    head = report.format_table(meta, rows).splitlines()[1]
+    end = head.index("auto/best") + len("auto/best")  # the columns are right-aligned
+
+    def cell() -> str:
+        line = report.format_table(meta, rows).splitlines()[2]
+        return line[:end].split()[-1]
+
+    assert cell() == "0.99/1.39*"
+    row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[None, 1.2, None])  # too few rounds
+    assert cell() == "0.99/1.39"
+    row["auto_vs_best"], row["auto_vs_best_bounds"] = {}, {}
+    assert cell() == "-"
 
 
 @pytest.mark.parametrize("argv,names", [

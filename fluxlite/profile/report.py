@@ -16,7 +16,8 @@ source; ``modes``: its choice's label per declared mode, where measured). NaN (a
 is written as ``null``.
 :func:`read_json` also reads the earlier ``fluxlite-profile/1`` files (no limit: NaN).
 
-CSV (``profile.csv``): one line per row and implementation, with the same figures.
+CSV (``profile.csv``): one line per row and implementation, with the same figures; the row's
+figures (``limit_ms``, ``auto_vs_best_*``, ``auto``) on each of its lines.
 
 PNG (``profile.png``, needs matplotlib): per shape, a bar per implementation, stacked: the GEMM
 alone, then the exposed communication on top (none where the implementation beat the GEMM alone);
@@ -32,6 +33,7 @@ import warnings
 from pathlib import Path
 
 from .presets import SHORT
+from ..dispatch import MEASURED_MODES
 from .run import IMPLS, REPORTED_MODES
 
 SCHEMA = "fluxlite-profile/2"
@@ -39,7 +41,7 @@ READABLE = (SCHEMA, "fluxlite-profile/1")
 PER_IMPL = ("exposed_comm_ms", "efficiency", "vs_limit")  # the row's {impl: figure} fields
 CSV_FIELDS = ("op", "M", "K", "N", "names", "impl", *(f"{m}_ms" for m in REPORTED_MODES),
               *(f"speedup_{m}" for m in REPORTED_MODES), "exposed_comm_ms", "limit_ms", "efficiency", "vs_limit",
-              "auto")
+              *(f"auto_vs_best_{m}" for m in MEASURED_MODES), "auto")
 CHART_IMPLS = ("sequential", "decomposed", "fused", "torch_symm_mem")
 EFFICIENCY_TEXT = ("efficiency = (T_seq - T_impl) / (T_seq - T_limit): the share of the communication the hardware "
                    "lets an overlapped op hide that it hides (1: all, 0: none, as sequential; '-': nothing to hide)")
@@ -97,7 +99,27 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                 out.writerow([r["op"], r["M"], r["K"], r["N"], " ".join(r["names"]), impl,
                               *(t[m] for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
                               r["exposed_comm_ms"].get(impl, ""), r["limit_ms"], r["efficiency"].get(impl, ""),
-                              r["vs_limit"].get(impl, ""), r["auto"]["label"]])
+                              r["vs_limit"].get(impl, ""), *(_auto_vs_best(r, m) for m in MEASURED_MODES),
+                              r["auto"]["label"]])
+
+
+def _auto_vs_best(row: dict, mode: str) -> float:
+    """``auto_vs_best[mode]`` of ``row``; NaN where ``auto`` or its candidates were not timed."""
+    v = row.get("auto_vs_best", {}).get(mode)
+    return math.nan if v is None else v
+
+
+def auto_vs_best_cell(row: dict) -> str:
+    """``auto``'s time over the best candidate's, throughput/latency, each marked ``*`` where the
+    median's 95% bounds over the rounds lie above 1 (``auto`` slower beyond the rounds' spread);
+    ``-`` where ``auto`` was not timed."""
+    bounds = row.get("auto_vs_best_bounds") or {}
+    cells = []
+    for m in MEASURED_MODES:
+        v = _auto_vs_best(row, m)
+        low = (bounds.get(m) or [None])[0]
+        cells.append("-" if math.isnan(v) else f"{v:.2f}" + ("*" if low is not None and low > 1 else ""))
+    return "-" if all(c == "-" for c in cells) else "/".join(cells)
 
 
 def auto_cell(auto: dict) -> str:
@@ -175,12 +197,13 @@ def chart(meta: dict, rows: list[dict]):
 
 def format_table(meta: dict, rows: list[dict]) -> str:
     """The terminal table: throughput ms of each implementation and of the limit, the speedups of
-    fused over sequential, its efficiency against the limit, and what auto chooses. The passes
+    fused over sequential, its efficiency against the limit, ``auto`` over the best candidate
+    (:func:`auto_vs_best_cell`), and what auto chooses. The passes
     column (the model's layer passes a shape serves) is shown only when some row has them."""
     passes = any(r["names"] for r in rows)
     head = ("op, M x K -> N", *(("passes",) if passes else ()), "GEMM", "comm", "copy", "limit", "seq", "decomp",
-            "fused", "torch", "fused tp", "fused lat", "fused eff", "auto")
-    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 24)
+            "fused", "torch", "fused tp", "fused lat", "fused eff", "auto/best", "auto")
+    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 11, 24)
     lines = [f"{title(meta)}; ms are throughput medians over {meta['rounds']} rounds, max over ranks; "
              f"torch {meta['torch']}, triton {meta['triton']}",
              " ".join(f"{h:>{w}}" for h, w in zip(head, widths))]
@@ -198,11 +221,13 @@ def format_table(meta: dict, rows: list[dict]) -> str:
                  *(ms(r, i) for i in ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused",
                                       "torch_symm_mem")),
                  num(sp.get("throughput", math.nan), "{:.2f}x"), num(sp.get("latency", math.nan), "{:.2f}x"),
-                 num(r["efficiency"].get("fused", math.nan), "{:.2f}"), auto_cell(r["auto"]))
+                 num(r["efficiency"].get("fused", math.nan), "{:.2f}"), auto_vs_best_cell(r), auto_cell(r["auto"]))
         lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     lines += ["copy: the op's bytes moved by the copy engine alone; " + LIMIT_TEXT,
               "fused tp / lat: speedup of fused over sequential in throughput / latency mode; "
               "fused eff: its " + EFFICIENCY_TEXT,
+              "auto/best: auto's time over the fastest of sequential, decomposed and fused, throughput/latency "
+              "(*: its rounds' 95% bounds lie above 1, a loss beyond the rounds' spread)",
               "auto: what impl='auto' runs in a call that declares no mode (and where that came from); "
               "thr / lat: what it runs in a declared mode, where that differs (fluxlite.dispatch.assume_mode)"]
     failed = {label(r): sorted(r["failed"]) for r in rows if r["failed"]}
