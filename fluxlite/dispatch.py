@@ -436,11 +436,11 @@ def candidates(device: torch.device, fused: bool, configs: Sequence[GemmConfig] 
     of ours, one fused candidate).
 
     Decomposed comes last, so that a tie between it and fused goes to fused: its calls issue a
-    collective and a GEMM per chunk, two to four times a fused call's host time on 2xH200, and its
+    collective and a GEMM per chunk, three to six times a fused call's host time on 2xH200, and its
     collectives hold SMs beside the GEMMs, so a tie in ``auto``'s eager rounds can be a loss where
     the host or the SMs are busier. Measured on 2xH200: a decoder stack whose ``auto`` had taken
-    decomposed for AG-GEMM 2048x8192->28672 ran its prefill 3% slower than with fused, where fused
-    was 2.4% ahead of decomposed in later measurements of that call (BENCHMARKS.md)."""
+    decomposed for AG-GEMM 2048x8192->28672 ran its prefill 2-3.5% slower than with fused, where
+    fused was 2.5-4% ahead of decomposed in later measurements of that call (BENCHMARKS.md)."""
     out = [Choice("sequential", source="measured")]
     if fused:
         timed = configs if device.type == "cuda" and configs else (None,)
