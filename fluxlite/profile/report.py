@@ -99,7 +99,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                 out.writerow([r["op"], r["M"], r["K"], r["N"], " ".join(r["names"]), impl,
                               *(t[m] for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
                               r["exposed_comm_ms"].get(impl, ""), r["limit_ms"], r["efficiency"].get(impl, ""),
-                              r["vs_limit"].get(impl, ""), *(_auto_vs_best(r, m) for m in MEASURED_MODES),
+                              r["vs_limit"].get(impl, ""),
+                              *("" if math.isnan(v) else v for v in (_auto_vs_best(r, m) for m in MEASURED_MODES)),
                               r["auto"]["label"]])
 
 
