@@ -13,6 +13,7 @@
 # than one device call allows, so give a device call a subset: GPU_TESTS="tests/test_gpu_fused.py ...".
 # The other parts take about 10 minutes on 2xH200 (at larger NPROC, run the parts one by one).
 # Carry megatron-core's cp312 wheel in .whl/ (device tool: carry [".whl"]) for the Megatron GPU tests
+# (MEGATRON_WHEELS=DIR takes the wheel from DIR instead, e.g. another megatron-core version's),
 # and the layer baseline: with no network it is installed from there to /tmp/site. Logs and JSON go
 # to $OUT (the device tool's output folder) or ./gpu_out.
 set -uo pipefail
@@ -20,8 +21,9 @@ cd "$(dirname "$0")/.."
 # Never NVLink multicast on the shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+wheels="${MEGATRON_WHEELS:-.whl}"
+if compgen -G "$wheels/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl \
     && export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 OUT="${OUT:-$PWD/gpu_out}"
