@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|models|allreduce|norm|graphs|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|models|allreduce|norm|graphs|trace|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -141,6 +141,11 @@ if want allreduce; then  # GEMM-AllReduce at decode (one-shot) and prefill (two-
   done
   FLUXLITE_CACHE_DIR="$OUT/dispatch_cache" timeout 300 python3 -m fluxlite.profile --nproc "$NPROC" --tune --no-progress \
     "${shapes[@]}" --out "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | grep -v '^W1' | tail -14
+  status=$((status | PIPESTATUS[0]))
+fi
+if want trace; then  # where a fused call's device time goes: kineto timelines of AG, GEMM-RS and GEMM-AllReduce calls
+  timeout 240 torchrun --standalone --nproc-per-node "$NPROC" scripts/trace_calls.py --shapes 8192,4096,8192 \
+    2048,14336,8192 --out "$OUT/traces" 2>&1 | tee "$OUT/trace_calls.log" | grep '^==\|us per call'
   status=$((status | PIPESTATUS[0]))
 fi
 if want graphs; then  # fused calls replayed from a CUDA graph vs eager vs sequential (host, latency, throughput)

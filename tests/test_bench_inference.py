@@ -10,13 +10,12 @@ fp32 (the same products summed in another order; a lost or doubled chunk is off 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.test_train_gpt import ROOT, torchrun
+from tests.test_train_gpt import ROOT, load_script, torchrun
 
 SCRIPT = ROOT / "scripts" / "bench_inference.py"
 IMPLS = {"sequential", "fused", "auto"}
@@ -62,10 +61,7 @@ def test_bench_inference_cpu_smoke(tmp_path: Path, monkeypatch):
 @pytest.fixture(scope="module")
 def script():
     """The script as a module (its argument parsing runs in this process: no torch import to wait for)."""
-    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("argv,env,says", [

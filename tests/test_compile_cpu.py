@@ -27,7 +27,6 @@ Tolerance: tests/numerics.py, fp32 (``1e-5 * (|ref| + rms(ref))``). Ranks run in
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -166,10 +165,9 @@ def test_layers_compile_fullgraph_match_eager_and_float64(tmp_path):
 # ---- the training example's model ----------------------------------------------------------------
 
 def _train_gpt():
-    spec = importlib.util.spec_from_file_location("train_gpt", TRAIN_GPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tests.test_train_gpt import load_script
+
+    return load_script(TRAIN_GPT)
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -28,11 +28,16 @@ def torchrun(script: Path, nproc: int, *args: str, timeout: float = 240) -> subp
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_gpt", SCRIPT)
+def load_script(path: Path):
+    """The script at ``path`` imported as a module (its ``main`` and parser, without running it)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _load_script():
+    return load_script(SCRIPT)
 
 
 def test_without_torchrun_it_says_how_to_launch_it(capsys, monkeypatch):
