@@ -476,6 +476,11 @@ def ratio_bounds(ratios: Sequence[float]) -> tuple[float, float, float]:
     return (-math.inf, median, math.inf) if j is None else (x[len(x) - j], median, x[j - 1])
 
 
+def paired_bounds(times: Sequence[float], base: Sequence[float]) -> tuple[float, float, float]:
+    """:func:`ratio_bounds` of ``times`` over ``base`` paired round by round (``times[i] / base[i]``)."""
+    return ratio_bounds([t / b for t, b in zip(times, base)])
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What :func:`decide` makes of the samples: the label chosen for each mode; ``open``, the
@@ -528,7 +533,7 @@ def _settled_best(labels: list[str], samples: dict[str, dict[str, Sequence[float
 
 def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pick: str, mode: str) -> float:
     """The high :data:`CONFIDENCE` bound of ``label``'s per-round time over ``pick``'s in ``mode``."""
-    return ratio_bounds([t / p for t, p in zip(samples[label][mode], samples[pick][mode])])[2]
+    return paired_bounds(samples[label][mode], samples[pick][mode])[2]
 
 
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
@@ -542,8 +547,7 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
     timed = [m for m in (*MEASURED_MODES, HOST) if samples[base].get(m)]  # the host time where it was measured
     ratios = {base: {m: (1.0, 1.0, 1.0) for m in timed}}
     for label in rest:
-        ratios[label] = {m: ratio_bounds([t / b for t, b in zip(samples[label][m], samples[base][m])])
-                         for m in timed}
+        ratios[label] = {m: paired_bounds(samples[label][m], samples[base][m]) for m in timed}
     win_at, safe_at = 1 - TIE_MARGIN, 1 + MAX_LOSS
     wins = {label: {m: ratios[label][m][2] < win_at for m in MEASURED_MODES} for label in rest}
     safe = {label: all(ratios[label][m][2] <= safe_at for m in MEASURED_MODES) for label in rest}

@@ -78,13 +78,18 @@ def device_events(trace: dict) -> list[dict]:
     return sorted(out, key=lambda e: e["ts"])
 
 
+def call_starts(events: list[dict]) -> list[int]:
+    """Where in ``events`` (by start) each call begins: its alignment kernel."""
+    return [i for i, e in enumerate(events) if e["kind"] == "align"]
+
+
 def call_breakdown(events: list[dict]) -> list[dict]:
     """One dict of :data:`FIGURES` (µs) per whole call in ``events`` (:func:`device_events`, by start).
 
     A call runs from one alignment kernel's start to the next one's; the events after the last
     alignment kernel make no whole call. The compute stream is the alignment kernel's. A call with
     no GEMM on it has ``gemm`` 0 and the rest NaN but ``period`` and ``copies``."""
-    starts = [i for i, e in enumerate(events) if e["kind"] == "align"]
+    starts = call_starts(events)
     calls = []
     for a, b in zip(starts, starts[1:]):
         t0, t1, stream = events[a]["ts"], events[b]["ts"], events[a]["stream"]
@@ -108,7 +113,7 @@ def medians(calls: list[dict]) -> dict:
 
 def one_call_lines(events: list[dict]) -> list[str]:
     """The events of the last whole call, each ``start +duration stream name`` from the call's start."""
-    starts = [i for i, e in enumerate(events) if e["kind"] == "align"]
+    starts = call_starts(events)
     if len(starts) < 2:
         return []
     a, b = starts[-2], starts[-1]

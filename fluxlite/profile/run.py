@@ -126,7 +126,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
     (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode it chooses for; and, from
     ``rounds_ms[impl][mode]`` (each round's ms, the max over the ranks: :func:`fluxlite.timing.per_round`),
     ``auto_vs_best_bounds[mode]``: ``[low, median, high]`` of ``auto``'s per-round time over that
-    fastest one's in the same round, the bounds of the median at 95% (:func:`fluxlite.dispatch.ratio_bounds`;
+    fastest one's in the same round, the bounds of the median at 95% (:func:`fluxlite.dispatch.paired_bounds`;
     the least and the largest ratio at 5-7 rounds, unbounded below 5). A time that is missing (not
     timed, or failed) makes its figures NaN."""
     def t(impl, mode="throughput"):
@@ -134,7 +134,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
 
     def auto_bounds(mode: str) -> list[float]:
         best = min(candidates, key=lambda i: t(i, mode))
-        return list(dispatch.ratio_bounds([a / b for a, b in zip(rounds_ms["auto"][mode], rounds_ms[best][mode])]))
+        return list(dispatch.paired_bounds(rounds_ms["auto"][mode], rounds_ms[best][mode]))
 
     g, seq, lim = t("gemm"), t("sequential"), t("limit")
     timed = [i for i in OVERLAPPED if i in times]
