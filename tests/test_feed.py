@@ -29,10 +29,9 @@ def _rs_program(rank: int, W: int, splits: int, second: bool = False) -> list:
                       (SIGNAL, ("flag", d, rank, s), 1)]
     if second:
         for s in range(splits):
-            steps.append((WAIT, ("counter", rank, rank, s), 1, {}))
+            steps.append((WAIT, ("counter", rank, rank, s), 1, {}) if s < splits - 1 else (JOIN,))
             steps += [(COPY, ("gathered", p, rank, s), ("out", rank, s), 1) for p in peers]
         steps += [(SIGNAL, ("finished", p, rank), 1) for p in peers]
-        steps.append((JOIN,))
         steps.append((WAIT_FINISHED, [(("finished", rank, p), 1, {}) for p in peers]))
         steps += [(COPY, ("out", p), ("gathered", rank, p), 1) for p in peers]
     return steps
@@ -58,12 +57,15 @@ def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch, seco
             f.waiting(s)
         queue.append(("main", "wait", [("flag", rank, p, s) for p in range(W) if p != rank]))
         queue.append(("main", "gemm"))
-        if second:
+        if second and (not feed or f.waits_on(("counter", rank, rank, s))):  # as the consumer's count()
             queue.append(("main", "count", ("counter", rank, rank, s)))
             if feed:
                 f.counted(("counter", rank, rank, s), s)
     queue.append(("main", "end"))  # the consumer is done: what a JOIN waits for
-    queue.extend(("side", step) for step in (f.rest() if feed else [c for _, _, calls in pieces for c in calls]))
+    rest = f.rest() if feed else [c for _, _, calls in pieces for c in calls]
+    on_side, after_join = producer.at_join(rest)
+    queue.extend(("side", step) for step in on_side)
+    queue.extend(("main", "step", step) for step in after_join)  # the caller's stream, behind both (Call._enqueue)
     return queue
 
 
@@ -77,13 +79,13 @@ def _runs_to_the_end(queues: list[list]) -> bool:
         for r, queue in enumerate(queues):
             while heads[r] < len(queue):
                 item = queue[heads[r]]
-                if item[0] == "main":
+                if item[0] == "main" and item[1] != "step":
                     if item[1] in ("count", "end"):
                         memory.add(item[2] if item[1] == "count" else ("end", r))
                     elif item[1] == "wait" and not all(flag in memory for flag in item[2]):
                         break
                 else:
-                    step = item[1]
+                    step = item[-1]
                     if step[0] == WAIT and step[1] not in memory:
                         break
                     if step[0] == JOIN and ("end", r) not in memory:
@@ -106,9 +108,14 @@ def _runs_to_the_end(queues: list[list]) -> bool:
 def test_the_feed_keeps_one_queue_per_gpu_moving(W, splits, second, monkeypatch):
     queues = [_enqueue_order(r, W, splits, True, monkeypatch, second) for r in range(W)]
     assert _runs_to_the_end(queues)
-    # every producer step went out, once and in program order
+    # every producer step went out, once and in program order, those after the JOIN on the caller's stream
     for r, queue in enumerate(queues):
-        assert [item[1] for item in queue if item[0] == "side"] == _rs_program(r, W, splits, second)
+        program = _rs_program(r, W, splits, second)
+        join = program.index((JOIN,)) if second else len(program)
+        assert [item[1] for item in queue if item[0] == "side"] == program[:join]
+        assert [item[2] for item in queue if item[:2] == ("main", "step")] == program[join + 1:]
+        if second:
+            assert queue.index(("main", "end")) < queue.index(("main", "step", program[join + 1]))
 
 
 @pytest.mark.parametrize("W", [2, 4])

@@ -385,13 +385,13 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
 
 @pytest.mark.parametrize("W", range(2, 9))
 def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bounded_step(W):
-    """The gather: per split, a stream wait on our own consumer's count of that split's reduced tiles
-    (released by our own bounded kernel, which counts every tile), then the split copied into every
-    peer's ``gathered[r]`` from our rows of ``out`` (where the consumer reduced them); our finished
-    flag on every peer; the join; one WAIT_FINISHED on every peer's finished flag (a kernel on CUDA:
-    no stream wait can outlast a dead peer); then each peer's chunk from our ``gathered`` into its
-    rows. A chunk past M (M = 1) moves nothing; the copies within this GPU all come after the join,
-    when no consumer holds the SMs."""
+    """The gather: per split but the last, a stream wait on our own consumer's count of that split's
+    reduced tiles (released by our own bounded kernel, which counts every tile), then the split
+    copied into every peer's ``gathered[r]`` from our rows of ``out`` (where the consumer reduced
+    them); the join, then the last split likewise; our finished flag on every peer; one
+    WAIT_FINISHED on every peer's finished flag (a kernel on CUDA: no stream wait can outlast a dead
+    peer); then each peer's chunk from our ``gathered`` into its rows. A chunk past M (M = 1) moves
+    nothing; the copies within this GPU all come after the join, when no consumer holds the SMs."""
     e, K, N = 7, 8, 40
     for M in (1, 10 * W + 3):
         for r in range(W):
@@ -406,13 +406,14 @@ def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bo
                 return max(0, min(mc, M - c * mc))
 
             want = []
+            last = len(plan.split_rows) - 1
             for s, (lo, hi) in enumerate(plan.split_rows):
-                want.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n)))
+                want.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n))
+                            if s < last else (JOIN,))
                 hi = min(hi, rows_of(r))
                 want += [(COPY, ws.data_addr(p, e % 2) + gathered + (r * mc + lo) * row, red + lo * row, (hi - lo) * row)
                          for p in peers if hi > lo]
             want += [(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers]
-            want.append((JOIN,))
             want.append((WAIT_FINISHED, [(_flag(ws, e, r, sch.finished_slot(W, p)), sch.SET, dict(peer=p, chunk=p))
                                          for p in peers]))
             want += [(COPY, out + p * mc * row, ws.data_addr(r, e % 2) + gathered + p * mc * row, rows_of(p) * row)

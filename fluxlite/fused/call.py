@@ -340,7 +340,9 @@ class Call:
         waits on a peer that may never come, where only the kernel's bounded wait (which then
         releases the producer) ends the call. A consumer of many launches (GEMM-RS's matmul
         consumer) takes the rest piece by piece as it enqueues them (:class:`producer.Feed`), since
-        its own waits on the peers would otherwise sit in front of the producer's copies.
+        its own waits on the peers would otherwise sit in front of the producer's copies. Steps
+        after a JOIN go on this stream, behind the consumer and the producer stream's end
+        (:func:`producer.at_join`).
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
@@ -363,20 +365,22 @@ class Call:
                 after = self.feed.rest()
             finally:
                 self.feed = None
-        if program.joins:  # the producer's JOIN waits for the consumer's work so far
-            cu.event_record(state.consumer_done.cuda_event, main)
-        producer.enqueue_on_stream(after, side, state.consumer_done.cuda_event, self._wait_finished)
+        on_side, after_join = producer.at_join(after)
+        producer.enqueue_on_stream(on_side, side, self._wait_finished)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
+        # The JOIN: the caller's stream is past the consumer, and now past the producer stream's steps.
+        producer.enqueue_on_stream(after_join, main, self._wait_finished)
 
-    def _wait_finished(self) -> None:
+    def _wait_finished(self, stream: int) -> None:
         """The producer's WAIT_FINISHED on CUDA: the bounded wait for every peer's ``finished`` flag
-        (:mod:`fluxlite.kernels.finished_wait`), on the producer stream, with this call's timeout."""
+        (:mod:`fluxlite.kernels.finished_wait`) on the raw ``stream`` (the caller's, after the JOIN),
+        with this call's timeout."""
         state, W = self.state, self.ws.world_size
-        with torch.cuda.stream(state.producer_stream):
-            finished_wait.launch(flags=state.region(self.parity), error=state.error, call=state.call_number,
-                                 first=sch.finished_slot(W, 0), rank=self.ws.rank, world_size=W,
-                                 timeout_s=self.timeout_s, cache=state.finished_wait_kernels)
+        assert stream == torch._C._cuda_getCurrentRawStream(self.ws.device.index), "launched on the current stream"
+        finished_wait.launch(flags=state.region(self.parity), error=state.error, call=state.call_number,
+                             first=sch.finished_slot(W, 0), rank=self.ws.rank, world_size=W,
+                             timeout_s=self.timeout_s, cache=state.finished_wait_kernels)
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
                 consume) -> bool:

@@ -19,7 +19,8 @@ and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)`
 ``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages),
 ``(STAGE, dst, src, nbytes)``: a copy within this rank's memory that a peer waits on (AG pull's
 staging); ``(JOIN,)``: wait until this call's consumer has finished (CPU: the consumer sets the state's
-``consumed`` word; CUDA: an event recorded after the kernel), for work on the consumer's output, and
+``consumed`` word; CUDA: the steps after it run on the caller's stream, behind the consumer's last
+launch and the producer stream's steps before the JOIN, :func:`at_join`), for work on the consumer's output, and
 ``(WAIT_FINISHED, waits)``: wait for every peer's ``finished`` flag (``waits``: one ``(address, value,
 info)`` per peer, on this rank's flags of the call). No value depends on the call (flags are set to
 :data:`fluxlite.schedule.SET` and cleared by their owner; the call's signature and ``ready`` flag go
@@ -145,6 +146,12 @@ class Feed:
         self.pieces, self.stream, self.next = program_pieces, stream, 0
         self.held, self.held_split = None, 0
         self.written: set[int] = set()
+        self.awaited = {address for kind, address, _ in program_pieces if kind == WAIT}
+
+    def waits_on(self, address: int) -> bool:
+        """Whether a step of the program waits on the counter at ``address`` (one after the JOIN
+        needs no count: the consumer is done by then)."""
+        return address in self.awaited
 
     def counted(self, address: int, split: int) -> None:
         """The consumer has enqueued the write of the counter at ``address`` (of split ``split``)."""
@@ -229,16 +236,29 @@ def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
                 host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def enqueue_on_stream(calls: list, stream: int, consumer_done: int = 0, wait_finished=None) -> None:
-    """Enqueue ``calls`` (:func:`stream_calls`) on the raw CUDA ``stream`` handle; returns at once. A
-    JOIN waits for the raw event ``consumer_done``, recorded after the consumer; a WAIT_FINISHED
-    calls ``wait_finished()``, which launches the bounded wait on ``stream``."""
+def at_join(calls: list) -> tuple[list, list]:
+    """``calls`` (:func:`stream_calls`) cut at their JOIN: those for the producer stream, and those
+    for the caller's stream after the consumer (``[]`` without a JOIN).
+
+    After the JOIN the consumer's launches are all done, so its stream can run the rest itself: a
+    step there starts as the consumer's last launch ends, where on the producer stream it would
+    start only once an event recorded after that launch had reached the producer stream (GEMM-
+    AllReduce's last reduced split leaves that much sooner), and the call ends on the caller's
+    stream without a second hop back from the producer stream."""
+    at = next((i for i, call in enumerate(calls) if call[0] == JOIN), len(calls))
+    return calls[:at], calls[at + 1:]
+
+
+def enqueue_on_stream(calls: list, stream: int, wait_finished=None) -> None:
+    """Enqueue ``calls`` (:func:`stream_calls`, no JOIN: :func:`at_join`) on the raw CUDA ``stream``
+    handle; returns at once. A WAIT_FINISHED calls ``wait_finished(stream)``, which launches the
+    bounded wait on ``stream``."""
     for call in calls:
         if call[0] == COPY:
             cu.memcpy_async(stream, call[1], call[2], call[3])
         elif call[0] == JOIN:
-            cu.stream_wait_event(stream, consumer_done)
+            raise ValueError("a JOIN is not a stream call: cut the calls at it (at_join)")
         elif call[0] == WAIT_FINISHED:
-            wait_finished()
+            wait_finished(stream)
         else:
             cu.stream_batch_mem_op(stream, call[1])

@@ -76,8 +76,7 @@ class FusedState:
             self.producer_handle = self.producer_stream.cuda_stream
             # Reused by every call to order the producer stream after the caller's and back.
             self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
-            self.consumer_done = torch.cuda.Event()  # after the consumer, for a producer's JOIN
-            for event in (self.call_start, self.call_end, self.consumer_done):
+            for event in (self.call_start, self.call_end):
                 event.record(self.producer_stream)  # creates the event, so it has a raw handle
             # Eager calls replayed from graphs (fluxlite.fused.call.Call.run): captured on a stream of
             # their own, into one memory pool (what a launch allocates: Triton's scratch). Calls on

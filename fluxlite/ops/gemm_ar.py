@@ -31,15 +31,16 @@ chunks. ``recv: [W, mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data ha
               blocks of our chunk: wait for every peer's (p, s);
                                    out[our rows] = scale * (A @ W.T + sum_p recv[p]) + b; counter (r, s) += 1
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
-              for s: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s
+              for s but the last: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s
+              join (the consumer is done; on CUDA the rest runs on the caller's stream)
+              every peer p: p.gathered[r] <- out[our rows] of the last split
               every peer p: p.finished[r] = 1
-              join (the consumer is done)
               wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
               for every peer p: out[p's rows] <- gathered[p]
 
 The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
 most of the gather overlaps the GEMM; what remains after it is the last split's copy, the wait,
-and the copy of the peers' rows within this GPU. Hence finer splits than GEMM-RS's
+and the copy of the peers' rows within this GPU, in stream order behind the consumer's last launch. Hence finer splits than GEMM-RS's
 (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The copies between GPUs are the
 copy engine's; the one within this GPU comes after the join, when no consumer holds the SMs.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
@@ -243,9 +244,12 @@ class GemmAllReduce(GemmReduceScatter):
         return out.narrow(0, start, min(chunk_rows, out.shape[0] - start))
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather (module docstring): each reduced split pushed from ``out`` to every peer once the
-        consumer has counted it, then ``finished``; after the join, once every peer has finished (a
-        bounded wait: WAIT_FINISHED), the chunks they pushed into ``out``."""
+        """The gather (module docstring): each reduced split but the last pushed from ``out`` to every
+        peer once the consumer has counted it; the join; the last split pushed, then ``finished``;
+        once every peer has finished (a bounded wait: WAIT_FINISHED), the chunks they pushed into
+        ``out``. What follows the join runs on the caller's stream on CUDA
+        (:func:`fluxlite.fused.producer.at_join`): the last split, the one copy between GPUs that
+        no GEMM hides, starts as the consumer ends."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W, r = ws.world_size, ws.rank
         mc = plan.sched.chunk_rows
@@ -261,15 +265,18 @@ class GemmAllReduce(GemmReduceScatter):
             return max(0, min(mc, M - c * mc))
 
         steps = []
+        last = len(plan.split_rows) - 1
         for s, (lo, hi) in enumerate(plan.split_rows):
-            steps.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n),
-                          dict(what="reduced tiles", peer=r, chunk=r, split=s)))
+            if s < last:
+                steps.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n),
+                              dict(what="reduced tiles", peer=r, chunk=r, split=s)))
+            else:  # the last split is complete when the consumer is: it leaves as the consumer's last launch ends
+                steps.append((JOIN,))
             hi = min(hi, rows_of(r))  # a last chunk cut short: only its rows travel
             if hi > lo:
                 steps += [(COPY, ws.data_addr(p, parity) + gathered + (r * mc + lo) * row, red + lo * row,
                            (hi - lo) * row) for p in peers]
         steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in peers]
-        steps.append((JOIN,))
         steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
                                        dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in peers]))
         for p in peers:

@@ -222,6 +222,8 @@ class GemmReduceScatter(Op):
             value = sched.split_tiles(split, plan.num_n)
             if ws.is_cuda:
                 address = state.counters.data_ptr() + 4 * slot
+                if not call.feed.waits_on(address):  # a write that nothing waits for would delay what follows
+                    return
                 key = ("count", address, value)
                 batch = plan.kernels.get(key)
                 if batch is None:
