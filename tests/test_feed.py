@@ -57,7 +57,7 @@ def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch, seco
             f.waiting(s)
         queue.append(("main", "wait", [("flag", rank, p, s) for p in range(W) if p != rank]))
         queue.append(("main", "gemm"))
-        if second and (not feed or f.waits_on(("counter", rank, rank, s))):  # as the consumer's count()
+        if second:
             queue.append(("main", "count", ("counter", rank, rank, s)))
             if feed:
                 f.counted(("counter", rank, rank, s), s)
@@ -133,3 +133,35 @@ def test_signals_go_one_launch_after_their_copy(monkeypatch):
     kinds = [item[1] if item[0] == "main" else item[1][0] for item in queue]
     assert kinds == ["gemm", "count", WAIT, COPY, "gemm", "count", SIGNAL, WAIT, COPY,
                      "wait", "gemm", SIGNAL, "wait", "gemm", "end"]
+
+
+def test_a_count_is_an_event_the_producer_waits_for(monkeypatch):
+    """On CUDA a count records its counter's event on the consumer's stream, only where a producer
+    step waits on it (nothing does on GEMM-AllReduce's last reduced split, which leaves after the
+    join), and the producer stream waits for that event, then copies: no stream write or wait on the
+    counter itself."""
+    calls = []
+    monkeypatch.setattr(producer.cu, "event_record", lambda event, stream: calls.append(("record", event, stream)))
+    monkeypatch.setattr(producer.cu, "stream_wait_event", lambda stream, event: calls.append(("wait", stream, event)))
+    monkeypatch.setattr(producer.cu, "memcpy_async", lambda stream, dst, src, n: calls.append(("copy", stream, dst)))
+    monkeypatch.setattr(producer.cu, "stream_batch_mem_op", lambda stream, batch: calls.append(("memop", stream)))
+    monkeypatch.setattr(producer.cu, "mem_op_batch", lambda ops: list(ops))
+    W, splits, side, main = 2, 2, 11, 22
+    ids: dict = {}  # symbolic address -> a distinct int, as the driver calls take
+    steps = [(s[0], ids.setdefault(s[1], len(ids)), *s[2:]) if s[0] in (WAIT, COPY, SIGNAL) else s
+             for s in _rs_program(0, W, splits, second=True)]
+    counters = [s[1] for s in steps if s[0] == WAIT]
+    own_last = ids.setdefault(("counter", 0, 0, splits - 1), len(ids))  # counted by the consumer, awaited by no step
+    events = {address: 100 + i for i, address in enumerate(counters + [own_last])}
+    f = producer.Feed(producer.pieces(steps), side, main, events)
+    for address in counters + [own_last]:
+        calls.clear()
+        f.counted(address, 0)
+        if address == own_last:
+            assert not any(c[0] == "record" for c in calls)
+            continue
+        assert calls[0] == ("record", events[address], main)
+        assert ("wait", side, events[address]) in calls
+        waited = calls.index(("wait", side, events[address]))
+        assert calls[waited + 1][:2] == ("copy", side), "the copy goes right behind the wait"
+        assert not any(c[0] == "memop" and c[1] == main for c in calls)

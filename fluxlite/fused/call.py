@@ -356,21 +356,23 @@ class Call:
         cu.stream_wait_event(side, state.call_start.cuda_event)
         before, after = program.on_stream
         producer.enqueue_on_stream(before, side)
+        events = None
         if self.plan.consumer == "triton":
             consume()
         else:  # a consumer of many launches takes the producer's steps as it goes (producer.Feed)
-            self.feed = producer.Feed(program.pieces, side)
+            events = state.count_event_at
+            self.feed = producer.Feed(program.pieces, side, main, events)
             try:
                 consume()
                 after = self.feed.rest()
             finally:
                 self.feed = None
         on_side, after_join = producer.at_join(after)
-        producer.enqueue_on_stream(on_side, side, self._wait_finished)
+        producer.enqueue_on_stream(on_side, side, self._wait_finished, events)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
         # The JOIN: the caller's stream is past the consumer, and now past the producer stream's steps.
-        producer.enqueue_on_stream(after_join, main, self._wait_finished)
+        producer.enqueue_on_stream(after_join, main, self._wait_finished, events)
 
     def _wait_finished(self, stream: int) -> None:
         """The producer's WAIT_FINISHED on CUDA: the bounded wait for every peer's ``finished`` flag

@@ -75,12 +75,15 @@ class SignalCopy(NamedTuple):
     own: range
 
 
-def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy: bool = False) -> list:
+def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy: bool = False,
+                 counted_waits: bool = False) -> list:
     """``steps`` as the calls that enqueue them: ``(COPY, dst, src, nbytes)``, ``(FLAGS, batch)`` for
     each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`), JOIN and WAIT_FINISHED
     as they are; with ``signal_copy``, a SIGNAL of SET to a peer's flag between a COPY and anything
     but another flag operation (which it would share a batch with) is ``(COPY, flag,
-    signal_copy.word, 4)`` (``after_copy``: the step before ``steps[0]`` was a COPY)."""
+    signal_copy.word, 4)`` (``after_copy``: the step before ``steps[0]`` was a COPY);
+    ``counted_waits``: a WAIT is ``(WAIT, address)``, a wait for the event that a consumer of many
+    launches records where it counts that counter (:class:`Feed`)."""
     calls, run = [], []
 
     def end_run() -> None:
@@ -92,6 +95,10 @@ def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy:
         if step[0] in (COPY, JOIN, WAIT_FINISHED):
             end_run()
             calls.append(step)
+            continue
+        if counted_waits and step[0] == WAIT:
+            end_run()
+            calls.append((WAIT, step[1]))
             continue
         follows_copy = steps[i - 1][0] == COPY if i else after_copy
         alone = i + 1 == len(steps) or steps[i + 1][0] not in (SIGNAL, WAIT)  # else it shares a batch
@@ -110,7 +117,8 @@ def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy:
 def pieces(steps: list, signal_copy: SignalCopy | None = None) -> list[tuple[str, int, list]]:
     """``steps`` cut before every WAIT, JOIN and WAIT_FINISHED, and before a SIGNAL that follows a
     COPY, each piece as ``(kind, address, stream calls)``: ``kind`` is its first step's (``address``
-    that of a WAIT, else 0). What :class:`Feed` enqueues a piece at a time."""
+    that of a WAIT, else 0), and its waits are on counts' events (:func:`stream_calls`'s
+    ``counted_waits``). What :class:`Feed` enqueues a piece at a time."""
     out, piece = [], []
     for step in steps:
         cut = step[0] in (WAIT, JOIN, WAIT_FINISHED) or (step[0] == SIGNAL and piece and piece[-1][0] == COPY)
@@ -120,7 +128,8 @@ def pieces(steps: list, signal_copy: SignalCopy | None = None) -> list[tuple[str
         piece.append(step)
     if piece:
         out.append(piece)
-    return [(p[0][0], p[0][1] if p[0][0] == WAIT else 0, stream_calls(p, signal_copy, i > 0 and out[i - 1][-1][0] == COPY))
+    return [(p[0][0], p[0][1] if p[0][0] == WAIT else 0,
+             stream_calls(p, signal_copy, i > 0 and out[i - 1][-1][0] == COPY, True))
             for i, p in enumerate(out)]
 
 
@@ -134,27 +143,33 @@ class Feed:
     of its stream holds back everything behind it. A consumer of one kernel leaves the queue at once;
     one of many launches, some of them waits on the peers, would hold the producer's steps behind
     those waits, and the peers wait for those steps: a deadlock. So the consumer calls
-    :meth:`counted` once it has enqueued a counter's write, which enqueues the producer's wait for it
-    and the copy behind it (the wait is then satisfied in queue order), and :meth:`waiting` before it
+    :meth:`counted` once it has enqueued the launches that a counter counts, which records the
+    counter's event behind them and enqueues the producer's wait for it and the copy behind it (the
+    wait is then satisfied in queue order), and :meth:`waiting` before it
     enqueues a wait on the peers' split ``s``. A copy's signals are held back until the consumer's next
     count, or its wait on a split at least as late as theirs: a signal waits for its copy, so in one
     queue the consumer's next GEMM starts while the copy runs, and a rank's signals of split ``s`` are
     ahead of its own wait on split ``s``, which is what the peers' waits on split ``s`` need
-    (tests/test_feed.py)."""
+    (tests/test_feed.py).
 
-    def __init__(self, program_pieces: list, stream: int) -> None:
-        self.pieces, self.stream, self.next = program_pieces, stream, 0
+    A count is an event, not a write to the counter: recording one and waiting for it cost the host
+    what a stream write and a stream wait do, and in a captured graph they are an edge between the
+    GEMM and the copy, not two nodes, so a replay launches fewer nodes."""
+
+    def __init__(self, program_pieces: list, stream: int, main: int = 0, events: dict[int, int] | None = None) -> None:
+        self.pieces, self.stream, self.main, self.next = program_pieces, stream, main, 0
+        self.events = events or {}  # counter address -> raw event handle
         self.held, self.held_split = None, 0
         self.written: set[int] = set()
         self.awaited = {address for kind, address, _ in program_pieces if kind == WAIT}
 
-    def waits_on(self, address: int) -> bool:
-        """Whether a step of the program waits on the counter at ``address`` (one after the JOIN
-        needs no count: the consumer is done by then)."""
-        return address in self.awaited
-
     def counted(self, address: int, split: int) -> None:
-        """The consumer has enqueued the write of the counter at ``address`` (of split ``split``)."""
+        """The consumer has enqueued the last launch that counts into the counter at ``address`` (of
+        split ``split``): its event is recorded behind it on the consumer's stream, and the producer
+        steps that wait for it go on the producer stream."""
+        event = self.events.get(address)
+        if event is not None and address in self.awaited:  # nothing waits on a count after the JOIN
+            cu.event_record(event, self.main)
         self.written.add(address)
         self._release()
         while self.next < len(self.pieces):
@@ -162,7 +177,7 @@ class Feed:
             if kind == SIGNAL and self.held is None:
                 self.held, self.held_split = calls, split
             elif kind == WAIT and wait_address in self.written:
-                enqueue_on_stream(calls, self.stream)
+                enqueue_on_stream(calls, self.stream, None, self.events)
             else:
                 return
             self.next += 1
@@ -249,13 +264,15 @@ def at_join(calls: list) -> tuple[list, list]:
     return calls[:at], calls[at + 1:]
 
 
-def enqueue_on_stream(calls: list, stream: int, wait_finished=None) -> None:
+def enqueue_on_stream(calls: list, stream: int, wait_finished=None, events: dict[int, int] | None = None) -> None:
     """Enqueue ``calls`` (:func:`stream_calls`, no JOIN: :func:`at_join`) on the raw CUDA ``stream``
     handle; returns at once. A WAIT_FINISHED calls ``wait_finished(stream)``, which launches the
-    bounded wait on ``stream``."""
+    bounded wait on ``stream``; a counted wait ``(WAIT, address)`` waits for ``events[address]``."""
     for call in calls:
         if call[0] == COPY:
             cu.memcpy_async(stream, call[1], call[2], call[3])
+        elif call[0] == WAIT:
+            cu.stream_wait_event(stream, events[call[1]])
         elif call[0] == JOIN:
             raise ValueError("a JOIN is not a stream call: cut the calls at it (at_join)")
         elif call[0] == WAIT_FINISHED:

@@ -17,7 +17,8 @@ owner)::
 The consumer is one of two (:meth:`fluxlite.ops.op.Op.consumer_of`): the Triton kernel above, tile
 by tile, or the matmul consumer, the same protocol a split at a time with cuBLAS on CUDA::
 
-    consumer: splits of peer chunk d: partial[d] rows = scale * A @ W.T (+ b for chunk r - 1); counter (d, s) = blocks
+    consumer: splits of peer chunk d: partial[d] rows = scale * A @ W.T (+ b for chunk r - 1); count (d, s)
+                                      (on CUDA an event behind the GEMM, which the producer's wait waits for)
               splits of our chunk: wait (bounded kernel) as above; out rows = addmm(C = recv[p0], A, W.T) + other peers'
 
 The producer only ever waits on this rank's own counters, which the consumer always completes (a
@@ -34,7 +35,6 @@ import torch
 import torch.distributed as dist
 
 from .. import _cublaslt as cublaslt
-from .. import _cuda_driver as cu
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
@@ -207,7 +207,7 @@ class GemmReduceScatter(Op):
         the GEMM's ``C`` input (``addmm``: the reduction rides on the GEMM's epilogue, no pass of its
         own) and adds any others. The partial this rank computes for chunk ``r - 1`` carries the bias,
         so that it is added once per chunk, and every partial the scale. On CUDA the GEMMs are
-        cuBLAS's, a count is a stream write and a wait a one-program kernel
+        cuBLAS's, a count is an event (:class:`fluxlite.fused.producer.Feed`) and a wait a one-program kernel
         (:mod:`fluxlite.kernels.split_wait`); on CPU, matmuls, host stores and host waits."""
         state, ws, plan = call.state, call.ws, call.plan
         sched = plan.sched
@@ -219,19 +219,10 @@ class GemmReduceScatter(Op):
         peers = sched.peers()
 
         def count(slot: int, split: int) -> None:  # the producer waits for the split's blocks in the counter
-            value = sched.split_tiles(split, plan.num_n)
-            if ws.is_cuda:
-                address = state.counters.data_ptr() + 4 * slot
-                if not call.feed.waits_on(address):  # a write that nothing waits for would delay what follows
-                    return
-                key = ("count", address, value)
-                batch = plan.kernels.get(key)
-                if batch is None:
-                    batch = plan.kernels[key] = cu.mem_op_batch([(False, address, value)])
-                cu.stream_batch_mem_op(torch._C._cuda_getCurrentRawStream(ws.device.index), batch)
-                call.feed.counted(address, split)  # the producer's wait for it, and the copy behind it
+            if ws.is_cuda:  # the counter's event, the producer's wait for it, and the copy behind it
+                call.feed.counted(state.counters.data_ptr() + 4 * slot, split)
             else:
-                host_set_flag(state.counters, slot, value)
+                host_set_flag(state.counters, slot, sched.split_tiles(split, plan.num_n))
 
         def product(dst: torch.Tensor, src: torch.Tensor, with_bias: bool) -> None:  # dst = scale * src @ W.T (+ b)
             cublaslt.linear_into(dst, src, args.weight, bias if with_bias else None, scale)
