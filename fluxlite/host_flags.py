@@ -25,7 +25,7 @@ from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutErr
 DEFAULT_TIMEOUT_S = 120.0
 
 REDUCED_ROWS = "reduced rows (finished flag)"
-"""What a wait for a peer's ``finished`` flag waits for, as its timeout names it: the CPU producer's
+"""What a wait for a peer's ``finished`` flag waits for, as its timeout names it: the CPU end's
 host wait and the GPU's record (:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_FINISHED`) alike."""
 
 

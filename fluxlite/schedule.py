@@ -147,9 +147,15 @@ def claim_slot(world_size: int) -> int:
     return world_size * MAX_SPLITS
 
 
+def done_slot(world_size: int) -> int:
+    """Index into the local counters of the programs of a kernel that are done with their stores, so
+    that the last one publishes them all (:mod:`fluxlite.kernels.gather_push`)."""
+    return world_size * MAX_SPLITS + 1
+
+
 def num_counters(world_size: int) -> int:
     """Size of the local int32 counter array (zeroed before every call)."""
-    return world_size * MAX_SPLITS + 1
+    return world_size * MAX_SPLITS + 2
 
 
 _DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.float64: 4}

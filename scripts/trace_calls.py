@@ -19,7 +19,8 @@ all three). Per shape, every rank queues ``--calls`` forced fused calls behind a
       between  the compute stream's time between its first GEMM's start and its last one's end that
                no GEMM fills (waits, gaps between launches)
       after    the last GEMM's end to the next call's start: what the call leaves after its compute
-      copies   the copy engine's transfers in the call, summed over streams
+      copies   the transfers in the call, summed over streams: the copy engine's, and the SMs' copies of
+               GEMM-AllReduce's gather end
 
 - and, timed in the same process (CUDA events, the project's throughput mode), cuBLAS's GEMM of the
   same per-rank problem alone and the fused call: ``gemm / cublas`` is what splitting the GEMM
@@ -50,14 +51,15 @@ from fluxlite.profile.run import init_ranks, op_case  # noqa: E402
 from fluxlite.timing import Timer  # noqa: E402
 
 GEMM_MARKS = ("gemm", "nvjet", "xmma", "cutlass")  # kernel names of cuBLAS's GEMMs and fluxlite's fused kernels
-WAIT_MARKS = ("wait",)  # fluxlite's bounded waits: split_wait, finished_wait
+WAIT_MARKS = ("wait",)  # fluxlite's bounded waits: split_wait
+COPY_MARKS = ("memcpy", "gather_")  # the driver's copies; GEMM-AllReduce's gather end, copies by SMs
 FIGURES = ("period", "gemm", "before", "between", "after", "copies")
 
 
 def kind_of(event: dict) -> str:
     """``align``, ``gemm``, ``wait``, ``copy`` or ``other``, from a device event's category and name."""
     name = event["name"].lower()
-    if event.get("cat") == "gpu_memcpy" or "memcpy" in name:
+    if event.get("cat") == "gpu_memcpy" or any(m in name for m in COPY_MARKS):
         return "copy"
     if "align_kernel" in name:
         return "align"

@@ -89,7 +89,7 @@ def test_an_eager_replay_is_captured_again_when_its_copied_memory_is_a_new_alloc
     bindings = Bindings()
     call = SimpleNamespace(capturing=False, op="ag_gemm", stream=5, _bindings=lambda: bindings,
                            state=SimpleNamespace(capture=capture),
-                           _enqueue=lambda program, consume: enqueued.append(program))
+                           _enqueue=lambda program, consume, end: enqueued.append(program))
     replay = lambda: Call._replay(call, ("key",), (0x1000, 0x2000), lambda: "program", None)  # noqa: E731
 
     assert replay() is False and not captured and not launched  # first sighting: eager

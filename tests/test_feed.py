@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from fluxlite.fused import producer
-from fluxlite.fused.producer import COPY, JOIN, SIGNAL, WAIT, WAIT_FINISHED
+from fluxlite.fused.producer import COPY, SIGNAL, WAIT
 
 
 def _rs_program(rank: int, W: int, splits: int, second: bool = False) -> list:
@@ -27,13 +27,10 @@ def _rs_program(rank: int, W: int, splits: int, second: bool = False) -> list:
         for s in range(splits):
             steps += [(WAIT, ("counter", rank, d, s), 1, {}), (COPY, ("recv", d, rank, s), ("partial", rank, d, s), 1),
                       (SIGNAL, ("flag", d, rank, s), 1)]
-    if second:
-        for s in range(splits):
-            steps.append((WAIT, ("counter", rank, rank, s), 1, {}) if s < splits - 1 else (JOIN,))
+    if second:  # the splits but the last (the last, the flags and the wait for the peers: the call's end)
+        for s in range(splits - 1):
+            steps.append((WAIT, ("counter", rank, rank, s), 1, {}))
             steps += [(COPY, ("gathered", p, rank, s), ("out", rank, s), 1) for p in peers]
-        steps += [(SIGNAL, ("finished", p, rank), 1) for p in peers]
-        steps.append((WAIT_FINISHED, [(("finished", rank, p), 1, {}) for p in peers]))
-        steps += [(COPY, ("out", p), ("gathered", rank, p), 1) for p in peers]
     return steps
 
 
@@ -61,11 +58,11 @@ def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch, seco
             queue.append(("main", "count", ("counter", rank, rank, s)))
             if feed:
                 f.counted(("counter", rank, rank, s), s)
-    queue.append(("main", "end"))  # the consumer is done: what a JOIN waits for
-    rest = f.rest() if feed else [c for _, _, calls in pieces for c in calls]
-    on_side, after_join = producer.at_join(rest)
-    queue.extend(("side", step) for step in on_side)
-    queue.extend(("main", "step", step) for step in after_join)  # the caller's stream, behind both (Call._enqueue)
+    queue.append(("main", "end"))  # the consumer is done
+    queue.extend(("side", step) for step in (f.rest() if feed else [c for _, _, calls in pieces for c in calls]))
+    if second:  # the call's end, on the consumer's stream behind the producer's (Call._enqueue): announce, wait
+        queue.extend(("main", "count", ("finished", p, rank)) for p in range(W) if p != rank)
+        queue.append(("main", "wait", [("finished", rank, p) for p in range(W) if p != rank]))
     return queue
 
 
@@ -79,18 +76,14 @@ def _runs_to_the_end(queues: list[list]) -> bool:
         for r, queue in enumerate(queues):
             while heads[r] < len(queue):
                 item = queue[heads[r]]
-                if item[0] == "main" and item[1] != "step":
+                if item[0] == "main":
                     if item[1] in ("count", "end"):
                         memory.add(item[2] if item[1] == "count" else ("end", r))
                     elif item[1] == "wait" and not all(flag in memory for flag in item[2]):
                         break
                 else:
-                    step = item[-1]
+                    step = item[1]
                     if step[0] == WAIT and step[1] not in memory:
-                        break
-                    if step[0] == JOIN and ("end", r) not in memory:
-                        break
-                    if step[0] == WAIT_FINISHED and not all(flag in memory for flag, _, _ in step[1]):
                         break
                     if step[0] == SIGNAL:
                         memory.add(step[1])
@@ -108,14 +101,9 @@ def _runs_to_the_end(queues: list[list]) -> bool:
 def test_the_feed_keeps_one_queue_per_gpu_moving(W, splits, second, monkeypatch):
     queues = [_enqueue_order(r, W, splits, True, monkeypatch, second) for r in range(W)]
     assert _runs_to_the_end(queues)
-    # every producer step went out, once and in program order, those after the JOIN on the caller's stream
+    # every producer step went out, once and in program order
     for r, queue in enumerate(queues):
-        program = _rs_program(r, W, splits, second)
-        join = program.index((JOIN,)) if second else len(program)
-        assert [item[1] for item in queue if item[0] == "side"] == program[:join]
-        assert [item[2] for item in queue if item[:2] == ("main", "step")] == program[join + 1:]
-        if second:
-            assert queue.index(("main", "end")) < queue.index(("main", "step", program[join + 1]))
+        assert [item[1] for item in queue if item[0] == "side"] == _rs_program(r, W, splits, second)
 
 
 @pytest.mark.parametrize("W", [2, 4])

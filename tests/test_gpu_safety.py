@@ -444,12 +444,12 @@ def _missing_peer(rank, world_size):
                   lambda: fused(a, w, impl="fused", timeout=PEER_TIMEOUT_S), step_is_flag=True)
     # (d) GEMM-AllReduce, a peer gone after its partials: the waiting rank's reduction completes, but
     # the peer never sets its finished flags. A stream wait on them would never end (synchronize()
-    # could only report a stuck GPU); the producer's bounded kernel must time out naming the peer.
+    # could only report a stuck GPU); the gather's bounded kernel must time out naming the peer.
     from fluxlite.host_flags import REDUCED_ROWS
     from fluxlite.ops import AR
 
     # 8192 x 4096 bf16 partials: over the one-shot budget, so the call is two-shot (a one-shot call
-    # sets its finished flags in its reduction kernel, with nothing for a producer to skip)
+    # sets its finished flags in its reduction kernel, with no end to skip)
     a, w = _operands(gen, 8192, 1024, 4096)
     assert not AR.one_shot(W, 8192, 4096, 2)
     fluxlite.gemm_ar(a, w, impl="fused", timeout=15)  # both ranks: kernels compiled and loaded

@@ -1,8 +1,9 @@
 """The Triton kernels under the interpreter (CPU, ``TRITON_INTERPRET=1`` from conftest), on small
 shapes: the plain GEMM core, the AG consumer's flag waits and timeout record, the RS producer's
-partials and counters, GEMM-AllReduce's one-shot reduction, the producer's bounded wait for the
-peers' finished flags, the alignment kernel, and the whole fused protocol with the kernel as the
-consumer on 2 and 4 gloo ranks (``FLUXLITE_CPU_CONSUMER=triton``).
+partials and counters, GEMM-AllReduce's one-shot reduction and its two shots' end (the last split
+pushed and announced, the bounded wait for the peers' finished flags and the copy of their rows),
+the alignment kernel, and the whole fused protocol with the kernel as the consumer on 2 and 4 gloo
+ranks (``FLUXLITE_CPU_CONSUMER=triton``).
 
 bf16 is upcast to fp32 inside the kernel under the interpreter (its bf16 arithmetic is broken), and
 its fp32->bf16 store truncates: bf16 tolerances allow two bf16 ulps of the reference's scale.
@@ -22,7 +23,8 @@ from fluxlite.host_flags import exception_from_record
 from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
 from fluxlite.kernels import align as align_kern
-from fluxlite.kernels import finished_wait as finished_wait_kern
+from fluxlite.kernels import gather_pull as gather_pull_kern
+from fluxlite.kernels import gather_push as gather_push_kern
 from fluxlite.kernels import gemm_ar as ar_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
@@ -268,33 +270,59 @@ def test_the_direct_launch_key_separates_what_triton_compiles_apart():
     assert _spec(t, True) != _spec(t[1:], True)
     assert _spec(t, True) != _spec(t.double(), True)
 
-def _finished_wait(flags, error, epoch, rank, W, timeout_s):
-    finished_wait_kern.launch(flags=flags[sch.region_start(W, epoch % 2):], error=error,
-                              call=torch.tensor([epoch], dtype=torch.int32), first=sch.finished_slot(W, 0), rank=rank,
-                              world_size=W, timeout_s=timeout_s, cache={})
+def _halves(W, rows, N, gathered_at, seed):
+    """Every rank's data half of one parity (fp32 host tensors, ``gathered: [W, mc, N]`` from element
+    ``gathered_at``, random) and its address table."""
+    g = torch.Generator().manual_seed(seed)
+    halves = [torch.randn(gathered_at + W * rows * N, generator=g) for _ in range(W)]
+    return halves, torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64)
 
 
-def test_finished_wait_returns_once_every_peer_has_finished():
-    """Rank 1 of 3; peers 0 and 2 set their finished flags (its own stays clear: it waits on no one
-    for it). Nothing is recorded and no flag changes."""
-    W, epoch = 3, 5
+def _gather_pull(out, bases, flags, error, epoch, rank, W, mc, gathered_at, timeout_s, programs=3):
+    gather_pull_kern.launch(out=out, data_bases=bases, flags=flags[sch.region_start(W, epoch % 2):], error=error,
+                            call=torch.tensor([epoch], dtype=torch.int32), first=sch.finished_slot(W, 0), rank=rank,
+                            world_size=W, gathered=gathered_at, chunk=mc * out.shape[1], timeout_s=timeout_s,
+                            programs=programs, cache={})
+
+
+@pytest.mark.parametrize("M", [3 * 700, 3 * 700 - 5, 2])  # whole chunks, a last chunk cut short, chunks past M
+def test_gather_pull_copies_every_peers_chunk_once_every_peer_has_finished(M):
+    """Rank 1 of 3; peers 0 and 2 set their finished flags. Every peer's chunk (rows ``[p * mc,
+    min((p + 1) * mc, M))``) comes from our ``gathered`` into ``out``, whole tiles and the ragged
+    last; our own rows and every flag stay as they were, and nothing is recorded."""
+    W, r, epoch, N, at = 3, 1, 5, 37, 64
+    mc = -(-M // W)
     flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
     for p in (0, 2):
         flags[_slot(W, epoch, sch.finished_slot(W, p))] = sch.SET
     before = flags.clone()
+    halves, bases = _halves(W, mc, N, at, seed=M)
+    out = torch.full((M, N), float("nan"))
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
-    _finished_wait(flags, error, epoch, 1, W, 1.0)
+    _gather_pull(out, bases, flags, error, epoch, r, W, mc, at, 1.0)
+    gathered = halves[r][at:].view(W, mc, N)
+    for p in range(W):
+        rows = max(0, min(mc, M - p * mc))
+        if p == r:
+            assert out[p * mc : p * mc + rows].isnan().all(), "our own rows were written"
+        else:
+            assert torch.equal(out[p * mc : p * mc + rows], gathered[p, :rows]), p
     assert error.tolist() == [0] * RECORD_WORDS and torch.equal(flags, before)
 
 
-def test_finished_wait_records_a_peer_that_never_finishes():
+def test_gather_pull_records_a_peer_that_never_finishes_and_copies_nothing():
     """Rank 0 of 3: peer 1 finished, peer 2 never does (it died after its partials). The wait ends
-    after its timeout with a record naming peer 2, its flag, the call, and mirrors it to the host."""
-    W, epoch = 3, 8
+    after its timeout with a record naming peer 2, its flag and the call, mirrored to the host, and
+    ``out`` is left as it was."""
+    W, epoch, M, N, at = 3, 8, 30, 16, 32
+    mc = M // W
     flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
     flags[_slot(W, epoch, sch.finished_slot(W, 1))] = sch.SET
     error, mirror = _mirrored_record()
-    _finished_wait(flags, error, epoch, 0, W, 0.01)
+    _, bases = _halves(W, mc, N, at, seed=1)
+    out = torch.full((M, N), float("nan"))
+    _gather_pull(out, bases, flags, error, epoch, 0, W, mc, at, 0.01)
+    assert out.isnan().all()
     code, slot, call, seen, peer, chunk = error.tolist()[:6]
     assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_FINISHED, sch.finished_slot(W, 2), epoch, 0, 2, 2)
     assert _mirrored(error, mirror)
@@ -304,18 +332,49 @@ def test_finished_wait_records_a_peer_that_never_finishes():
     assert "reduced rows" in str(exc) and "peer rank 2" in str(exc)
 
 
-def test_finished_wait_returns_at_once_after_an_earlier_failure():
-    """The consumer's wait already failed (its record is set): no peer's flag is waited for, so a
-    peer missing from the whole call costs one timeout, the consumer's."""
-    W, epoch = 2, 3
+@pytest.mark.parametrize("start,stop", [(0, 4096 * 2), (37 * 5, 37 * 300), (40, 40)])  # whole tiles; ragged; none
+def test_gather_push_sends_the_run_to_every_peer_then_announces_once(start, stop):
+    """Rank 2 of 3 pushes ``out``'s flat elements ``[start, stop)`` into every peer's data half at
+    ``gathered + i``; nothing else of any data half changes, our own not at all. Then its
+    finished flag is set on every peer (not on itself), once every program has counted itself."""
+    W, r, epoch, N, at, programs = 3, 2, 4, 37, 96, 3
+    M = -(-max(stop, 1) // N)
+    mc = -(-M // W)
+    out = torch.randn(M, N, generator=torch.Generator().manual_seed(stop))
+    halves, bases = _halves(W, mc, N, at, seed=start)
+    halves_before = [h.clone() for h in halves]
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
+    signal_at = sch.region_start(W, epoch % 2) + sch.finished_slot(W, r)
+    gather_push_kern.launch(out=out, data_bases=bases, flag_bases=torch.tensor([f.data_ptr() for f in flags]),
+                            counters=counters, rank=r, world_size=W, start=start, stop=stop, gathered=at,
+                            signal_at=signal_at, done_slot=sch.done_slot(W), programs=programs, cache={})
+    for p in range(W):
+        want = halves_before[p].clone()
+        if p != r:
+            want[at + start : at + stop] = out.flatten()[start:stop]
+        assert torch.equal(halves[p], want), p
+        set_slots = (flags[p] != 0).nonzero().flatten().tolist()
+        assert set_slots == ([] if p == r else [signal_at]), p
+    tiles = -(-max(stop - start, 1) // gather_push_kern.BLOCK)
+    assert counters[sch.done_slot(W)].item() == min(programs, tiles)
+
+
+def test_gather_pull_returns_at_once_after_an_earlier_failure():
+    """The consumer's wait already failed (its record is set): no peer's flag is waited for and
+    nothing is copied, so a peer missing from the whole call costs one timeout, the consumer's."""
+    W, epoch, M, N, at = 2, 3, 8, 16, 32
     flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
     error[:6] = torch.tensor([ERR_TIMEOUT_RS, sch.data_slot(W, 1, 0), epoch, 0, 1, 0], dtype=torch.int32)
     before = error.clone()
+    _, bases = _halves(W, M // W, N, at, seed=3)
+    out = torch.full((M, N), float("nan"))
     t0 = time.monotonic()
-    _finished_wait(flags, error, epoch, 0, W, 30.0)
+    _gather_pull(out, bases, flags, error, epoch, 0, W, M // W, at, 30.0)
     assert time.monotonic() - t0 < 5.0, "waited for the timeout after a failure was recorded"
     assert torch.equal(error, before), "the first failure stays the record"
+    assert out.isnan().all()
 
 
 def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s, **kw):

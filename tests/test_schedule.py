@@ -135,7 +135,7 @@ def test_flag_slots_never_collide(world_size):
     for parity, src, word in itertools.product(range(2), range(W), range(sch.SIG_WORDS)):
         claim(sch.signature_slot(W, parity, src) + word, ("signature", parity, src, word))
     assert len(slots) + padding == sch.num_flag_slots(W), "the flag array has slots nobody uses"
-    counters = [sch.counter_slot(d, s) for d, s in itertools.product(range(W), range(S))] + [sch.claim_slot(W)]
+    counters = [sch.counter_slot(d, s) for d, s in itertools.product(range(W), range(S))] + [sch.claim_slot(W), sch.done_slot(W)]
     assert sorted(counters) == list(range(sch.num_counters(W))), "counters must tile the counter array"
 
 

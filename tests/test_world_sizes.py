@@ -45,8 +45,7 @@ from fluxlite.ops.ag_gemm import PULL, _scales_offset
 from fluxlite.ops.gemm_ar import _gathered_offset
 from fluxlite.fused.call import CPU_BLOCK_M, Call, get_plan
 from fluxlite import _cuda_driver as cu
-from fluxlite.fused.producer import (COPY, FLAGS, JOIN, SIGNAL, STAGE, WAIT, WAIT_FINISHED, Program, SignalCopy, first_wait,
-                                     stream_calls)
+from fluxlite.fused.producer import COPY, FLAGS, SIGNAL, STAGE, WAIT, Program, SignalCopy, first_wait, stream_calls
 
 from .dist_utils import run_ranks
 from .numerics import ag_reference, check, poison_empty_tensors, randn, rs_reference
@@ -384,16 +383,15 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
 
 
 @pytest.mark.parametrize("W", range(2, 9))
-def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bounded_step(W):
-    """The gather: per split but the last, a stream wait on our own consumer's count of that split's
-    reduced tiles (released by our own bounded kernel, which counts every tile), then the split
-    copied into every peer's ``gathered[r]`` from our rows of ``out`` (where the consumer reduced
-    them); the join, then the last split likewise; our finished flag on every peer; one
-    WAIT_FINISHED on every peer's finished flag (a kernel on CUDA: no stream wait can outlast a dead
-    peer); then each peer's chunk from our ``gathered`` into its rows. A chunk past M (M = 1) moves
-    nothing; the copies within this GPU all come after the join, when no consumer holds the SMs."""
+def test_ar_gather_pushes_each_reduced_split_but_the_last_from_the_producer(W):
+    """The gather's producer part: per split but the last, a stream wait on our own consumer's count
+    of that split's reduced tiles (released by our own bounded kernel, which counts every tile), then
+    the split copied into every peer's ``gathered[r]`` from our rows of ``out`` (where the consumer
+    reduced them). No flag and no wait on a peer: the last split, our ``finished`` flags, the wait for
+    the peers' and the copy of their rows within this GPU are the call's end (:meth:`second_shot_end`),
+    behind the consumer and the producer. A chunk past M (M = 1) moves nothing."""
     e, K, N = 7, 8, 40
-    for M in (1, 10 * W + 3):
+    for M in (1, 10 * W + 3, 40 * W):
         for r in range(W):
             ws, plan, call, steps, t = _program("ar", W, r, M, K, N, epoch=e)
             mc, row, out = -(-M // W), N * 4, t["out"].data_ptr()
@@ -401,36 +399,22 @@ def test_ar_gather_pushes_each_reduced_split_then_waits_for_every_peer_in_one_bo
             gathered = _gathered_offset(W, mc, N, 4)
             counters = call.state.counters.data_ptr()
             peers = plan.sched.peers()
-
-            def rows_of(c):
-                return max(0, min(mc, M - c * mc))
-
+            rows_r = max(0, min(mc, M - r * mc))
             want = []
-            last = len(plan.split_rows) - 1
-            for s, (lo, hi) in enumerate(plan.split_rows):
-                want.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n))
-                            if s < last else (JOIN,))
-                hi = min(hi, rows_of(r))
+            for s, (lo, hi) in enumerate(plan.split_rows[:-1]):
+                want.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n)))
+                hi = min(hi, rows_r)
                 want += [(COPY, ws.data_addr(p, e % 2) + gathered + (r * mc + lo) * row, red + lo * row, (hi - lo) * row)
                          for p in peers if hi > lo]
-            want += [(SIGNAL, _flag(ws, e, p, sch.finished_slot(W, r)), sch.SET) for p in peers]
-            want.append((WAIT_FINISHED, [(_flag(ws, e, r, sch.finished_slot(W, p)), sch.SET, dict(peer=p, chunk=p))
-                                         for p in peers]))
-            want += [(COPY, out + p * mc * row, ws.data_addr(r, e % 2) + gathered + p * mc * row, rows_of(p) * row)
-                     for p in peers if rows_of(p)]
-            got = [(s[0], [(a, v, dict(peer=i["peer"], chunk=i["chunk"])) for a, v, i in s[1]]) if s[0] == WAIT_FINISHED
-                   else s[:3] if s[0] == WAIT else s for s in steps]
+            got = [s[:3] if s[0] == WAIT else s for s in steps]
             assert got == want, f"W={W} r={r} M={M}"
-            covered = sorted((s[1] - red, s[3]) for s in steps if s[0] == COPY and red <= s[2] < red + mc * row
-                             and ws.where(s[1])[0] == "data")  # (offset in red, bytes) of the pushes to one peer
-            assert sum(n for _, n in covered) == (W - 1) * rows_of(r) * row, "every reduced row goes to every peer once"
-            joined = steps.index((JOIN,))
-            assert all(ws.where(s[1])[1] != r for s in steps[:joined] if s[0] == COPY), "no copy within this GPU before the join"
+            assert all(ws.where(s[1])[0] == "data" and ws.where(s[1])[1] != r for s in steps if s[0] == COPY), \
+                "copies go to the peers only"
             calls = stream_calls(steps)
             waits = [op for c in calls if c[0] == FLAGS for op in c[1] if op.operation == 1]
             assert all(op.address == counters + 4 * sch.counter_slot(r, s) for op, s in zip(waits, range(len(waits)))), \
                 "the only stream waits are on our own consumer's counters"
-            assert [c[0] for c in calls].count(WAIT_FINISHED) == 1
+            assert not any(op.operation == 2 for c in calls if c[0] == FLAGS for op in c[1]), "no flag is set"
 
 
 def _unbatched(calls: list) -> list:
@@ -438,7 +422,7 @@ def _unbatched(calls: list) -> list:
     ``CUstreamBatchMemOpParams`` array."""
     steps = []
     for call in calls:
-        if call[0] in (COPY, JOIN, WAIT_FINISHED, WAIT):  # a WAIT call: a fed program's wait on a count's event
+        if call[0] in (COPY, WAIT):  # a WAIT call: a fed program's wait on a count's event
             steps.append(call)
             continue
         for op in call[1]:

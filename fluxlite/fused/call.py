@@ -25,8 +25,8 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..epilogue import PLAIN, Epilogue
 from ..errors import FluxliteCallMismatchError, FluxliteError
-from ..host_flags import host_set_flag, host_wait_flag
-from ..kernels import finished_wait, gemm_core, split_wait
+from ..host_flags import host_wait_flag
+from ..kernels import gemm_core, split_wait
 from ..kernels.device_flags import ERR_TIMEOUT_RS
 from . import producer
 from .. import workspace as _workspace
@@ -279,7 +279,7 @@ class Call:
         return tuple(key)
 
     def run(self, program: Callable[[], producer.Program], consume, replay_key: tuple | None = None,
-            copied: tuple[int, ...] = ()) -> None:
+            copied: tuple[int, ...] = (), end: Callable[[], None] | None = None) -> None:
         """Run the producer ``program()`` (thread or stream) beside ``consume()``; join; raise any failure.
         (``program`` is asked for only when the call does not replay: a replay needs none.)
 
@@ -288,12 +288,14 @@ class Call:
         replays that work from a CUDA graph captured the second time (:meth:`_replay`): one launch
         instead of some twenty driver calls, the host cost a fused call would otherwise add to a
         one-call-at-a-time (latency-bound) step. ``copied``: the addresses of the call's own tensors
-        that the producer's copies read or write (those of its program).
+        that the producer's copies read or write (those of its program). ``end``: kernels that
+        end the call once the consumer and the producer are done (GEMM-AllReduce's gather), launched
+        on the caller's stream behind both (on CPU: this thread, after the producer thread).
         """
         state = self.state
         if self.ws.is_cuda:
-            if not self._replay(replay_key, copied, program, consume):
-                self._enqueue(program(), consume)
+            if not self._replay(replay_key, copied, program, consume, end):
+                self._enqueue(program(), consume, end)
             state.note_timeout(self.timeout_s)
             if self.capturing:  # a replay's failure surfaces at the next check (the record's mirror) or synchronize()
                 if state.blocking:  # Python's default warning filter shows it once per process
@@ -304,14 +306,12 @@ class Call:
                 state.synchronize()
             return
         self.align()
-        host_set_flag(state.consumed, 0, 0)
         future = state.submit(self._produce_on_thread, program().steps)
         try:
             consume()
             if self.plan.consumer == "triton":
                 state.read_kernel_error(self.timeout_s)  # the interpreted kernel's record, at once
                 state.check()
-            host_set_flag(state.consumed, 0, 1)  # the producer's JOIN: the consumer's output is complete
         except BaseException as exc:
             self.failed = self.failed or exc
             future.exception()  # the producer's waits end at the deadline, or at once now
@@ -324,8 +324,16 @@ class Call:
         if exc is not None:
             state.poison(exc)
             raise exc
+        if end is not None:
+            try:
+                end()
+                state.read_kernel_error(self.timeout_s)  # the interpreted kernels' record, at once
+                state.check()
+            except BaseException as exc:
+                state.poison(exc)
+                raise
 
-    def _enqueue(self, program: producer.Program, consume) -> None:
+    def _enqueue(self, program: producer.Program, consume, end: Callable[[], None] | None = None) -> None:
         """Enqueue the call on the current stream (the caller's, or the capture stream of its own
         graph), where the alignment kernel and the consumer launch, and on the producer stream,
         which forks from it (after the alignment kernel, which announced the call to the peers) and
@@ -340,15 +348,16 @@ class Call:
         waits on a peer that may never come, where only the kernel's bounded wait (which then
         releases the producer) ends the call. A consumer of many launches (GEMM-RS's matmul
         consumer) takes the rest piece by piece as it enqueues them (:class:`producer.Feed`), since
-        its own waits on the peers would otherwise sit in front of the producer's copies. Steps
-        after a JOIN go on this stream, behind the consumer and the producer stream's end
-        (:func:`producer.at_join`).
+        its own waits on the peers would otherwise sit in front of the producer's copies. ``end``
+        launches on this stream, behind the consumer and the producer stream's end.
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
         self.align()
         if not program.steps:  # no producer (GEMM-AllReduce's one-shot): no stream to fork and join
             consume()
+            if end is not None:
+                end()
             return
         for dst, src, nbytes in program.staged:  # before the consumer takes the SMs a copy may need
             cu.memcpy_async(main, dst, src, nbytes)
@@ -367,25 +376,14 @@ class Call:
                 after = self.feed.rest()
             finally:
                 self.feed = None
-        on_side, after_join = producer.at_join(after)
-        producer.enqueue_on_stream(on_side, side, self._wait_finished, events)
+        producer.enqueue_on_stream(after, side, events)
         cu.event_record(state.call_end.cuda_event, side)
         cu.stream_wait_event(main, state.call_end.cuda_event)
-        # The JOIN: the caller's stream is past the consumer, and now past the producer stream's steps.
-        producer.enqueue_on_stream(after_join, main, self._wait_finished, events)
-
-    def _wait_finished(self, stream: int) -> None:
-        """The producer's WAIT_FINISHED on CUDA: the bounded wait for every peer's ``finished`` flag
-        (:mod:`fluxlite.kernels.finished_wait`) on the raw ``stream`` (the caller's, after the JOIN),
-        with this call's timeout."""
-        state, W = self.state, self.ws.world_size
-        assert stream == torch._C._cuda_getCurrentRawStream(self.ws.device.index), "launched on the current stream"
-        finished_wait.launch(flags=state.region(self.parity), error=state.error, call=state.call_number,
-                             first=sch.finished_slot(W, 0), rank=self.ws.rank, world_size=W,
-                             timeout_s=self.timeout_s, cache=state.finished_wait_kernels)
+        if end is not None:  # behind the consumer and the producer stream, on the consumer's stream
+            end()
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
-                consume) -> bool:
+                consume, end: Callable[[], None] | None = None) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
         first sighting, past :data:`MAX_GRAPHS`, or under a user's capture.
@@ -414,7 +412,7 @@ class Call:
         buffers = cu.buffer_ids(copied)
         if graph is _SEEN_ONCE or graph.buffers != buffers:
             try:
-                graph = self.state.capture(lambda: self._enqueue(program(), consume))._replace(buffers=buffers)
+                graph = self.state.capture(lambda: self._enqueue(program(), consume, end))._replace(buffers=buffers)
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "
@@ -426,7 +424,7 @@ class Call:
 
     def _produce_on_thread(self, steps: list) -> None:
         try:
-            producer.run_on_thread(steps, self.state.consumed.data_ptr(), **self.wait_info())
+            producer.run_on_thread(steps, **self.wait_info())
         except BaseException as exc:
             self.failed = self.failed or exc
             raise

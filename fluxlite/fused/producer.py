@@ -17,12 +17,9 @@ beside the consumer GEMM. One program, two devices:
 A program is a list of steps on raw addresses (so a step costs a driver call, not a tensor view
 and a torch dispatch): ``(COPY, dst, src, nbytes)``, ``(SIGNAL, address, value)``,
 ``(WAIT, address, value, info)``, where ``info`` names what the wait is for (error messages),
-``(STAGE, dst, src, nbytes)``: a copy within this rank's memory that a peer waits on (AG pull's
-staging); ``(JOIN,)``: wait until this call's consumer has finished (CPU: the consumer sets the state's
-``consumed`` word; CUDA: the steps after it run on the caller's stream, behind the consumer's last
-launch and the producer stream's steps before the JOIN, :func:`at_join`), for work on the consumer's output, and
-``(WAIT_FINISHED, waits)``: wait for every peer's ``finished`` flag (``waits``: one ``(address, value,
-info)`` per peer, on this rank's flags of the call). No value depends on the call (flags are set to
+and ``(STAGE, dst, src, nbytes)``: a copy within this rank's memory that a peer waits on (AG pull's
+staging). Work on the consumer's whole output, after it, is no step: it is the call's ``end``
+(:meth:`fluxlite.fused.Call.run`), which runs behind both. No value depends on the call (flags are set to
 :data:`fluxlite.schedule.SET` and cleared by their owner; the call's signature and ``ready`` flag go
 out in its alignment step, not here), so one program, built once per plan, data half and addresses
 of the call's own tensors, serves every call, and a program captured in a CUDA graph replays
@@ -37,10 +34,8 @@ a same-device COPY that nothing waits on goes last.
 
 A CUDA stream wait has no timeout, so a WAIT may only wait on what a bounded kernel of this rank
 produces or releases: its own tile counters, or flags its consumer sets itself when its own wait
-fails (AG pull's ``ready``). A peer's ``finished`` flag is set by the peer's producer after the
-peer's kernel, and nothing of ours could set it in the peer's place; WAIT_FINISHED is therefore a
-kernel on CUDA (:mod:`fluxlite.kernels.finished_wait`, after a JOIN: the SMs are free by then),
-bounded by the call's timeout, and host waits like WAIT's on CPU.
+fails (AG pull's ``ready``). A wait on anything a peer alone sets is a bounded kernel's, in the
+consumer or in the call's ``end``.
 """
 
 from __future__ import annotations
@@ -54,12 +49,12 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..host_flags import host_store, host_wait
 
-COPY, STAGE, SIGNAL, WAIT, JOIN, WAIT_FINISHED = "copy", "stage", "signal", "wait", "join", "wait finished"
+COPY, STAGE, SIGNAL, WAIT = "copy", "stage", "signal", "wait"
 
 
 def first_wait(steps: list) -> int:
-    """Index of the first WAIT, JOIN or WAIT_FINISHED step (``len(steps)`` if none)."""
-    return next((i for i, step in enumerate(steps) if step[0] in (WAIT, JOIN, WAIT_FINISHED)), len(steps))
+    """Index of the first WAIT step (``len(steps)`` if none)."""
+    return next((i for i, step in enumerate(steps) if step[0] == WAIT), len(steps))
 
 
 FLAGS = "flags"  # a stream call: a run of signals and waits as one memop batch
@@ -78,10 +73,10 @@ class SignalCopy(NamedTuple):
 def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy: bool = False,
                  counted_waits: bool = False) -> list:
     """``steps`` as the calls that enqueue them: ``(COPY, dst, src, nbytes)``, ``(FLAGS, batch)`` for
-    each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`), JOIN and WAIT_FINISHED
-    as they are; with ``signal_copy``, a SIGNAL of SET to a peer's flag between a COPY and anything
-    but another flag operation (which it would share a batch with) is ``(COPY, flag,
-    signal_copy.word, 4)`` (``after_copy``: the step before ``steps[0]`` was a COPY);
+    each run of signals and waits (:func:`fluxlite._cuda_driver.mem_op_batch`); with ``signal_copy``,
+    a SIGNAL of SET to a peer's flag between a COPY and anything but another flag operation (which it
+    would share a batch with) is ``(COPY, flag, signal_copy.word, 4)`` (``after_copy``: the step
+    before ``steps[0]`` was a COPY);
     ``counted_waits``: a WAIT is ``(WAIT, address)``, a wait for the event that a consumer of many
     launches records where it counts that counter (:class:`Feed`)."""
     calls, run = [], []
@@ -92,7 +87,7 @@ def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy:
             run.clear()
 
     for i, step in enumerate(steps):
-        if step[0] in (COPY, JOIN, WAIT_FINISHED):
+        if step[0] == COPY:
             end_run()
             calls.append(step)
             continue
@@ -115,13 +110,13 @@ def stream_calls(steps: list, signal_copy: SignalCopy | None = None, after_copy:
 
 
 def pieces(steps: list, signal_copy: SignalCopy | None = None) -> list[tuple[str, int, list]]:
-    """``steps`` cut before every WAIT, JOIN and WAIT_FINISHED, and before a SIGNAL that follows a
-    COPY, each piece as ``(kind, address, stream calls)``: ``kind`` is its first step's (``address``
-    that of a WAIT, else 0), and its waits are on counts' events (:func:`stream_calls`'s
-    ``counted_waits``). What :class:`Feed` enqueues a piece at a time."""
+    """``steps`` cut before every WAIT, and before a SIGNAL that follows a COPY, each piece as
+    ``(kind, address, stream calls)``: ``kind`` is its first step's (``address`` that of a WAIT,
+    else 0), and its waits are on counts' events (:func:`stream_calls`'s ``counted_waits``). What
+    :class:`Feed` enqueues a piece at a time."""
     out, piece = [], []
     for step in steps:
-        cut = step[0] in (WAIT, JOIN, WAIT_FINISHED) or (step[0] == SIGNAL and piece and piece[-1][0] == COPY)
+        cut = step[0] == WAIT or (step[0] == SIGNAL and piece and piece[-1][0] == COPY)
         if cut and piece:
             out.append(piece)
             piece = []
@@ -168,7 +163,7 @@ class Feed:
         split ``split``): its event is recorded behind it on the consumer's stream, and the producer
         steps that wait for it go on the producer stream."""
         event = self.events.get(address)
-        if event is not None and address in self.awaited:  # nothing waits on a count after the JOIN
+        if event is not None and address in self.awaited:  # nothing waits on the last count of a second shot
             cu.event_record(event, self.main)
         self.written.add(address)
         self._release()
@@ -177,7 +172,7 @@ class Feed:
             if kind == SIGNAL and self.held is None:
                 self.held, self.held_split = calls, split
             elif kind == WAIT and wait_address in self.written:
-                enqueue_on_stream(calls, self.stream, None, self.events)
+                enqueue_on_stream(calls, self.stream, self.events)
             else:
                 return
             self.next += 1
@@ -207,7 +202,6 @@ class Program(NamedTuple):
     steps: list
     first_wait: int  # steps before it go ahead of the consumer kernel on CUDA
     on_stream: tuple[list, list | None] | None = None  # (before the first wait, after it; None when fed)
-    joins: bool = False  # it waits for the consumer to finish (a JOIN step)
     staged: tuple = ()  # CUDA: the STAGE steps, as (dst, src, nbytes)
     pieces: list | None = None  # CUDA, for a consumer of many launches: the rest, as pieces (:class:`Feed`)
 
@@ -225,57 +219,30 @@ class Program(NamedTuple):
         after = rest[at_rest:]
         on_stream = (stream_calls(rest[:at_rest], signal_copy),
                      None if fed else stream_calls(after, signal_copy)) if cuda else None
-        return cls(steps, at, on_stream, any(step[0] == JOIN for step in steps), staged,
+        return cls(steps, at, on_stream, staged,
                    pieces(after, signal_copy) if cuda and fed else None)
 
 
-def run_on_thread(steps: list, consumed: int, **wait_info) -> None:
+def run_on_thread(steps: list, **wait_info) -> None:
     """Run ``steps`` here (the CPU producer thread); every wait bounded by ``wait_info['deadline']``
-    (``wait_info['epoch']`` names the call in a timeout); a JOIN waits for the int32 at ``consumed``."""
+    (``wait_info['epoch']`` names the call in a timeout)."""
     with torch.no_grad():
         for step in steps:
             if step[0] in (COPY, STAGE):
                 ctypes.memmove(step[1], step[2], step[3])
             elif step[0] == SIGNAL:
                 host_store(step[1], step[2])
-            elif step[0] == JOIN:
-                # The consumer's own waits end at the deadline and fail the call (the abort ends this
-                # wait then): a second bound here, later, so that the consumer's error, which names
-                # the peer it waited for, is the one raised.
-                host_wait(consumed, 1, what="this rank's own consumer", peer=wait_info["rank"], chunk=-1,
-                          **{**wait_info, "deadline": wait_info["deadline"] + wait_info["timeout_s"]})
-            elif step[0] == WAIT_FINISHED:
-                for address, value, info in step[1]:
-                    host_wait(address, value, **wait_info, **info)
             else:
                 host_wait(step[1], step[2], **wait_info, **step[3])
 
 
-def at_join(calls: list) -> tuple[list, list]:
-    """``calls`` (:func:`stream_calls`) cut at their JOIN: those for the producer stream, and those
-    for the caller's stream after the consumer (``[]`` without a JOIN).
-
-    After the JOIN the consumer's launches are all done, so its stream can run the rest itself: a
-    step there starts as the consumer's last launch ends, where on the producer stream it would
-    start only once an event recorded after that launch had reached the producer stream (GEMM-
-    AllReduce's last reduced split leaves that much sooner), and the call ends on the caller's
-    stream without a second hop back from the producer stream."""
-    at = next((i for i, call in enumerate(calls) if call[0] == JOIN), len(calls))
-    return calls[:at], calls[at + 1:]
-
-
-def enqueue_on_stream(calls: list, stream: int, wait_finished=None, events: dict[int, int] | None = None) -> None:
-    """Enqueue ``calls`` (:func:`stream_calls`, no JOIN: :func:`at_join`) on the raw CUDA ``stream``
-    handle; returns at once. A WAIT_FINISHED calls ``wait_finished(stream)``, which launches the
-    bounded wait on ``stream``; a counted wait ``(WAIT, address)`` waits for ``events[address]``."""
+def enqueue_on_stream(calls: list, stream: int, events: dict[int, int] | None = None) -> None:
+    """Enqueue ``calls`` (:func:`stream_calls`) on the raw CUDA ``stream`` handle; returns at once. A
+    counted wait ``(WAIT, address)`` waits for ``events[address]``."""
     for call in calls:
         if call[0] == COPY:
             cu.memcpy_async(stream, call[1], call[2], call[3])
         elif call[0] == WAIT:
             cu.stream_wait_event(stream, events[call[1]])
-        elif call[0] == JOIN:
-            raise ValueError("a JOIN is not a stream call: cut the calls at it (at_join)")
-        elif call[0] == WAIT_FINISHED:
-            wait_finished(stream)
         else:
             cu.stream_batch_mem_op(stream, call[1])

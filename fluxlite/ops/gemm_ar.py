@@ -32,22 +32,26 @@ chunks. ``recv: [W, mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data ha
                                    out[our rows] = scale * (A @ W.T + sum_p recv[p]) + b; counter (r, s) += 1
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
               for s but the last: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s
-              join (the consumer is done; on CUDA the rest runs on the caller's stream)
-              every peer p: p.gathered[r] <- out[our rows] of the last split
+    end:      (behind the consumer and the producer) every peer p: p.gathered[r] <- out[our rows] of the last split
               every peer p: p.finished[r] = 1
-              wait finished[p] of every peer p (bounded: a kernel on CUDA, not a stream wait)
+              wait finished[p] of every peer p (bounded: a kernel's wait on CUDA, not a stream wait)
               for every peer p: out[p's rows] <- gathered[p]
 
 The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
-most of the gather overlaps the GEMM; what remains after it is the last split's copy, the wait,
-and the copy of the peers' rows within this GPU, in stream order behind the consumer's last launch. Hence finer splits than GEMM-RS's
-(:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The copies between GPUs are the
-copy engine's; the one within this GPU comes after the join, when no consumer holds the SMs.
+most of the gather overlaps the GEMM; what remains after it is the end: the last split's copy, the
+flag and the wait, and the copy of the peers' rows within this GPU. Hence finer splits than
+GEMM-RS's (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The earlier splits'
+copies are the copy engine's, beside the GEMM; the end is two kernels on the consumer's stream
+(:meth:`GemmAllReduce.second_shot_end`), which start right behind its last GEMM, where a copy-engine
+copy would start 9-11 us later.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
 peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
 """
 
 from __future__ import annotations
+
+import ctypes
+from typing import Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -56,8 +60,9 @@ from .. import schedule as sch
 from ..epilogue import PLAIN
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call, FusedState, Plan
-from ..fused.producer import COPY, JOIN, SIGNAL, WAIT, WAIT_FINISHED
-from ..host_flags import REDUCED_ROWS, host_store
+from ..fused.producer import COPY, WAIT
+from ..host_flags import REDUCED_ROWS, host_store, host_wait
+from ..kernels import gather_pull, gather_push, gemm_core
 from ..kernels import gemm_ar as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
@@ -244,46 +249,99 @@ class GemmAllReduce(GemmReduceScatter):
         return out.narrow(0, start, min(chunk_rows, out.shape[0] - start))
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather (module docstring): each reduced split but the last pushed from ``out`` to every
-        peer once the consumer has counted it; the join; the last split pushed, then ``finished``;
-        once every peer has finished (a bounded wait: WAIT_FINISHED), the chunks they pushed into
-        ``out``. What follows the join runs on the caller's stream on CUDA
-        (:func:`fluxlite.fused.producer.at_join`): the last split, the one copy between GPUs that
-        no GEMM hides, starts as the consumer ends."""
+        """The gather's first part (module docstring), in the producer program: each reduced split but
+        the last pushed from ``out`` to every peer once the consumer has counted it (the copy engine's
+        copies, beside the GEMM). The rest: :meth:`second_shot_end`."""
         ws, plan, parity = call.ws, call.plan, call.parity
-        W, r = ws.world_size, ws.rank
-        mc = plan.sched.chunk_rows
-        M, N = out.shape
-        size = out.element_size()
-        row = N * size
-        red = out.data_ptr() + r * mc * row  # our reduced chunk, where the consumer wrote it
-        gathered = _gathered_offset(W, mc, N, size)
+        g = _Gather.of(call, out)
         counters = call.state.counters.data_ptr()
-        peers = plan.sched.peers()
-
-        def rows_of(c: int) -> int:
-            return max(0, min(mc, M - c * mc))
-
         steps = []
-        last = len(plan.split_rows) - 1
-        for s, (lo, hi) in enumerate(plan.split_rows):
-            if s < last:
-                steps.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n),
-                              dict(what="reduced tiles", peer=r, chunk=r, split=s)))
-            else:  # the last split is complete when the consumer is: it leaves as the consumer's last launch ends
-                steps.append((JOIN,))
-            hi = min(hi, rows_of(r))  # a last chunk cut short: only its rows travel
+        for s, (lo, hi) in enumerate(plan.split_rows[:-1]):
+            steps.append((WAIT, counters + 4 * sch.counter_slot(g.rank, s), plan.sched.split_tiles(s, plan.num_n),
+                          dict(what="reduced tiles", peer=g.rank, chunk=g.rank, split=s)))
+            hi = min(hi, g.rows_of(g.rank))  # a last chunk cut short: only its rows travel
             if hi > lo:
-                steps += [(COPY, ws.data_addr(p, parity) + gathered + (r * mc + lo) * row, red + lo * row,
-                           (hi - lo) * row) for p in peers]
-        steps += [(SIGNAL, call.flag_addr(p, sch.finished_slot(W, r)), sch.SET) for p in peers]
-        steps.append((WAIT_FINISHED, [(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET,
-                                       dict(what=REDUCED_ROWS, peer=p, chunk=p)) for p in peers]))
-        for p in peers:
-            if rows_of(p):
-                steps.append((COPY, out.data_ptr() + p * mc * row, ws.data_addr(r, parity) + gathered + p * mc * row,
-                              rows_of(p) * row))
+                steps += [(COPY, ws.data_addr(p, parity) + g.gathered + (g.rank * g.mc + lo) * g.row,
+                           g.red + lo * g.row, (hi - lo) * g.row) for p in g.peers]
         return steps
+
+    def second_shot_end(self, call: Call, out: torch.Tensor) -> Callable[[], None]:
+        """The gather's end, once the consumer and the producer are done: the last split pushed to
+        every peer, then our ``finished`` flag on every peer; once every peer has finished (a bounded
+        wait), their chunks copied from our ``gathered`` into their rows of ``out``.
+
+        On CUDA (and with the CPU's kernel consumer, interpreted) two kernels on the consumer's stream:
+        :mod:`fluxlite.kernels.gather_push` and :mod:`fluxlite.kernels.gather_pull`. They start a
+        microsecond or two behind the GEMM where a copy-engine copy started 9-11 us behind it, and
+        the flag, the wait and the copy within this GPU cost no launch gaps of their own. On CPU
+        otherwise, the same moves, stores and bounded waits on this thread."""
+        g = _Gather.of(call, out)
+        state, plan, ws = call.state, call.plan, call.ws
+        W, r, parity, timeout_s = ws.world_size, g.rank, call.parity, call.timeout_s
+        lo, hi = plan.split_rows[-1]
+        hi = min(hi, g.rows_of(r))
+        lo = min(lo, hi)
+        N = out.shape[1]
+        if ws.is_cuda or plan.consumer == "triton":
+            size = out.element_size()
+            sms = gemm_core.sm_count(out.device) if ws.is_cuda else 0  # 0: one program (interpreted in turn)
+            base = r * g.mc * N
+
+            def by_kernels() -> None:
+                gather_push.launch(out=out, data_bases=state.data_bases(parity), flag_bases=state.flag_bases(),
+                                   counters=state.counters, rank=r, world_size=W, start=base + lo * N,
+                                   stop=base + hi * N, gathered=g.gathered // size,
+                                   signal_at=sch.region_start(W, parity) + sch.finished_slot(W, r),
+                                   done_slot=sch.done_slot(W), programs=max(1, sms * gather_push.PROGRAMS_PER_SM),
+                                   cache=plan.kernels)
+                gather_pull.launch(out=out, data_bases=state.data_bases(parity), flags=state.region(parity),
+                                   error=state.error, call=state.call_number, first=sch.finished_slot(W, 0), rank=r,
+                                   world_size=W, gathered=g.gathered // size, chunk=g.mc * N, timeout_s=timeout_s,
+                                   programs=max(1, sms * gather_pull.PROGRAMS_PER_SM), cache=plan.kernels)
+            return by_kernels
+
+        def on_host() -> None:
+            if hi > lo:
+                for p in g.peers:
+                    ctypes.memmove(ws.data_addr(p, parity) + g.gathered + (r * g.mc + lo) * g.row, g.red + lo * g.row,
+                                   (hi - lo) * g.row)
+            for p in g.peers:  # after the rows: x86 keeps the order of these stores (fluxlite.host_flags)
+                host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
+            for p in g.peers:
+                host_wait(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
+                          **call.wait_info())
+            for p in g.peers:
+                if g.rows_of(p):
+                    ctypes.memmove(out.data_ptr() + p * g.mc * g.row, ws.data_addr(r, parity) + g.gathered
+                                   + p * g.mc * g.row, g.rows_of(p) * g.row)
+        return on_host
+
+
+class _Gather(NamedTuple):
+    """Where the second shot's rows lie, for rank ``rank`` of a call: chunks of ``mc`` rows of
+    ``row`` bytes, ``M`` rows in all; ``red``: the address of our reduced chunk in ``out``;
+    ``gathered``: bytes from a data half's start to its ``gathered``."""
+
+    rank: int
+    peers: tuple[int, ...]
+    M: int
+    mc: int
+    row: int
+    red: int
+    gathered: int
+
+    @classmethod
+    def of(cls, call: Call, out: torch.Tensor) -> "_Gather":
+        W, r = call.ws.world_size, call.ws.rank
+        mc = call.plan.sched.chunk_rows
+        M, N = out.shape
+        row = N * out.element_size()
+        return cls(r, call.plan.sched.peers(), M, mc, row, out.data_ptr() + r * mc * row,
+                   _gathered_offset(W, mc, N, out.element_size()))
+
+    def rows_of(self, chunk: int) -> int:
+        """Rows of ``chunk`` (fewer for a last chunk cut short, none past ``M``)."""
+        return max(0, min(self.mc, self.M - chunk * self.mc))
 
 
 AR = GemmAllReduce.define()

@@ -195,8 +195,11 @@ class GemmReduceScatter(Op):
         def program() -> producer.Program:
             return call.program(copied, lambda: self.steps(call, partial) + (self.second_shot(call, out) if second else []))
 
+        def end() -> None:  # built when it runs: a replayed call needs none
+            self.second_shot_end(call, out)()
+
         call.run(program, consume_triton if plan.consumer == "triton" else consume_matmul,
-                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied)
+                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied, end if second else None)
         return out
 
     def _consume_by_matmul(self, call: Call, args: Args, partial: torch.Tensor, recv: torch.Tensor,
@@ -261,6 +264,10 @@ class GemmReduceScatter(Op):
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
         """Producer steps after the reduce-scatter (:meth:`reduced_rows` gave a part of ``out``)."""
+        raise NotImplementedError
+
+    def second_shot_end(self, call: Call, out: torch.Tensor):
+        """What ends a call with a second shot, behind the consumer and the producer (``Call.run``'s ``end``)."""
         raise NotImplementedError
 
     def steps(self, call: Call, partial: torch.Tensor) -> list:
