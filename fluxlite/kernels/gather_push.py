@@ -20,7 +20,7 @@ flag on every peer. The copy engine's copies of the earlier splits completed bef
 began (the caller's stream waited for the producer stream), so the flag covers the whole chunk.
 
 Why SMs: launched on the consumer's own stream right behind its last GEMM, a kernel starts within a
-microsecond or two of it, where a copy-engine copy started 9-11 us after the kernel before it, and a
+microsecond or two of it, where a copy-engine copy started 7-13 us after the kernel before it, and a
 kernel after that copy 6-9 us after it (2xH200, BENCHMARKS.md). No program waits here: the peers'
 flags are awaited by the next launch (:mod:`fluxlite.kernels.gather_pull`), so this one ends
 whatever the peers do, and a program that is not resident yet holds back only the flag.

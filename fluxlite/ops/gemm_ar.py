@@ -43,7 +43,7 @@ flag and the wait, and the copy of the peers' rows within this GPU. Hence finer 
 GEMM-RS's (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The earlier splits'
 copies are the copy engine's, beside the GEMM; the end is two kernels on the consumer's stream
 (:meth:`GemmAllReduce.second_shot_end`), which start right behind its last GEMM, where a copy-engine
-copy would start 9-11 us later.
+copy would start 7-13 us later.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
 peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
 """
@@ -272,7 +272,7 @@ class GemmAllReduce(GemmReduceScatter):
 
         On CUDA (and with the CPU's kernel consumer, interpreted) two kernels on the consumer's stream:
         :mod:`fluxlite.kernels.gather_push` and :mod:`fluxlite.kernels.gather_pull`. They start a
-        microsecond or two behind the GEMM where a copy-engine copy started 9-11 us behind it, and
+        microsecond or two behind the GEMM where a copy-engine copy started 7-13 us behind it, and
         the flag, the wait and the copy within this GPU cost no launch gaps of their own. On CPU
         otherwise, the same moves, stores and bounded waits on this thread."""
         g = _Gather.of(call, out)
