@@ -112,8 +112,9 @@ def pulled_slot(world_size: int, src: int, split: int) -> int:
 
 def finished_slot(world_size: int, src: int) -> int:
     """Region offset of the flag that peer ``src`` sets on rank ``r`` once its data for the call may
-    be read in src's own memory: GEMM-AllReduce's reduced chunk (two-shot: its producer, once its
-    consumer has finished) or its whole partial (one-shot: its reduction kernel, after the GEMM)."""
+    be read: GEMM-AllReduce's reduced chunk, all of it in r's ``gathered`` (two-shot: the call's
+    end, :mod:`fluxlite.kernels.gather_push`), or its whole partial in src's own memory (one-shot:
+    its reduction kernel, after the GEMM)."""
     return world_size + 2 * world_size * MAX_SPLITS + src
 
 
