@@ -11,7 +11,7 @@ def never_finished(call) -> None:
     Its program is built afresh only for a plan and data half it has not run yet: give it a new shape."""
     from fluxlite.ops import AR
 
-    AR.second_shot_end = lambda c, out: (lambda: None)
+    AR.second_shot_end = lambda c, out: None
     try:
         call()
     finally:

@@ -76,10 +76,7 @@ class FusedState:
             self.producer_handle = self.producer_stream.cuda_stream
             # Reused by every call to order the producer stream after the caller's and back.
             self.call_start, self.call_end = torch.cuda.Event(), torch.cuda.Event()
-            # A matmul consumer's counts (fluxlite.fused.producer.Feed): one event per tile counter,
-            # recorded where the count falls and waited on by the producer stream.
-            self.count_events = [torch.cuda.Event() for _ in range(sch.claim_slot(ws.world_size))]
-            for event in (self.call_start, self.call_end, *self.count_events):
+            for event in (self.call_start, self.call_end):
                 event.record(self.producer_stream)  # creates the event, so it has a raw handle
             # Eager calls replayed from graphs (fluxlite.fused.call.Call.run): captured on a stream of
             # their own, into one memory pool (what a launch allocates: Triton's scratch). Calls on
@@ -100,9 +97,14 @@ class FusedState:
             words = [(mirror >> shift) & 0xFFFFFFFF for shift in (0, 32)]
             self.error[MIRROR_WORD : MIRROR_WORD + 2] = torch.tensor(words, dtype=torch.int64).to(torch.int32)
         self.counters = torch.zeros(sch.num_counters(ws.world_size), dtype=torch.int32, device=ws.device)
-        if ws.is_cuda:  # counter address -> its count's raw event handle (fluxlite.fused.producer.Feed)
+        if ws.is_cuda:
+            # A matmul consumer's counts (fluxlite.fused.producer.Feed): one event per tile counter,
+            # recorded where the count falls and waited on by the producer stream, by the counter's address.
+            self._count_events = [torch.cuda.Event() for _ in range(sch.claim_slot(ws.world_size))]
+            for event in self._count_events:
+                event.record(self.producer_stream)
             self.count_event_at = {self.counters.data_ptr() + 4 * slot: event.cuda_event
-                                   for slot, event in enumerate(self.count_events)}
+                                   for slot, event in enumerate(self._count_events)}
         # What the producer copies into a peer's flag to set it (fluxlite.fused.producer.SignalCopy)
         self.set_word = torch.full((1,), sch.SET, dtype=torch.int32, device=ws.device)
         # The device's call sequence (fluxlite.kernels.align): the parity the next call must use,

@@ -38,9 +38,6 @@ from .device_flags import TIMEOUT_FINISHED, wait_set
 BLOCK = 4096
 """Elements of a tile: 32 bytes of bf16 per thread of 8 warps."""
 NUM_WARPS = 8
-PROGRAMS_PER_SM = 4
-"""Programs per SM on CUDA: more loads in flight than one program keeps (as for the one-shot
-reduction, :data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`)."""
 
 
 @triton.jit(do_not_specialize=["first", "rank", "world_size", "total", "timeout_ns"])
@@ -83,10 +80,10 @@ def launch(*, out: torch.Tensor, data_bases: torch.Tensor, flags: torch.Tensor, 
            first: int, rank: int, world_size: int, gathered: int, chunk: int, timeout_s: float, programs: int,
            cache: dict) -> None:
     """Launch :func:`gather_pull_kernel` on the current stream. ``out: [M, N]`` contiguous;
-    ``data_bases``: int64 ``[W]``, every rank's data half of the call's parity; ``flags``: this rank's flag region of
-    the call; ``error``, ``call``: the fused state's error record and call count; ``first``: the
-    region offset of peer 0's ``finished`` flag; ``gathered``, ``chunk``: elements. ``programs``: at
-    most this many (one per SM on CUDA), no more than a peer's chunk has tiles."""
+    ``data_bases``: int64 ``[W]``, every rank's data half of the call's parity; ``flags``: this
+    rank's flag region of the call; ``error``, ``call``: the fused state's error record and call
+    count; ``first``: the region offset of peer 0's ``finished`` flag; ``gathered``, ``chunk``:
+    elements. ``programs``: at most this many, no more than a peer's chunk has tiles."""
     total = out.numel()
     tiles = triton.cdiv(max(min(chunk, total), 1), BLOCK)
     direct.launch(gather_pull_kernel, cache, max(1, min(programs, tiles)),

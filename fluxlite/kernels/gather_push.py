@@ -36,9 +36,6 @@ from .device_flags import signal_add
 BLOCK = 4096
 """Elements of a tile: 32 bytes of bf16 per thread of 8 warps per peer."""
 NUM_WARPS = 8
-PROGRAMS_PER_SM = 4
-"""Programs per SM on CUDA: more stores in flight than one program keeps (as for the one-shot
-reduction, :data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`)."""
 PEER_LANES = tl.constexpr(8)
 """Peers whose flags a program sets at once (one lane each: the remote stores go out together)."""
 
@@ -86,7 +83,7 @@ def launch(*, out: torch.Tensor, data_bases: torch.Tensor, flag_bases: torch.Ten
            programs: int, cache: dict) -> None:
     """Launch :func:`gather_push_kernel` on the current stream: ``out[start:stop]`` (flat elements) to
     every peer's data half at ``gathered + start``, then our finished flag (``signal_at``) on every
-    peer. ``programs``: at most this many (one per SM on CUDA), one per tile at most; ``cache`` keeps
+    peer. ``programs``: at most this many, one per tile at most; ``cache`` keeps
     the compiled kernel."""
     tiles = triton.cdiv(max(stop - start, 1), BLOCK)
     direct.launch(gather_push_kernel, cache, max(1, min(programs, tiles)),

@@ -51,7 +51,7 @@ peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barr
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -265,56 +265,50 @@ class GemmAllReduce(GemmReduceScatter):
                            g.red + lo * g.row, (hi - lo) * g.row) for p in g.peers]
         return steps
 
-    def second_shot_end(self, call: Call, out: torch.Tensor) -> Callable[[], None]:
+    def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
         """The gather's end, once the consumer and the producer are done: the last split pushed to
         every peer, then our ``finished`` flag on every peer; once every peer has finished (a bounded
         wait), their chunks copied from our ``gathered`` into their rows of ``out``.
 
         On CUDA (and with the CPU's kernel consumer, interpreted) two kernels on the consumer's stream:
-        :mod:`fluxlite.kernels.gather_push` and :mod:`fluxlite.kernels.gather_pull`. They start a
+        :mod:`fluxlite.kernels.gather_push` and :mod:`fluxlite.kernels.gather_pull`, as many programs
+        as the one-shot reduction's (:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`). They start a
         microsecond or two behind the GEMM where a copy-engine copy started 7-13 us behind it, and
         the flag, the wait and the copy within this GPU cost no launch gaps of their own. On CPU
         otherwise, the same moves, stores and bounded waits on this thread."""
         g = _Gather.of(call, out)
         state, plan, ws = call.state, call.plan, call.ws
-        W, r, parity, timeout_s = ws.world_size, g.rank, call.parity, call.timeout_s
+        W, r, parity = ws.world_size, g.rank, call.parity
         lo, hi = plan.split_rows[-1]
         hi = min(hi, g.rows_of(r))
         lo = min(lo, hi)
-        N = out.shape[1]
         if ws.is_cuda or plan.consumer == "triton":
-            size = out.element_size()
-            sms = gemm_core.sm_count(out.device) if ws.is_cuda else 0  # 0: one program (interpreted in turn)
-            base = r * g.mc * N
-
-            def by_kernels() -> None:
-                gather_push.launch(out=out, data_bases=state.data_bases(parity), flag_bases=state.flag_bases(),
-                                   counters=state.counters, rank=r, world_size=W, start=base + lo * N,
-                                   stop=base + hi * N, gathered=g.gathered // size,
-                                   signal_at=sch.region_start(W, parity) + sch.finished_slot(W, r),
-                                   done_slot=sch.done_slot(W), programs=max(1, sms * gather_push.PROGRAMS_PER_SM),
-                                   cache=plan.kernels)
-                gather_pull.launch(out=out, data_bases=state.data_bases(parity), flags=state.region(parity),
-                                   error=state.error, call=state.call_number, first=sch.finished_slot(W, 0), rank=r,
-                                   world_size=W, gathered=g.gathered // size, chunk=g.mc * N, timeout_s=timeout_s,
-                                   programs=max(1, sms * gather_pull.PROGRAMS_PER_SM), cache=plan.kernels)
-            return by_kernels
-
-        def on_host() -> None:
-            if hi > lo:
-                for p in g.peers:
-                    ctypes.memmove(ws.data_addr(p, parity) + g.gathered + (r * g.mc + lo) * g.row, g.red + lo * g.row,
-                                   (hi - lo) * g.row)
-            for p in g.peers:  # after the rows: x86 keeps the order of these stores (fluxlite.host_flags)
-                host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
+            N, size = out.shape[1], out.element_size()
+            bases, base = state.data_bases(parity), r * g.mc * N
+            programs = kernel.PROGRAMS_PER_SM * gemm_core.persistent_programs(plan.config, out.device)
+            gather_push.launch(out=out, data_bases=bases, flag_bases=state.flag_bases(), counters=state.counters,
+                               rank=r, world_size=W, start=base + lo * N, stop=base + hi * N,
+                               gathered=g.gathered // size,
+                               signal_at=sch.region_start(W, parity) + sch.finished_slot(W, r),
+                               done_slot=sch.done_slot(W), programs=programs, cache=plan.kernels)
+            gather_pull.launch(out=out, data_bases=bases, flags=state.region(parity), error=state.error,
+                               call=state.call_number, first=sch.finished_slot(W, 0), rank=r, world_size=W,
+                               gathered=g.gathered // size, chunk=g.mc * N, timeout_s=call.timeout_s,
+                               programs=programs, cache=plan.kernels)
+            return
+        if hi > lo:
             for p in g.peers:
-                host_wait(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
-                          **call.wait_info())
-            for p in g.peers:
-                if g.rows_of(p):
-                    ctypes.memmove(out.data_ptr() + p * g.mc * g.row, ws.data_addr(r, parity) + g.gathered
-                                   + p * g.mc * g.row, g.rows_of(p) * g.row)
-        return on_host
+                ctypes.memmove(ws.data_addr(p, parity) + g.gathered + (r * g.mc + lo) * g.row, g.red + lo * g.row,
+                               (hi - lo) * g.row)
+        for p in g.peers:  # after the rows: x86 keeps the order of these stores (fluxlite.host_flags)
+            host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
+        for p in g.peers:
+            host_wait(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
+                      **call.wait_info())
+        for p in g.peers:
+            if g.rows_of(p):
+                ctypes.memmove(out.data_ptr() + p * g.mc * g.row, ws.data_addr(r, parity) + g.gathered
+                               + p * g.mc * g.row, g.rows_of(p) * g.row)
 
 
 class _Gather(NamedTuple):

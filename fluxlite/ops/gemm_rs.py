@@ -195,11 +195,9 @@ class GemmReduceScatter(Op):
         def program() -> producer.Program:
             return call.program(copied, lambda: self.steps(call, partial) + (self.second_shot(call, out) if second else []))
 
-        def end() -> None:  # built when it runs: a replayed call needs none
-            self.second_shot_end(call, out)()
-
         call.run(program, consume_triton if plan.consumer == "triton" else consume_matmul,
-                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied, end if second else None)
+                 call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied,
+                 (lambda: self.second_shot_end(call, out)) if second else None)
         return out
 
     def _consume_by_matmul(self, call: Call, args: Args, partial: torch.Tensor, recv: torch.Tensor,
@@ -266,8 +264,8 @@ class GemmReduceScatter(Op):
         """Producer steps after the reduce-scatter (:meth:`reduced_rows` gave a part of ``out``)."""
         raise NotImplementedError
 
-    def second_shot_end(self, call: Call, out: torch.Tensor):
-        """What ends a call with a second shot, behind the consumer and the producer (``Call.run``'s ``end``)."""
+    def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
+        """End a call with a second shot, behind the consumer and the producer (``Call.run``'s ``end``)."""
         raise NotImplementedError
 
     def steps(self, call: Call, partial: torch.Tensor) -> list:
