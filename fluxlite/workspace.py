@@ -28,6 +28,7 @@ one per workspace.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import signal
 import tempfile
@@ -191,8 +192,18 @@ class _CudaIpc:
         handles = rendezvous.all_gather_str(
             self.tp, f"{self.key}/g{generation}/ipc", base64.b64encode(pickle.dumps(args)).decode(),
             timeout_s=timeout_s, op="workspace build", step="exchange CUDA IPC handles")
-        views = [local if p == self.tp.rank else rebuild(*pickle.loads(base64.b64decode(h)))
-                 for p, h in enumerate(handles)]
+        # Each peer's handle is opened on our GPU (torch opens it under the device it names): a buffer
+        # that lives on another GPU (more ranks than GPUs, on several GPUs) is then mapped for our
+        # kernels and copies through peer access, where opened on its own GPU it would be an address
+        # that only that GPU's context can reach.
+        device_arg = list(inspect.signature(rebuild).parameters).index("storage_device")
+
+        def opened_here(handle: str) -> torch.Tensor:
+            rebuild_args = list(pickle.loads(base64.b64decode(handle)))
+            rebuild_args[device_arg] = self.device.index
+            return rebuild(*rebuild_args)
+
+        views = [local if p == self.tp.rank else opened_here(h) for p, h in enumerate(handles)]
         # A rank frees its buffer only after every peer has opened it.
         rendezvous.barrier(self.tp, f"{self.key}/g{generation}/mapped", timeout_s=timeout_s, op="workspace build",
                            step="map peers' CUDA IPC memory")

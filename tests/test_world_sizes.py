@@ -574,6 +574,8 @@ GPU_CASES = {  # name: (module, worker, () -> extra args, env, limit_s)
     "missing_peer": ("tests.test_gpu_safety", "_missing_peer", tuple, None, 300),
     "recovery": ("tests.test_gpu_safety", "_recovery", tuple, None, 240),
     "layer_matrix": ("tests.test_parallel_gpu", "_gpu_matrix", _layer_matrix_args, None, 240),
+    "gemm_ar": ("tests.test_gpu_gemm_ar", "_eager", lambda: (17,), None, 300),
+    "gemm_ar_one_shot": ("tests.test_gpu_gemm_ar", "_eager", lambda: (29, True), None, 240),
 }
 
 
@@ -591,3 +593,41 @@ def test_gpu_tests_at_every_gpu(case):
     module, worker, args, env, limit_s = GPU_CASES[case]
     fn = getattr(importlib.import_module(module), worker)
     run_gpu_ranks(fn, W, *args(), env=env, limit_s=limit_s)
+
+
+def _ops_on_shared_and_separate_gpus(rank: int, W: int) -> None:
+    """AG push (with the gathered input), GEMM-RS, and GEMM-AllReduce one-shot and two-shot, each
+    against float32 on poisoned outputs, with ranks that share one GPU and ranks on another."""
+    import fluxlite
+
+    from .gpu_utils import dev, rel_err
+    from .test_gpu_fused import _check_ag, _check_rs
+    from .test_gpu_gemm_ar import TOL
+
+    gen = torch.Generator(device=dev()).manual_seed(300 + rank)
+    _check_ag(200, 1024, 768, True, gen)
+    _check_rs(W * 130, 1024, 768, False, gen)
+    for M in (5, 2000):  # one shot, two shots
+        full = torch.Generator(device=dev()).manual_seed(M)  # the same full operands on every rank
+        a_full = torch.randn(M, W * 512, generator=full, device=dev()).to(torch.bfloat16)
+        w_full = (torch.randn(1000, W * 512, generator=full, device=dev()) / (W * 512) ** 0.5).to(torch.bfloat16)
+        cols = slice(rank * 512, (rank + 1) * 512)
+        out = torch.full((M, 1000), float("nan"), device=dev(), dtype=torch.bfloat16)
+        fluxlite.gemm_ar(a_full[:, cols].contiguous(), w_full[:, cols].contiguous(), impl="fused", out=out)
+        fluxlite.synchronize()
+        err = rel_err(out, a_full.float() @ w_full.float().t())
+        assert err < TOL, f"GEMM-AllReduce M={M} at W={W}: rel err {err:.3g}"
+
+
+@pytest.mark.gpu
+def test_more_ranks_than_gpus_on_several_gpus(monkeypatch):
+    """W = GPUs + 1 ranks on two or more GPUs (``fluxlite.init`` and the tests put rank ``r`` on GPU
+    ``r % GPUs``): some peers share this rank's GPU, others are on another, whose buffers a rank
+    opens by CUDA IPC and reaches through peer access."""
+    from .gpu_utils import run_gpu_ranks
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < 2:
+        pytest.skip(f"needs 2 or more CUDA GPUs, got {gpus}")
+    monkeypatch.setenv("FLUXLITE_GPU_SHARE", "1")
+    run_gpu_ranks(_ops_on_shared_and_separate_gpus, gpus + 1, limit_s=240)
