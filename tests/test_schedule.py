@@ -225,3 +225,20 @@ def test_each_op_takes_its_own_tile_order():
     assert RS.tile_order(s, 32, 8, 132).tolist() == wide[32]
     assert AR.tile_order(s, 32, 8, 132).tolist() == by_split[32]
     assert AG.tile_order(s, 16, 8, 132).tolist() == wide[16]
+
+
+def test_ag_takes_one_split_per_chunk_on_cuda_where_its_chunk_is_one_wave():
+    """AG-GEMM on CUDA: the matmul consumer always one split; the Triton kernel one where the chunk's
+    tiles fit in one wave of its programs, else two."""
+    from fluxlite.kernels.gemm_core import GemmConfig
+    from fluxlite.ops.ag_gemm import cuda_splits
+
+    config = GemmConfig(block_m=128, block_n=256, num_progs=132)
+    cpu = torch.device("cpu")  # the config names its programs: no device is asked
+    assert cuda_splits("torch", 8192, 14336, config, False, cpu) == 1
+    assert cuda_splits("triton", 2278, 768, config, False, cpu) == 1  # 18 x 3 = 54 tiles
+    assert cuda_splits("triton", 2048, 2048, config, False, cpu) == 1  # 16 x 8 = 128: one wave
+    assert cuda_splits("triton", 2048, 2112, config, False, cpu) == 2  # 16 x 9 = 144 tiles
+    assert cuda_splits("triton", 2048, 2048, config, True, cpu) == 2  # gated: 128-column tiles, 256 of them
+    assert cuda_splits("triton", 1, 256 * 132, config, False, cpu) == 1
+    assert cuda_splits("triton", 1, 256 * 132 + 1, config, False, cpu) == 2  # the plan keeps one: one row block

@@ -53,6 +53,7 @@ from .._sequential import all_gather_rows, epilogue_linear
 from ..fused import Call, FusedState, Plan, get_plan, producer
 from ..fused.producer import COPY, SIGNAL, STAGE, WAIT
 from ..kernels import ag_gemm as kernel
+from ..kernels import gemm_core
 from ..kernels.device_flags import ERR_TIMEOUT_AG
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
@@ -60,13 +61,24 @@ from .op import Args, Op, check_common, finish_args
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 
-MATMUL_SPLITS = 1
-"""Splits per chunk of the CUDA matmul consumer: one GEMM per peer chunk. Where the GEMM is large
-enough for the matmul consumer (:data:`fluxlite.ops.op.MATMUL_MIN_FLOPS`), a peer's rows took less
-time to arrive than this rank's own rows took to multiply on every AG shape measured on two H200s
-(their ratio is about ``N / 2000``), so a split would only add a GEMM's last wave. The rule also runs
-this consumer for ``K`` off a multiple of 64 at any size; there, with a short ``N``, the copy may
-outlast the first GEMM (not measured)."""
+def cuda_splits(consumer: str, rows: int, n_out: int, config: GemmConfig, gated: bool, device: torch.device) -> int:
+    """Splits per peer chunk on CUDA (at most; a chunk of fewer row blocks gets one per block): one for
+    the matmul consumer, and for the Triton kernel where a chunk's ``rows x n_out`` tiles fit in one
+    wave of its programs; else two.
+
+    A split costs a copy-engine copy and a flag, each starting some microseconds after the step
+    before it, and a wait; it pays only where the consumer has this rank's own tiles to run while a
+    peer's first split arrives. Where our chunk is one wave, every program finishes its local tile at
+    once and then waits on the peer's rows whatever the split, so more splits only add their starts.
+    On two H200s (TP=2, in one process or one machine, alternating; BENCHMARKS.md, "AG-GEMM: one split
+    per chunk of one wave, two otherwise"): one split took 0.82-0.94x the device time of three or four
+    splits at the four shapes whose chunk was 0.4-0.85 of a wave; at 1.1-1.2 waves two splits ran as four did, and
+    one up to 5% slower. Each split also puts two copy nodes in a replayed call's graph (about 2.5 us
+    of launch each). For the matmul consumer a second split would also cost a GEMM's last wave."""
+    if consumer != "triton":
+        return 1
+    tiles = -(-rows // config.block_m) * gemm_core.column_blocks(n_out, config, gated)
+    return 1 if tiles <= gemm_core.persistent_programs(config, device) else 2
 
 
 def _scales_offset(rows: int, row_bytes: int) -> int:
@@ -175,9 +187,12 @@ class AllGatherGemm(Op):
         m, K = a.shape
         variant = self.variant(args.options)
         consumer = self.consumer_of(state, args, config)
-        matmul = consumer == "torch" and state.ws.is_cuda
-        plan = get_plan(state, self, m, K, args.weight.shape[0], a.dtype, variant, ep, config, consumer,
-                        MATMUL_SPLITS if matmul else None)
+        N = args.weight.shape[0]
+        splits = None  # CPU: the schedule's default, so that the tests run up to four splits per chunk
+        if state.ws.is_cuda:
+            splits = cuda_splits(consumer, m, ep.out_features(N), config or gemm_core.default_config(), ep.gated,
+                                 a.device)
+        plan = get_plan(state, self, m, K, N, a.dtype, variant, ep, config, consumer, splits)
         rows_here = state.ws.world_size * m if variant != PULL else m
         row = K * a.element_size()
         state.reserve(_scales_offset(rows_here, row) + (4 * rows_here if ep.row_scaled else 0),
