@@ -72,9 +72,10 @@ def cuda_splits(consumer: str, rows: int, n_out: int, config: GemmConfig, gated:
     once and then waits on the peer's rows whatever the split, so more splits only add their starts.
     On two H200s (TP=2, in one process or one machine, alternating; BENCHMARKS.md, "AG-GEMM: one split
     per chunk of one wave, two otherwise"): one split took 0.82-0.94x the device time of three or four
-    splits at the four shapes whose chunk was 0.4-0.85 of a wave; at 1.1-1.2 waves two splits ran as four did, and
-    one up to 5% slower. Each split also puts two copy nodes in a replayed call's graph (about 2.5 us
-    of launch each). For the matmul consumer a second split would also cost a GEMM's last wave."""
+    splits at the four shapes whose chunk was 0.4-0.85 of a wave; at 1.1-1.2 waves two splits ran as
+    four did, and one up to 5% slower. Each split also puts two copy nodes in a replayed call's graph
+    (about 2.5 us of launch each). For the matmul consumer a second split would also cost a GEMM's
+    last wave."""
     if consumer != "triton":
         return 1
     tiles = -(-rows // config.block_m) * gemm_core.column_blocks(n_out, config, gated)
