@@ -198,12 +198,17 @@ class _CudaIpc:
         # that only that GPU's context can reach.
         device_arg = list(inspect.signature(rebuild).parameters).index("storage_device")
 
-        def opened_here(handle: str) -> torch.Tensor:
+        def opened_here(peer: int, handle: str) -> torch.Tensor:
             rebuild_args = list(pickle.loads(base64.b64decode(handle)))
             rebuild_args[device_arg] = self.device.index
-            return rebuild(*rebuild_args)
+            try:
+                return rebuild(*rebuild_args)
+            except RuntimeError as exc:
+                raise FluxliteError(
+                    f"fluxlite: rank {self.tp.rank} on {self.device} cannot map peer rank {peer}'s buffer by CUDA "
+                    f"IPC (ranks on different GPUs need peer access between them): {exc}") from exc
 
-        views = [local if p == self.tp.rank else opened_here(h) for p, h in enumerate(handles)]
+        views = [local if p == self.tp.rank else opened_here(p, h) for p, h in enumerate(handles)]
         # A rank frees its buffer only after every peer has opened it.
         rendezvous.barrier(self.tp, f"{self.key}/g{generation}/mapped", timeout_s=timeout_s, op="workspace build",
                            step="map peers' CUDA IPC memory")
