@@ -261,8 +261,8 @@ class GemmAllReduce(GemmReduceScatter):
                           dict(what="reduced tiles", peer=g.rank, chunk=g.rank, split=s)))
             hi = min(hi, g.rows_of(g.rank))  # a last chunk cut short: only its rows travel
             if hi > lo:
-                steps += [(COPY, ws.data_addr(p, parity) + g.gathered + (g.rank * g.mc + lo) * g.row,
-                           g.red + lo * g.row, (hi - lo) * g.row) for p in g.peers]
+                steps += [(COPY, g.in_gathered(ws, p, parity, g.rank, lo), g.red + lo * g.row, (hi - lo) * g.row)
+                          for p in g.peers]
         return steps
 
     def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
@@ -298,8 +298,7 @@ class GemmAllReduce(GemmReduceScatter):
             return
         if hi > lo:
             for p in g.peers:
-                ctypes.memmove(ws.data_addr(p, parity) + g.gathered + (r * g.mc + lo) * g.row, g.red + lo * g.row,
-                               (hi - lo) * g.row)
+                ctypes.memmove(g.in_gathered(ws, p, parity, r, lo), g.red + lo * g.row, (hi - lo) * g.row)
         for p in g.peers:  # after the rows: x86 keeps the order of these stores (fluxlite.host_flags)
             host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
         for p in g.peers:
@@ -307,8 +306,8 @@ class GemmAllReduce(GemmReduceScatter):
                       **call.wait_info())
         for p in g.peers:
             if g.rows_of(p):
-                ctypes.memmove(out.data_ptr() + p * g.mc * g.row, ws.data_addr(r, parity) + g.gathered
-                               + p * g.mc * g.row, g.rows_of(p) * g.row)
+                ctypes.memmove(out.data_ptr() + p * g.mc * g.row, g.in_gathered(ws, r, parity, p),
+                               g.rows_of(p) * g.row)
 
 
 class _Gather(NamedTuple):
@@ -336,6 +335,11 @@ class _Gather(NamedTuple):
     def rows_of(self, chunk: int) -> int:
         """Rows of ``chunk`` (fewer for a last chunk cut short, none past ``M``)."""
         return max(0, min(self.mc, self.M - chunk * self.mc))
+
+    def in_gathered(self, ws, owner: int, parity: int, chunk: int, row: int = 0) -> int:
+        """The address of row ``row`` of ``chunk``'s rows in rank ``owner``'s ``gathered`` (data half
+        ``parity``)."""
+        return ws.data_addr(owner, parity) + self.gathered + (chunk * self.mc + row) * self.row
 
 
 AR = GemmAllReduce.define()
