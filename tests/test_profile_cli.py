@@ -241,6 +241,27 @@ def test_the_auto_over_best_column_marks_a_loss_beyond_the_rounds_spread(profile
     assert cell() == "-"
 
 
+def test_the_efficiency_cell_marks_a_fused_time_under_the_limit(profiled):
+    """Where fused ran more than 3% under the limit (cuBLAS slower on the operands as given than the
+    fused call's GEMM), its efficiency cell carries ``!`` and the table explains it once."""
+    meta, rows = report.read_json(profiled / "profile.json")
+    head = report.format_table(meta, rows).splitlines()[1]
+    end = head.index("fused eff") + len("fused eff")
+
+    def cell_and_note() -> tuple[str, bool]:
+        lines = report.format_table(meta, rows).splitlines()
+        return lines[2][:end].split()[-1], any(ln.startswith("!: fused ran under the limit") for ln in lines)
+
+    for r in rows:
+        r["vs_limit"]["fused"] = 1.01
+    rows[0]["efficiency"]["fused"] = 0.9
+    assert cell_and_note() == ("0.90", False)
+    rows[0]["vs_limit"]["fused"], rows[0]["efficiency"]["fused"] = 0.48, 7.86
+    assert cell_and_note() == ("7.86!", True)
+    rows[0]["vs_limit"]["fused"] = 0.975  # within 3%: the rounds' spread
+    assert cell_and_note() == ("7.86", False)
+
+
 @pytest.mark.parametrize("argv,names", [
     (["--shape", "64,32"], "M,K,N"),
     (["--shape", "xx:1,2,3"], "M,K,N"),
