@@ -5,6 +5,9 @@
   ``fluxlite.kernels`` module) is imported. Spawned ranks inherit it through the environment.
 - Tests marked ``gpu`` are skipped cleanly when CUDA is absent (the marker is registered in
   pyproject.toml).
+- Under pytest-xdist (the README's test command runs ``-n 2 --dist loadgroup``), each module's tests
+  run on one worker, so a module-scoped fixture runs once, and every ``gpu`` test on the same worker,
+  so two tests never hold the GPUs at once.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ if not HAS_CUDA:
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here too, so that running a single test file outside the project root still knows it.
     config.addinivalue_line("markers", "gpu: needs CUDA GPUs (skipped cleanly without them)")
+    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist's loadgroup keeps on one worker")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("gpu" if "gpu" in item.keywords else item.module.__name__))
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs CUDA: no GPU on this machine")
