@@ -50,8 +50,8 @@ UNDER_LIMIT = 0.03
 """How far under the limit (relative) a fused time is marked as under it, past the rounds' spread."""
 UNDER_LIMIT_TEXT = ("!: fused ran under the limit, which is then no floor: torch.matmul, which the GEMM, the limit "
                     "and sequential run, was slower on these operands than the fused call's own GEMMs (several "
-                    "times where rows are off 16 bytes, K % 8 != 0 in bf16, which the fused call pads or hands "
-                    "to cuBLASLt with their alignment); its efficiency then exceeds 1")
+                    "times where rows are off 16 bytes, K or N off a multiple of 8 in bf16, which the fused "
+                    "call pads or hands to cuBLASLt with their alignment); its efficiency then exceeds 1")
 
 
 def no_nan(v):
