@@ -268,8 +268,8 @@ class Op:
     def impl_of(self, a, weight, bias=None, *, group=None, impl="auto", timeout=None, **options) -> str:
         """The implementation a call with these arguments runs, without running it: ``impl`` if it
         names one, else what ``auto`` chooses, by the same step as the call (it may agree with the
-        peers and measure, so every rank must ask together); ``"sequential"`` where no communication
-        is needed (one rank, no rows)."""
+        peers and measure, so every rank must ask together); ``"sequential"`` where there is nothing
+        to overlap (one rank, an empty GEMM: :func:`impl_of`)."""
         options = {**self.option_defaults, **options}
         repeat = self._repeat(group, timeout, impl, options, (a, weight, bias, None))[1]
         if repeat is not None:
@@ -443,8 +443,11 @@ def _tensor_key(t: torch.Tensor | None) -> tuple | None:
 
 
 def impl_of(choice: Choice, args: Args) -> str:
-    """A world of one, or no rows, needs no communication: every impl computes locally."""
-    return "sequential" if args.tp.world_size == 1 or args.a.shape[0] == 0 else choice.impl
+    """``choice``'s implementation, or sequential where there is nothing to overlap: a world of one,
+    or an empty GEMM (no rows, no columns or ``K = 0``), which every impl runs as sequential does
+    (the fused paths' kernels and views take no empty dimension)."""
+    empty = args.a.numel() == 0 or args.weight.numel() == 0
+    return "sequential" if args.tp.world_size == 1 or empty else choice.impl
 
 
 def check_fused_dtype(op: str, a: torch.Tensor) -> None:
