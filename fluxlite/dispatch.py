@@ -808,7 +808,7 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
     on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank;
     ``configs()``: the kernel configs its fused path can run (:func:`candidates`), asked only
     when the call is measured."""
-    if key.world_size == 1 or a.shape[0] == 0 or flops == 0:  # nothing to overlap, nothing to measure
+    if key.world_size == 1 or a.shape[0] == 0:
         return _RULE["sequential"]
     tuned = _TUNING.get()
     retune = tuned is not None and key not in tuned

@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        item.add_marker(pytest.mark.xdist_group("gpu" if "gpu" in item.keywords else item.module.__name__))
+        item.add_marker(pytest.mark.xdist_group("gpu" if "gpu" in item.keywords else item.nodeid.split("::")[0]))
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs CUDA: no GPU on this machine")

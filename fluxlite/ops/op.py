@@ -292,6 +292,8 @@ class Op:
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
+        if flops == 0:  # an empty GEMM: nothing to measure, and it runs as sequential whatever the choice (impl_of)
+            return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows), key
         return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args)), key
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
