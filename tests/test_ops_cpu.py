@@ -132,52 +132,41 @@ def _check_empty(name: str, out: torch.Tensor, ref: torch.Tensor, dtype, failure
     """``check``, but exact where the reference is all zeros (``K = 0``, no bias), which gives
     ``check``'s relative tolerance nothing to scale by."""
     if ref.numel() and not ref.any():
-        if out.shape != ref.shape or out.any() or out.isnan().any():
+        if not torch.equal(out, torch.zeros(ref.shape, dtype=out.dtype)):
             failures.append(f"{name}: expected zeros {tuple(ref.shape)}, got {out}")
         return
     check(name, out, ref, dtype, failures)
 
 
 def _empty_gemms(rank: int, W: int) -> None:
-    """Every op at every impl with one GEMM dimension empty: no rows (AG, GEMM-AllReduce), no output
-    columns, or ``K = 0`` (the result is the bias alone). Each runs as sequential does, on every rank,
-    and matches the float64 reference in a NaN-filled ``out``."""
+    """Every op at every impl with one GEMM dimension empty: no rows, no output columns, or ``K = 0``
+    (the result is the bias alone). Each runs as sequential (``impl_of``), on every rank, and matches
+    the float64 reference in a NaN-filled ``out``."""
     from fluxlite.ops import AG, AR, RS
 
     poison_empty_tensors()
     gen = torch.Generator().manual_seed(SEED + 7)
     failures: list[str] = []
-    for (m, K, N), dtype, with_bias, impl in itertools.product(
-            [(0, 12, 9), (5, 12, 0), (5, 0, 9)], (torch.float32,), (False, True), IMPLS + ("decomposed",)):
-        name = f"W={W} r={rank} m={m} K={K} N={N} {dtype} bias={with_bias} impl={impl}"
+    dtype = torch.float32
+    for (m, K, N), with_bias, impl in itertools.product([(0, 12, 9), (5, 12, 0), (5, 0, 9)], (False, True),
+                                                        IMPLS + ("decomposed",)):
         bias = randn(gen, N, dtype=dtype) if with_bias else None
-        a_full, weight = randn(gen, W * m, K, dtype=dtype), randn(gen, N, K, dtype=dtype)
-        a = a_full[rank * m : (rank + 1) * m]
-        for op, call in (("ag_gemm", lambda o: fluxlite.ag_gemm(a, weight, bias, impl=impl, out=o)),):
-            if AG.impl_of(a, weight, bias, impl=impl) != "sequential":
-                failures.append(f"{op} {name}: impl_of is not sequential")
-            out = torch.full((W * m, N), float("nan"), dtype=dtype)
-            _check_out(f"{op} {name}", call(out), out, failures)
-            _check_empty(f"{op} {name}", out, ag_reference(a_full, weight, bias), dtype, failures)
-        M = W * max(m, 1)  # GEMM-RS needs rows that the ranks divide
-        a_parts = [randn(gen, M, K, dtype=dtype) for _ in range(W)]
+        a_parts = [randn(gen, W * m, K, dtype=dtype) for _ in range(W)]  # AG: the gathered rows; RS, AR: each rank's
         w_parts = [randn(gen, N, K, dtype=dtype) for _ in range(W)]
-        if m:  # GEMM-RS with no columns or K = 0
-            out = torch.full((M // W, N), float("nan"), dtype=dtype)
-            _check_out(f"gemm_rs {name}", fluxlite.gemm_rs(a_parts[rank], w_parts[rank], bias, impl=impl, out=out),
-                       out, failures)
-            _check_empty(f"gemm_rs {name}", out, rs_reference(a_parts, w_parts, bias, rank), dtype, failures)
-            if RS.impl_of(a_parts[rank], w_parts[rank], bias, impl=impl) != "sequential":
-                failures.append(f"gemm_rs {name}: impl_of is not sequential")
-        rows = m  # GEMM-AllReduce: any rows, none too
-        ar_a = [p[:rows] for p in a_parts]
-        out = torch.full((rows, N), float("nan"), dtype=dtype)
-        _check_out(f"gemm_ar {name}", fluxlite.gemm_ar(ar_a[rank], w_parts[rank], bias, impl=impl, out=out),
-                   out, failures)
-        ref = sum(p.double() @ w.double().t() for p, w in zip(ar_a, w_parts))
-        _check_empty(f"gemm_ar {name}", out, ref + (0 if bias is None else bias.double()), dtype, failures)
-        if AR.impl_of(ar_a[rank], w_parts[rank], bias, impl=impl) != "sequential":
-            failures.append(f"gemm_ar {name}: impl_of is not sequential")
+        total = sum(x.double() @ w.double().t() for x, w in zip(a_parts, w_parts))
+        total = total if bias is None else total + bias.double()
+        cases = [  # (op, a, weight, output rows, float64 reference)
+            (AG, a_parts[0][rank * m : (rank + 1) * m], w_parts[0], W * m, ag_reference(a_parts[0], w_parts[0], bias)),
+            (RS, a_parts[rank], w_parts[rank], m, total[rank * m : (rank + 1) * m]),
+            (AR, a_parts[rank], w_parts[rank], W * m, total),
+        ]
+        for op, a, weight, rows, ref in cases:
+            name = f"{op.name} W={W} r={rank} m={m} K={K} N={N} bias={with_bias} impl={impl}"
+            if op.impl_of(a, weight, bias, impl=impl) != "sequential":
+                failures.append(f"{name}: impl_of is not sequential")
+            out = torch.full((rows, N), float("nan"), dtype=dtype)
+            _check_out(name, op(a, weight, bias, impl=impl, out=out), out, failures)
+            _check_empty(name, out, ref, dtype, failures)
     assert not failures, f"{len(failures)} failing cases:\n" + "\n".join(failures[:40])
 
 

@@ -292,7 +292,7 @@ class Op:
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
-        if flops == 0:  # an empty GEMM: nothing to measure, and it runs as sequential whatever the choice (impl_of)
+        if empty_gemm(args):  # nothing to measure: it runs as sequential whatever the choice (impl_of)
             return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows), key
         return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args)), key
 
@@ -444,12 +444,16 @@ def _tensor_key(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.get_device())
 
 
+def empty_gemm(args: Args) -> bool:
+    """No rows, no output columns or ``K = 0``: nothing to overlap, and a dimension that the fused
+    paths' kernels and workspace views do not take."""
+    return args.a.numel() == 0 or args.weight.numel() == 0
+
+
 def impl_of(choice: Choice, args: Args) -> str:
     """``choice``'s implementation, or sequential where there is nothing to overlap: a world of one,
-    or an empty GEMM (no rows, no columns or ``K = 0``), which every impl runs as sequential does
-    (the fused paths' kernels and views take no empty dimension)."""
-    empty = args.a.numel() == 0 or args.weight.numel() == 0
-    return "sequential" if args.tp.world_size == 1 or empty else choice.impl
+    or an empty GEMM (:func:`empty_gemm`), which every impl runs as sequential does."""
+    return "sequential" if args.tp.world_size == 1 or empty_gemm(args) else choice.impl
 
 
 def check_fused_dtype(op: str, a: torch.Tensor) -> None:
