@@ -14,17 +14,24 @@ rounds, max over ranks):
   already in place: no producer, no alignment step, no communication.
 - ``kernel+copy``: the same kernel while the copy engine moves the op's bytes beside it
   (:mod:`fluxlite.profile.limit`): the fused call without its waits.
+- ``splits`` (GEMM-RS where a fused call runs the matmul consumer): that consumer's cuBLAS GEMMs,
+  one per (chunk, split) in the schedule's order (``GemmReduceScatter.matmul_gemms`` in
+  :mod:`fluxlite.ops.gemm_rs`), the peers' partials already in place: no count, no wait, no copy.
+  ``splits+copy``: the same with the op's bytes moving beside them.
 - ``limit``: cuBLAS with the same transfer beside it (the overlap limit).
 - ``copy``: the transfer alone; ``nccl``: the collective alone.
 - ``sequential``, ``fused``: fluxlite's ops; ``torch``: ``torch.ops.symm_mem``'s fused op.
 
 So ``core/cublas`` is the core's cost, ``kernel/core`` the schedule's and waits' bookkeeping,
 ``kernel+copy/kernel`` the transfer's interference, and ``fused/kernel+copy`` what the protocol
-(alignment, producer, real waits) adds.
+(alignment, producer, real waits) adds. For the matmul consumer, ``splits/cublas`` is what cutting
+the GEMM into splits costs, ``splits+copy/splits`` the transfer's interference and
+``fused/splits+copy`` the protocol.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -55,7 +62,8 @@ SHAPES = ["ag:8192,8192,14336", "rs:8192,14336,8192", "ag:8192,8192,5120", "rs:8
           "rs:8192,5504,8192", "ag:6000,5000,7000", "rs:6000,7000,5000", "ag:2048,8192,7168"]
 OPS = ("ag_gemm", "gemm_rs")  # the ops with a kernel case
 NAMES = dict(gemm="cublas", comm="nccl", torch_symm_mem="torch")  # this script's names of the profiler's cases
-CASES = ("cublas", "core", "kernel", "kernel+copy", "limit", "copy", "nccl", "sequential", "fused", "torch")
+CASES = ("cublas", "core", "kernel", "kernel+copy", "splits", "splits+copy", "limit", "copy", "nccl", "sequential",
+         "fused", "torch")
 
 
 def preset_flags(W: int, signature: tuple[int, ...], device) -> torch.Tensor:
@@ -110,24 +118,51 @@ def kernel_case(shape: Shape, tp, device, dtype, x0: dict):
     return kernel, plan
 
 
+def splits_case(shape: Shape, tp, device, dtype, x0: dict):
+    """``splits(x)``: GEMM-RS's matmul consumer's GEMMs for ``shape`` (module docstring), or ``None``
+    where a fused call of ``shape`` runs the Triton kernel instead."""
+    W, M, N = tp.world_size, shape.M, shape.N
+    state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
+    args = RS.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S, out=None)
+    plan = RS.prepare(state, args, None)
+    if plan.consumer == "triton":
+        return None
+    mc = M // W
+    recv = torch.randn(W, mc, N, device=device, dtype=dtype)
+    partial = torch.empty(W, mc, N, device=device, dtype=dtype)
+
+    def splits(x):
+        out = x["a"].new_empty(mc, N)
+        RS.matmul_gemms(dataclasses.replace(args, a=x["a"], weight=x["w"]), plan, partial, recv, out,
+                        count=lambda chunk, split: None, wait=lambda split: None)
+        return out
+    return splits
+
+
 def cases(shape: Shape, timer: Timer, dtype, sets: int):
     """``(inputs, {case: fn(x)}, transfer, {case: why it failed})`` for one shape (module docstring):
     the profiler's cases (:func:`fluxlite.profile.run.op_case`, the limit and the copy) under this
-    script's names, and the core, kernel and kernel+copy cases. Call ``transfer.close()`` when done
-    (``None``: the transfer could not be built, and the cases that need it failed)."""
+    script's names, and the core, kernel and kernel+copy cases, and splits and splits+copy where the
+    op runs the matmul consumer. Call ``transfer.close()`` when done (``None``: the transfer could not
+    be built, and the cases that need it failed)."""
     tp, device = timer.tp, timer.device
     make, profiled = op_case(shape, tp, dtype, device)
     inputs = [make() for _ in range(sets)]
     kernel, plan = kernel_case(shape, tp, device, dtype, inputs[0])
+    splits = splits_case(shape, tp, device, dtype, inputs[0]) if shape.op == "gemm_rs" else None
     transfer, failed = add_limit_cases(timer, shape, dtype, profiled)  # last: nothing here fails after it
     fns = {NAMES.get(name, name): fn for name, fn in profiled.items()}
     full = "gathered" if shape.op == "ag_gemm" else "a"  # the per-rank GEMM's input
     fns["core"] = lambda x: ag_kernel.gemm(x[full], x["w"], config=plan.config)
     fns["kernel"] = kernel
+    if splits is not None:
+        fns["splits"] = splits
     if transfer is None:
         failed["kernel+copy"] = failed["limit"]
     else:
         fns["kernel+copy"] = transfer.beside(kernel)
+        if splits is not None:
+            fns["splits+copy"] = transfer.beside(splits)
     if device.type != "cuda":
         fns.pop("torch", None)
     return inputs, {name: fns[name] for name in CASES if name in fns}, transfer, failed

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|models|allreduce|norm|graphs|trace|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|limit-rs|models|allreduce|norm|graphs|trace|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -120,6 +120,15 @@ if want limit-unaligned; then  # the same against the limit, at shapes whose N a
     --out "$OUT/bench_overlap_unaligned.json" --shapes ag:8192,5184,6976 rs:8192,6976,5184 ag:6144,7232,5440 \
     rs:6144,5440,7232 ag:12288,4160,9664 rs:12288,9664,4160 ag:4096,9280,11072 rs:4096,11072,9280 2>&1 \
     | tee "$OUT/bench_overlap_unaligned.log" | grep -v '^W1' | grep '^ag\|^rs'
+  status=$((status | PIPESTATUS[0]))
+fi
+if want limit-rs; then  # GEMM-RS's matmul consumer, split GEMMs and the copy apart: the preset shapes over 1.03x the
+  # limit on 2xH200 (2026-11-27), and the furthest of the shapes off multiples of 128
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_overlap.py --rounds 5 \
+    --out "$OUT/bench_overlap_rs.json" --shapes rs:4096,14336,4096 rs:8192,7168,4096 rs:16384,3072,4096 \
+    rs:4096,14784,8192 rs:4096,6144,12288 rs:4096,24576,12288 rs:8192,18432,12288 rs:8192,6144,12288 \
+    rs:8192,11832,7184 2>&1 \
+    | tee "$OUT/bench_overlap_rs.log" | grep -v '^W1' | grep '^rs'
   status=$((status | PIPESTATUS[0]))
 fi
 # models: every AG and GEMM-RS shape of four presets (forward and backward) against the limit, fused and

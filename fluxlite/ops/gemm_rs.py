@@ -29,6 +29,7 @@ leave as early as possible and the tiles that wait come last.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -202,28 +203,47 @@ class GemmReduceScatter(Op):
 
     def _consume_by_matmul(self, call: Call, args: Args, partial: torch.Tensor, recv: torch.Tensor,
                            reduced: torch.Tensor, second: bool) -> None:
-        """The matmul consumer: one GEMM per (chunk, split) in the schedule's order, the peers' chunks
-        first. A peer chunk's split goes into ``partial`` and is counted for the producer, which sends
-        it; a split of our chunk waits (bounded) for the peers' partials of it, then takes the first as
-        the GEMM's ``C`` input (``addmm``: the reduction rides on the GEMM's epilogue, no pass of its
-        own) and adds any others. The partial this rank computes for chunk ``r - 1`` carries the bias,
-        so that it is added once per chunk, and every partial the scale. On CUDA the GEMMs are
-        cuBLAS's, a count is an event (:class:`fluxlite.fused.producer.Feed`) and a wait a one-program kernel
-        (:mod:`fluxlite.kernels.split_wait`); on CPU, matmuls, host stores and host waits."""
+        """The matmul consumer: :meth:`matmul_gemms`, with the protocol's counts and waits. On CUDA a
+        count is an event (:class:`fluxlite.fused.producer.Feed`) and a wait a one-program kernel
+        (:mod:`fluxlite.kernels.split_wait`); on CPU, host stores and host waits."""
         state, ws, plan = call.state, call.ws, call.plan
-        sched = plan.sched
         W, r = ws.world_size, ws.rank
-        a, bias, scale = args.a, args.bias, args.ep.scale
-        M, mc = a.shape[0], sched.chunk_rows
-        wt = args.weight.t()
-        carried = (r - 1) % W  # the chunk whose partial from this rank carries the bias
-        peers = sched.peers()
+        peers = plan.sched.peers()
 
-        def count(slot: int, split: int) -> None:  # the producer waits for the split's blocks in the counter
+        def count(chunk: int, split: int) -> None:  # the producer waits for the split's blocks in the counter
+            slot = sch.counter_slot(chunk, split)
             if ws.is_cuda:  # the counter's event, the producer's wait for it, and the copy behind it
                 call.feed.counted(state.counters.data_ptr() + 4 * slot, split)
             else:
-                host_set_flag(state.counters, slot, sched.split_tiles(split, plan.num_n))
+                host_set_flag(state.counters, slot, plan.sched.split_tiles(split, plan.num_n))
+
+        def wait(split: int) -> None:  # the peers' partials of our chunk's split
+            if ws.is_cuda:
+                call.wait_split(split)  # behind our own signals of this split (producer.Feed)
+            else:
+                for p in peers:
+                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
+
+        self.matmul_gemms(args, plan, partial, recv, reduced, count, wait, second)
+
+    def matmul_gemms(self, args: Args, plan: Plan, partial: torch.Tensor, recv: torch.Tensor, reduced: torch.Tensor,
+                     count: Callable[[int, int], None], wait: Callable[[int], None], second: bool = False) -> None:
+        """The matmul consumer's GEMMs: one per (chunk, split) in the schedule's order, the peers'
+        chunks first. A peer chunk's split goes into ``partial[chunk]`` (``[W, mc, N]``), then
+        ``count(chunk, split)``; a split of our chunk first ``wait(split)``, then takes the first
+        peer's ``recv`` rows as the GEMM's ``C`` input (``addmm``: the reduction rides on the GEMM's
+        epilogue, no pass of its own), adds any others, and writes ``reduced`` (``[<= mc, N]``); with
+        a ``second`` shot it is counted too. The partial this rank computes for chunk ``r - 1``
+        carries the bias, so that it is added once per chunk, and every partial the scale. On CUDA
+        the GEMMs are cuBLASLt's without a workspace (:mod:`fluxlite._cublaslt`), on CPU matmuls.
+        ``scripts/bench_overlap.py`` times them with no count and no wait."""
+        sched = plan.sched
+        W, rank = sched.world_size, sched.rank
+        a, bias, scale = args.a, args.bias, args.ep.scale
+        M, mc = a.shape[0], sched.chunk_rows
+        wt = args.weight.t()
+        carried = (rank - 1) % W  # the chunk whose partial from this rank carries the bias
+        peers = sched.peers()
 
         def product(dst: torch.Tensor, src: torch.Tensor, with_bias: bool) -> None:  # dst = scale * src @ W.T (+ b)
             cublaslt.linear_into(dst, src, args.weight, bias if with_bias else None, scale)
@@ -232,16 +252,12 @@ class GemmReduceScatter(Op):
             for split, (lo, hi) in enumerate(plan.split_rows):
                 rows = max(0, min(hi, M - chunk * mc) - lo)  # a last chunk cut short (GEMM-AllReduce) has fewer
                 src = a[chunk * mc + lo : chunk * mc + lo + rows]
-                if chunk != r:
+                if chunk != rank:
                     if rows:
                         product(partial[chunk, lo : lo + rows], src, chunk == carried)
-                    count(sch.counter_slot(chunk, split), split)
+                    count(chunk, split)
                     continue
-                if ws.is_cuda:
-                    call.wait_split(split)  # behind our own signals of this split (producer.Feed)
-                else:
-                    for p in peers:
-                        call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=r, split=split, what="partials")
+                wait(split)
                 if rows:
                     dst = reduced[lo : lo + rows]
                     if peers:
@@ -253,7 +269,7 @@ class GemmReduceScatter(Op):
                     else:
                         product(dst, src, True)
                 if second:  # the second shot sends each reduced split on once it is complete
-                    count(sch.counter_slot(r, split), split)
+                    count(rank, split)
 
     def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
         """Where the consumer writes this rank's reduced chunk: ``out`` itself, or (an op with a second
