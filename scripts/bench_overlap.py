@@ -50,6 +50,7 @@ from fluxlite.epilogue import PLAIN  # noqa: E402
 from fluxlite.fused import state_of  # noqa: E402
 from fluxlite.kernels import ag_gemm as ag_kernel  # noqa: E402
 from fluxlite.kernels import gemm_rs as rs_kernel  # noqa: E402
+from fluxlite.kernels.gemm_core import default_config  # noqa: E402
 from fluxlite.ops import AG, RS  # noqa: E402
 from fluxlite.profile.cli import parse_shape, refuse_indivisible  # noqa: E402
 from fluxlite.profile.presets import SHORT, Shape  # noqa: E402
@@ -79,14 +80,15 @@ def preset_flags(W: int, signature: tuple[int, ...], device) -> torch.Tensor:
 
 def kernel_case(shape: Shape, tp, device, dtype, x0: dict):
     """``(kernel, plan)``: ``kernel(x)`` launches the fused kernel of ``shape``'s op with the op's
-    schedule (``plan``, for inputs like ``x0``), its flags preset and the peers' data already in place
-    (separate buffers, not the workspace's, which the fused calls use)."""
+    schedule (``plan``, for inputs like ``x0``, built for the kernel with the default config even where
+    a fused call of ``shape`` runs the matmul consumer), its flags preset and the peers' data already
+    in place (separate buffers, not the workspace's, which the fused calls use)."""
     W, M, K, N = tp.world_size, shape.M, shape.K, shape.N
     ag = shape.op == "ag_gemm"
     op = AG if ag else RS
     state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
     plan = op.prepare(state, op.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S,
-                                      out=None), None)
+                                      out=None), default_config())
     error = torch.zeros(16, dtype=torch.int32, device=device)
     call = torch.ones(1, dtype=torch.int32, device=device)
     common = dict(blocks=plan.blocks, tiles=plan.tiles, flags=preset_flags(W, plan.signature, device),
