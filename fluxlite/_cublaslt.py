@@ -14,6 +14,17 @@ each fused call's graph, and a gap between two GEMMs. Without one they schedule 
 on the matmul consumers' GEMMs (BENCHMARKS.md, "cuBLASLt without a workspace"), with nothing before
 the GEMM. :func:`linear_into` (no ``C``: ``beta = 0``) is every matmul consumer's GEMM.
 
+Of the heuristic's candidates the first is taken. A caller may ask for ``rows_256``: then, where
+the heuristic's first two are one kernel's 256x128 and 128x256 tiles (in cuBLASLt's column-major
+terms: 256 or 128 output columns of ours by 128 or 256 rows), the second (:func:`preferred`).
+GEMM-RS's matmul consumer asks for it (and GEMM-AllReduce's, the same code): in its GEMMs, one
+after another beside the copy engine, the 128x256 tile made the call 0.4-2.1% faster at 8 of 10
+shapes that offered the pair on two H200s, and as fast at the other two; where the pair was other
+tiles, the second was faster at one shape and 4-14% slower at two, so those keep the first
+(BENCHMARKS.md, "cuBLASLt's candidates"). AG-GEMM's consumer has not been measured with it and
+takes the first. Timing the candidates, alone or on a call's operands, chose worse than the
+heuristic in the consumer's sequence (up to 1.35x), so no choice here is timed.
+
 Row-major operands map onto cuBLASLt's column-major ones as transposes::
 
     d[m, n] = alpha * sum_k a[m, k] * w[n, k] + c[m, n]
@@ -23,7 +34,7 @@ Row-major operands map onto cuBLASLt's column-major ones as transposes::
 along either dimension (``nn.Linear``'s ``[N, K]``, or a backward's ``W.t()`` view of ``[K, N]``).
 :func:`addmm_into` returns ``False`` (and does nothing) for anything else, or where no cuBLASLt is
 loaded, so that the caller can fall back to torch. Handles, descriptors and the chosen algorithm are
-cached per shape, strides, dtype and pointer alignment.
+cached per shape, strides, dtype, pointer alignment and ``rows_256``.
 """
 
 from __future__ import annotations
@@ -42,6 +53,8 @@ _R_32F, _DTYPES = 0, {torch.float16: 2, torch.bfloat16: 14}  # cudaDataType
 _DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
 _PREF_MAX_WORKSPACE, _PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D = 1, 5, 6, 7, 8
 _CAP_OUT_OF_PLACE = 4  # CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT
+_CONFIG_TILE_ID = 1  # CUBLASLT_ALGO_CONFIG_TILE_ID (uint32)
+_TILE_128x256, _TILE_256x128 = 23, 24  # cublasLtMatmulTile_t
 _OP_N, _OP_T = 0, 1
 
 
@@ -92,6 +105,10 @@ def _library() -> dict | None:
                 return None  # a cuBLASLt without one of these: torch.addmm it is
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
             fns[fn_name] = fn
+        config = getattr(lib, "cublasLtMatmulAlgoConfigGetAttribute", None)  # optional: tiles read for preferred()
+        if config is not None:
+            config.argtypes, config.restype = [_P, ctypes.c_int, _P, _SZ, ctypes.POINTER(_SZ)], ctypes.c_int
+            fns["cublasLtMatmulAlgoConfigGetAttribute"] = config
         return fns
     return None
 
@@ -126,7 +143,7 @@ def _destroy(lt: dict, desc: int | None, layouts: list) -> None:
 def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
     """``(handle, desc, A, B, C, D layouts, algo)`` for one key, or ``None`` where cuBLASLt has no
     out-of-place algorithm for it."""
-    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns = key
+    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns, rows_256 = key
     handle = _handles.get(device)
     if handle is None:
         h = _P()
@@ -142,18 +159,46 @@ def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
     # op(A) is N x K: W^T stored K x N (ld = ldw) for nn.Linear's [N, K], or W stored N x K otherwise
     layouts = [_layout(lt, dtype, K, N, ldw) if w_trans else _layout(lt, dtype, N, K, ldw),
                _layout(lt, dtype, K, M, lda), _layout(lt, dtype, N, M, ldc), _layout(lt, dtype, N, M, ldd)]
-    algo = _algo(lt, handle, desc.value, layouts, aligns) if all(layouts) else None
+    algo = _algo(lt, handle, desc.value, layouts, aligns, rows_256) if all(layouts) else None
     if algo is None:
         _destroy(lt, desc.value, layouts)
         return None
     return (handle, desc.value, *layouts, algo)
 
 
-def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple):
-    """The heuristic's first out-of-place algorithm that needs no workspace, or ``None``."""
+def preferred(tiles: list) -> int:
+    """Which of the heuristic's candidates to take, given each one's tile (``cublasLtMatmulTile_t``,
+    or ``None`` where it could not be read), in the heuristic's order: the second where the first two
+    are the 256x128 tile, then the 128x256 tile; else the first (module docstring)."""
+    return 1 if tiles[:2] == [_TILE_256x128, _TILE_128x256] else 0
+
+
+def _tile(lt: dict, algo) -> int | None:
+    """``algo``'s tile (``cublasLtMatmulTile_t``), or ``None`` where this cuBLASLt cannot say."""
+    read = lt.get("cublasLtMatmulAlgoConfigGetAttribute")
+    if read is None:
+        return None
+    tile, written = ctypes.c_uint32(0), _SZ(0)
+    if not _ok(read(ctypes.byref(algo), _CONFIG_TILE_ID, ctypes.byref(tile), 4, ctypes.byref(written))):
+        return None
+    return tile.value
+
+
+def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple, rows_256: bool = False):
+    """The heuristic's first out-of-place algorithm that needs no workspace (``rows_256``: its first
+    or its second, :func:`preferred`), or ``None``."""
+    algos = _candidates(lt, handle, desc, layouts, aligns)
+    if not algos:
+        return None
+    return algos[preferred([_tile(lt, algo) for algo in algos])] if rows_256 else algos[0]
+
+
+def _candidates(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple) -> list:
+    """The heuristic's first two out-of-place algorithms that need no workspace (fewer where it has
+    fewer), in its order."""
     pref = _P()
     if not _ok(lt["cublasLtMatmulPreferenceCreate"](ctypes.byref(pref))):
-        return None
+        return []
     try:
         ws = _U64(0)
         lt["cublasLtMatmulPreferenceSetAttribute"](pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8)
@@ -163,23 +208,28 @@ def _algo(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple):
         results = (_HeuristicResult * 8)()
         count = ctypes.c_int(0)
         if not _ok(lt["cublasLtMatmulAlgoGetHeuristic"](handle, desc, *layouts, pref, 8, results, ctypes.byref(count))):
-            return None
+            return []
     finally:
         lt["cublasLtMatmulPreferenceDestroy"](pref)
+    algos = []
     for result in results[: count.value]:
         if result.state != 0 or result.workspace_size:
             continue
         cap, written = _I32(0), _SZ(0)
         if _ok(lt["cublasLtMatmulAlgoCapGetAttribute"](ctypes.byref(result.algo), _CAP_OUT_OF_PLACE, ctypes.byref(cap),
                                                         4, ctypes.byref(written))) and cap.value:
-            return (_U64 * 8)(*result.algo)
-    return None
+            algos.append((_U64 * 8)(*result.algo))
+            if len(algos) == 2:
+                break
+    return algos
 
 
-def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, alpha: float) -> bool:
+def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, alpha: float,
+               rows_256: bool = False) -> bool:
     """``d = alpha * a @ w.T + c`` (``c`` ``None``: ``d = alpha * a @ w.T``) on the current stream,
     ``c`` left as it is; ``False`` (nothing enqueued) where this call does not apply (module
-    docstring).
+    docstring). ``rows_256``: the 128x256 tile where the heuristic ranks it second behind 256x128
+    (module docstring).
 
     Shapes: ``a: [M, K]``, ``w: [N, K]``, ``c, d: [M, N]``, all of one dtype (fp16/bf16), on one GPU.
     """
@@ -210,7 +260,7 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torc
         return False
     ptrs = (w.data_ptr(), a.data_ptr(), c.data_ptr(), d.data_ptr())
     device = a.device.index
-    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)))
+    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)), rows_256)
     with _lock:
         plan = _plans.get((device, key), False)
         if plan is False:
@@ -232,12 +282,12 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torc
 
 
 def linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                alpha: float = 1.0) -> torch.Tensor:
+                alpha: float = 1.0, rows_256: bool = False) -> torch.Tensor:
     """``out = alpha * x @ weight.T (+ bias)``: the matmul consumers' GEMM. One cuBLASLt call without a
     workspace where :func:`addmm_into` applies and there is no bias; else torch's
     (:func:`fluxlite._sequential.linear_into`, the bias in cuBLAS's epilogue).
 
     Shapes: ``x: [M, K]``, ``weight: [N, K]``, ``bias: [N]``, ``out: [M, N]``."""
-    if bias is None and addmm_into(out, None, x, weight, alpha):
+    if bias is None and addmm_into(out, None, x, weight, alpha, rows_256):
         return out
     return torch_linear_into(out, x, weight, bias, alpha)

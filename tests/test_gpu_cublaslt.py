@@ -111,3 +111,34 @@ def test_addmm_into_launches_nothing_but_the_gemm():
         assert len(names) == 1 and "Memset" not in names[0], (M, K, N, names)
         ref = a.float() @ w.float().t()
         assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_a_plan_takes_the_candidate_that_preferred_names():
+    """At GEMM-RS split shapes (``[rows, K] @ [N, K].T``), a ``rows_256`` plan's algorithm is the
+    heuristic's second where its first two are the 256x128 and 128x256 tiles, else its first, and a
+    plain plan's is the first; either way the result matches float32."""
+    _skip_without_cuda()
+    from fluxlite import _cublaslt as lt
+
+    gen = torch.Generator(device="cuda").manual_seed(23)
+    paired = 0
+    for M, K, N in ((1024, 14336, 4096), (2048, 7168, 4096), (1024, 6144, 12288), (2048, 6424, 13968),
+                    (1536, 11832, 7184), (2048, 5000, 3000)):
+        a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
+        w = (torch.randn(N, K, generator=gen, device="cuda") / K**0.5).bfloat16()
+        ref = a.float() @ w.float().t()
+        for rows_256 in (True, False):
+            d = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            assert lt.addmm_into(d, None, a, w, 1.0, rows_256)
+            key, plan = next((key, p) for (dev, key), p in lt._plans.items()
+                             if key[1:4] == (M, N, K) and key[-1] == rows_256 and p is not None)
+            handle, desc, *layouts, algo = plan
+            first_two = lt._candidates(lt._library(), handle, desc, layouts, key[-2])
+            tiles = [lt._tile(lt._library(), x) for x in first_two]
+            assert tiles[0] is not None, "this cuBLASLt reports no tile"
+            want = first_two[lt.preferred(tiles) if rows_256 else 0]
+            assert list(algo) == list(want), (M, K, N, tiles, rows_256)
+            paired += rows_256 and lt.preferred(tiles)
+            torch.cuda.synchronize()
+            assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
+    print(f"{paired} of 6 shapes took the heuristic's second")

@@ -235,7 +235,8 @@ class GemmReduceScatter(Op):
         epilogue, no pass of its own), adds any others, and writes ``reduced`` (``[<= mc, N]``); with
         a ``second`` shot it is counted too. The partial this rank computes for chunk ``r - 1``
         carries the bias, so that it is added once per chunk, and every partial the scale. On CUDA
-        the GEMMs are cuBLASLt's without a workspace (:mod:`fluxlite._cublaslt`), on CPU matmuls.
+        the GEMMs are cuBLASLt's without a workspace, with the 128x256 tile where the heuristic ranks
+        it second behind 256x128 (``rows_256``, :mod:`fluxlite._cublaslt`); on CPU matmuls.
         ``scripts/bench_overlap.py`` times them with no count and no wait."""
         sched = plan.sched
         W, rank = sched.world_size, sched.rank
@@ -246,7 +247,7 @@ class GemmReduceScatter(Op):
         peers = sched.peers()
 
         def product(dst: torch.Tensor, src: torch.Tensor, with_bias: bool) -> None:  # dst = scale * src @ W.T (+ b)
-            cublaslt.linear_into(dst, src, args.weight, bias if with_bias else None, scale)
+            cublaslt.linear_into(dst, src, args.weight, bias if with_bias else None, scale, rows_256=True)
 
         for chunk in sched.chunk_order:
             for split, (lo, hi) in enumerate(plan.split_rows):
@@ -262,7 +263,7 @@ class GemmReduceScatter(Op):
                     dst = reduced[lo : lo + rows]
                     if peers:
                         first = recv[peers[0], lo : lo + rows]  # C: cuBLASLt reads it where it lies
-                        if not cublaslt.addmm_into(dst, first, src, args.weight, scale):  # declines CPU tensors
+                        if not cublaslt.addmm_into(dst, first, src, args.weight, scale, rows_256=True):  # not on CPU
                             torch.addmm(first, src, wt, alpha=scale, out=dst)  # copies C into dst first
                         for p in peers[1:]:
                             dst += recv[p, lo : lo + rows]
