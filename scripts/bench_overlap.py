@@ -78,6 +78,14 @@ def preset_flags(W: int, signature: tuple[int, ...], device) -> torch.Tensor:
     return flags.to(device)
 
 
+def fused_plan(op, tp, device, x0: dict, config):
+    """``(args, plan)`` of a fused call of ``op`` on inputs like ``x0``: the checked arguments and the
+    plan that ``op.prepare`` makes for ``config`` (``None``: what a forced fused call runs)."""
+    state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
+    args = op.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S, out=None)
+    return args, op.prepare(state, args, config)
+
+
 def kernel_case(shape: Shape, tp, device, dtype, x0: dict):
     """``(kernel, plan)``: ``kernel(x)`` launches the fused kernel of ``shape``'s op with the op's
     schedule (``plan``, for inputs like ``x0``, built for the kernel with the default config even where
@@ -86,9 +94,7 @@ def kernel_case(shape: Shape, tp, device, dtype, x0: dict):
     W, M, K, N = tp.world_size, shape.M, shape.K, shape.N
     ag = shape.op == "ag_gemm"
     op = AG if ag else RS
-    state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
-    plan = op.prepare(state, op.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S,
-                                      out=None), default_config())
+    plan = fused_plan(op, tp, device, x0, default_config())[1]
     error = torch.zeros(16, dtype=torch.int32, device=device)
     call = torch.ones(1, dtype=torch.int32, device=device)
     common = dict(blocks=plan.blocks, tiles=plan.tiles, flags=preset_flags(W, plan.signature, device),
@@ -124,9 +130,7 @@ def splits_case(shape: Shape, tp, device, dtype, x0: dict):
     """``splits(x)``: GEMM-RS's matmul consumer's GEMMs for ``shape`` (module docstring), or ``None``
     where a fused call of ``shape`` runs the Triton kernel instead."""
     W, M, N = tp.world_size, shape.M, shape.N
-    state = state_of(get_workspace(tp.group, device, timeout=TIMEOUT_S), TIMEOUT_S)
-    args = RS.check(x0["a"], x0["w"], None, group=tp.group, impl="fused", timeout=TIMEOUT_S, out=None)
-    plan = RS.prepare(state, args, None)
+    args, plan = fused_plan(RS, tp, device, x0, None)
     if plan.consumer == "triton":
         return None
     mc = M // W
