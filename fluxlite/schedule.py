@@ -217,6 +217,14 @@ def default_splits(blocks_per_chunk: int, world_size: int) -> int:
     return max(1, min(DEFAULT_MAX_SPLITS, blocks_per_chunk // 4))
 
 
+def split_span(split: int, blocks: int, splits: int) -> range:
+    """The row blocks (of a chunk's ``blocks``) that ``split`` of ``splits`` covers: whole blocks, as
+    even as they allow, the later splits the larger. The one place a split's bounds are made: the
+    schedule's block table, :meth:`TileSchedule.split_rows` (so the consumers' GEMMs and the producer
+    programs) and the tile order all take them from here."""
+    return range(split * blocks // splits, (split + 1) * blocks // splits)
+
+
 @dataclass(frozen=True)
 class TileSchedule:
     """Which row blocks run in which order, and which (chunk, split) flag each one belongs to.
@@ -243,8 +251,7 @@ class TileSchedule:
 
     def split_blocks(self, split: int) -> range:
         """The row-block indices (within a chunk) that make up ``split``."""
-        nb = self.blocks_per_chunk
-        return range(split * nb // self.splits, (split + 1) * nb // self.splits)
+        return split_span(split, self.blocks_per_chunk, self.splits)
 
     def split_rows(self, split: int) -> tuple[int, int]:
         """Rows ``[start, stop)`` of a chunk covered by ``split``."""
@@ -334,7 +341,7 @@ def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int,
     order = tuple((rank + first + i) % world_size for i in range(world_size))
     split_of = [0] * nb
     for s in range(splits):
-        for b in range(s * nb // splits, (s + 1) * nb // splits):
+        for b in split_span(s, nb, splits):
             split_of[b] = s
     rows = [
         (c, b * block_m, min(block_m, chunk_rows - b * block_m), split_of[b])
@@ -351,10 +358,10 @@ def _tile_order(chunks: int, blocks_per_chunk: int, splits: int, num_n: int, gro
         raise ValueError(f"num_n and group_m must be >= 1, got {num_n} and {group_m}")
     order = []
     for c in range(chunks):
-        for s in range(splits):  # the split's row blocks (as TileSchedule.split_blocks), or the whole chunk
-            start, stop = s * blocks_per_chunk // splits, (s + 1) * blocks_per_chunk // splits
-            for first in range(start, stop, group_m):
-                size = min(group_m, stop - first)
+        for s in range(splits):  # the split's row blocks, or (splits=1) the whole chunk
+            span = split_span(s, blocks_per_chunk, splits)
+            for first in range(span.start, span.stop, group_m):
+                size = min(group_m, span.stop - first)
                 base = c * blocks_per_chunk + first
                 order += [(base + i, j) for j in range(num_n) for i in range(size)]
     return torch.tensor(order, dtype=torch.int32).reshape(len(order), 2)
