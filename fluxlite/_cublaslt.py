@@ -18,12 +18,13 @@ Of the heuristic's candidates the first is taken. A caller may ask for ``rows_25
 the heuristic's first two are one kernel's 256x128 and 128x256 tiles (in cuBLASLt's column-major
 terms: 256 or 128 output columns of ours by 128 or 256 rows), the second (:func:`preferred`).
 GEMM-RS's matmul consumer asks for it (and GEMM-AllReduce's, the same code): in its GEMMs, one
-after another beside the copy engine, the 128x256 tile made the call 0.4-2.1% faster in throughput
-mode (within the spread in latency mode) at 8 of 10 shapes that offered the pair on two H200s, and
-as fast at the other two; where the pair was other tiles, the second was faster at one shape and
-4-14% slower at two, so those keep the first (BENCHMARKS.md, "cuBLASLt's candidates"). AG-GEMM's consumer has not been measured with it and
-takes the first. Timing the candidates, alone or on a call's operands, chose worse than the
-heuristic in the consumer's sequence (up to 1.35x), so no choice here is timed.
+after another beside the copy engine, the 128x256 tile made the call 0.7-6.6% faster in throughput
+mode at 6 of 10 shapes that offered the pair on two H200s and as fast at 3 (within the spread in
+latency mode); where the pair was other tiles, the second was faster at one shape and 4-14% slower
+at two, so those keep the first (BENCHMARKS.md, "The 128x256 tile rule on the GPU"). AG-GEMM's
+consumer ran the same with it and takes the first. Timing the candidates, alone or on a call's
+operands, chose worse than the heuristic in the consumer's sequence (up to 1.35x), so no choice
+here is timed.
 
 Row-major operands map onto cuBLASLt's column-major ones as transposes::
 
