@@ -21,8 +21,10 @@ GEMM-RS's matmul consumer asks for it (and GEMM-AllReduce's, the same code): in 
 after another beside the copy engine, the 128x256 tile made the call 0.7-6.6% faster in throughput
 mode at 6 of 10 shapes that offered the pair on two H200s and as fast at 3 (within the spread in
 latency mode); where the pair was other tiles, the second was faster at one shape and 4-14% slower
-at two, so those keep the first (BENCHMARKS.md, "The 128x256 tile rule on the GPU"). AG-GEMM's
-consumer ran the same with it and takes the first. Timing the candidates, alone or on a call's
+at two, so those keep the first (BENCHMARKS.md, "The 128x256 tile rule on the GPU"); taking the
+128x256 tile wherever the heuristic offers it was 2-4% slower where that changed the choice, and
+taking the algorithm the heuristic gives the whole unsplit GEMM up to 1.27x slower. AG-GEMM's
+consumer ran the same with the rule and takes the first. Timing the candidates, alone or on a call's
 operands, chose worse than the heuristic in the consumer's sequence (up to 1.35x), so no choice
 here is timed.
 

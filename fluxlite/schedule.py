@@ -221,7 +221,11 @@ def split_span(split: int, blocks: int, splits: int) -> range:
     """The row blocks (of a chunk's ``blocks``) that ``split`` of ``splits`` covers: whole blocks, as
     even as they allow, the later splits the larger. The one place a split's bounds are made: the
     schedule's block table, :meth:`TileSchedule.split_rows` (so the consumers' GEMMs and the producer
-    programs) and the tile order all take them from here."""
+    programs) and the tile order all take them from here.
+
+    Even cuts, also where a consumer runs one cuBLAS GEMM per split whose row tile does not divide the
+    split: on two H200s, cuts on that tile, or on multiples of 768 rows, made no GEMM-RS call faster
+    without making others slower (BENCHMARKS.md, "Variants measured and not kept")."""
     return range(split * blocks // splits, (split + 1) * blocks // splits)
 
 
