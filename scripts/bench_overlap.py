@@ -129,11 +129,10 @@ def kernel_case(shape: Shape, tp, device, dtype, x0: dict):
 def splits_case(shape: Shape, tp, device, dtype, x0: dict):
     """``splits(x)``: GEMM-RS's matmul consumer's GEMMs for ``shape`` (module docstring), or ``None``
     where a fused call of ``shape`` runs the Triton kernel instead."""
-    W, M, N = tp.world_size, shape.M, shape.N
     args, plan = fused_plan(RS, tp, device, x0, None)
     if plan.consumer == "triton":
         return None
-    mc = M // W
+    W, mc, N = tp.world_size, plan.sched.chunk_rows, shape.N
     recv = torch.randn(W, mc, N, device=device, dtype=dtype)
     partial = torch.empty(W, mc, N, device=device, dtype=dtype)
 
