@@ -9,6 +9,8 @@ The block (defaults: Llama-3-70B's widths): RMSNorm -> QKV ColumnParallelLinear 
 -> residual; RMSNorm -> fc1 ColumnParallelLinear (gate and up, 2 x ffn) -> SwiGLU -> fc2
 RowParallelLinear -> residual. Activations between the TP regions are [s/tp, b, h] (sequence
 parallel), so the four layers run fluxlite's AG-GEMM / GEMM-RS in the forward and in the backward.
+``--block mlp`` times the MLP half alone (RMSNorm -> fc1 -> SwiGLU -> fc2 -> residual): no attention,
+whose compute has no TP communication beside it, so more of the step is the layers' communication.
 
 Mode ``megatron`` is the baseline a user compares against: the same block with megatron-core's own
 ``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
@@ -90,6 +92,8 @@ def add_step_args(p: argparse.ArgumentParser, *, modes: str, dtypes: tuple, warm
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_step_args(p, modes="sequential,fused", dtypes=("bf16", "fp16", "fp32"), warmup=5, iters=20, rounds=5, steps=4)
+    p.add_argument("--block", choices=("transformer", "mlp"), default="transformer",
+                   help="the whole block (attention and MLP) or its MLP half alone")
     p.add_argument("--require-speedup", action="store_true", help="exit 1 unless every later mode beats the first")
     p.add_argument("--max-rel-err", type=float, default=5e-2,
                    help="exit 1 if a mode's first-step output or any grad differs from the first mode's by more (norm-relative)")
@@ -97,7 +101,8 @@ def parse_args(argv=None):
 
 
 class LlamaBlock(nn.Module):
-    """The block, its four linear layers fluxlite's, or with ``megatron`` megatron-core's own."""
+    """The block, its four linear layers fluxlite's, or with ``megatron`` megatron-core's own; with
+    ``a.block == "mlp"`` its MLP half alone (fc1 and fc2, no attention, no QKV or proj)."""
 
     def __init__(self, a, tp_size: int, dtype: torch.dtype, megatron: bool = False, deferred: bool = False):
         super().__init__()
@@ -117,27 +122,34 @@ class LlamaBlock(nn.Module):
         std, out_std = 0.02, 0.02 / 8
         normal = lambda s: (lambda w: nn.init.normal_(w, std=s))  # noqa: E731
         self.swiglu = deferred  # fc1's epilogue applies it
+        self.attention = a.block == "transformer"
         if deferred:  # the norms move into QKV and fc1 (RMSNorm, eps NORM_EPS)
             norm_col = dict(normalization="RMSNorm", eps=NORM_EPS, overlap="fused")
             self.norm1 = self.norm2 = nn.Identity()
-            self.qkv = LayerNormColumnParallelLinear(h, (a.heads + 2 * a.kv_heads) * d, config=cfg,
-                                                     init_method=normal(std), bias=False, **norm_col)
+            if self.attention:
+                self.qkv = LayerNormColumnParallelLinear(h, (a.heads + 2 * a.kv_heads) * d, config=cfg,
+                                                         init_method=normal(std), bias=False, **norm_col)
             self.fc1 = LayerNormColumnParallelLinear(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False,
                                                      stride=2, activation="swiglu", **norm_col)
         else:
-            self.norm1 = nn.RMSNorm(h, eps=NORM_EPS, dtype=dtype)
-            self.qkv = Col(h, (a.heads + 2 * a.kv_heads) * d, config=cfg, init_method=normal(std), bias=False)
+            if self.attention:
+                self.norm1 = nn.RMSNorm(h, eps=NORM_EPS, dtype=dtype)
+                self.qkv = Col(h, (a.heads + 2 * a.kv_heads) * d, config=cfg, init_method=normal(std), bias=False)
             self.norm2 = nn.RMSNorm(h, eps=NORM_EPS, dtype=dtype)
             self.fc1 = Col(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False, stride=2)
-            for norm in (self.norm1, self.norm2):
+            for norm in self.norms():
                 norm.weight.sequence_parallel = True
-        self.proj = Row(a.heads * d, h, config=cfg, init_method=normal(out_std), bias=False,
-                        input_is_parallel=True, skip_bias_add=False)
+        if self.attention:
+            self.proj = Row(a.heads * d, h, config=cfg, init_method=normal(out_std), bias=False,
+                            input_is_parallel=True, skip_bias_add=False)
         self.fc2 = Row(a.ffn, h, config=cfg, init_method=normal(out_std), bias=False,
                        input_is_parallel=True, skip_bias_add=False)
 
     def linears(self):
-        return (self.qkv, self.proj, self.fc1, self.fc2)
+        return (self.qkv, self.proj, self.fc1, self.fc2) if self.attention else (self.fc1, self.fc2)
+
+    def norms(self):
+        return (self.norm1, self.norm2) if self.attention else (self.norm2,)
 
     def configure(self, mode: str):
         for layer in self.linears():
@@ -145,6 +157,16 @@ class LlamaBlock(nn.Module):
         return self
 
     def forward(self, x):  # x: [s/tp, b, h]
+        if self.attention:
+            x = self._attention(x)
+        gate_up, _ = self.fc1(self.norm2(x))
+        if not self.swiglu:
+            gate, up = gate_up.chunk(2, dim=-1)
+            gate_up = F.silu(gate) * up
+        out, _ = self.fc2(gate_up)
+        return x + out
+
+    def _attention(self, x):  # x + proj(attention(qkv(norm1(x))))
         qkv, _ = self.qkv(self.norm1(x))  # [s, b, (hq + 2 hkv) d] on this rank
         s, b = qkv.shape[:2]
         q, k, v = qkv.split([self.hq * self.d, self.hkv * self.d, self.hkv * self.d], dim=-1)
@@ -153,19 +175,15 @@ class LlamaBlock(nn.Module):
         v = v.view(s, b, self.hkv, self.d).permute(1, 2, 0, 3).repeat_interleave(self.hq // self.hkv, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [b, hq, s, d]
         out, _ = self.proj(y.permute(2, 0, 1, 3).reshape(s, b, self.hq * self.d))
-        x = x + out
-        gate_up, _ = self.fc1(self.norm2(x))
-        if not self.swiglu:
-            gate, up = gate_up.chunk(2, dim=-1)
-            gate_up = F.silu(gate) * up
-        out, _ = self.fc2(gate_up)
         return x + out
 
 
 def linear_flops(a, tp_size: int) -> float:
     """GEMM FLOPs of one forward+backward on one rank (3 GEMMs per linear layer)."""
     d = a.hidden // a.heads
-    weights = a.hidden * (a.heads + 2 * a.kv_heads) * d + a.heads * d * a.hidden + a.hidden * 2 * a.ffn + a.ffn * a.hidden
+    weights = a.hidden * 2 * a.ffn + a.ffn * a.hidden
+    if a.block == "transformer":
+        weights += a.hidden * (a.heads + 2 * a.kv_heads) * d + a.heads * d * a.hidden
     return 3 * 2 * a.seq * a.batch * weights / tp_size
 
 
@@ -222,7 +240,7 @@ class Blocks:
             with torch.no_grad():
                 for name, p in self.fluxlite.named_parameters():
                     theirs[name].copy_(p)  # same local shards: both layers keep [out/tp, in] / [out, in/tp]
-            for norm in (self.megatron.norm1, self.megatron.norm2):
+            for norm in self.megatron.norms():
                 norm.weight.sequence_parallel = True
 
     def configure(self, mode: str) -> LlamaBlock:
@@ -382,7 +400,8 @@ def main(argv=None) -> int:
     ok = all(s > 1.0 for s in speedups.values())
     accurate = all(e <= a.max_rel_err for e in errors.values())
     if rank == 0:
-        print(f"Llama block step (fwd+bwd), hidden {a.hidden}, ffn {a.ffn}, heads {a.heads}/{a.kv_heads}, "
+        what = "Llama block" if a.block == "transformer" else "Llama MLP block (no attention)"
+        print(f"{what} step (fwd+bwd), hidden {a.hidden}, ffn {a.ffn}, heads {a.heads}/{a.kv_heads}, "
               f"seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} with sequence parallelism, "
               f"{_device_name(device)}; latency: median of {a.iters} after {a.warmup} warm-up; throughput: "
               f"median of {a.rounds} rounds of {a.throughput_steps} steps; max over ranks")
