@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|limit-rs|models|allreduce|norm|graphs|trace|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|mlp|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|limit-rs|models|allreduce|norm|graphs|trace|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
@@ -74,6 +74,14 @@ if want layers; then
   python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
   timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --modes "$modes" --out "$OUT/bench_layers.json" 2>&1 \
     | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
+  status=$((status | PIPESTATUS[0]))
+fi
+if want mlp; then
+  # the block's MLP half alone (no attention): the layers' share of the step is larger
+  modes=sequential,fused,auto
+  python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --block mlp --modes "$modes" \
+    --out "$OUT/bench_layers_mlp.json" 2>&1 | tee "$OUT/bench_layers_mlp.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
 fi
 # gpt: a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl), sequence parallel;
