@@ -67,23 +67,19 @@ if want gemm; then
   timeout 100 python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" | tail -8
   status=$((status | PIPESTATUS[0]))
 fi
-if want layers; then
-  # megatron: the same block with megatron-core's layers (needs its wheel in .whl/), the baseline
-  # deferred: the block with norms folded into QKV and fc1 (SwiGLU in fc1's epilogue, or not)
-  modes=sequential,fused,auto,deferred,deferred-unfused-act
+# layers: the Llama block step against Megatron's layers; mlp: its MLP half alone (no attention, so the
+# layers' share of the step is larger). megatron: the same block with megatron-core's layers (needs its
+# wheel in .whl/), the baseline; deferred: the block with norms folded into QKV and fc1 (SwiGLU in fc1's
+# epilogue, or not)
+for part in layers mlp; do
+  want "$part" || continue
+  modes=sequential,fused,auto; block=mlp; out=bench_layers_mlp
+  [[ $part == layers ]] && modes=$modes,deferred,deferred-unfused-act block=transformer out=bench_layers
   python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
-  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --modes "$modes" --out "$OUT/bench_layers.json" 2>&1 \
-    | tee "$OUT/bench_layers.log" | grep -v '^W1' | tail -6
+  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --block "$block" --modes "$modes" \
+    --out "$OUT/$out.json" 2>&1 | tee "$OUT/$out.log" | grep -v '^W1' | tail -6
   status=$((status | PIPESTATUS[0]))
-fi
-if want mlp; then
-  # the block's MLP half alone (no attention): the layers' share of the step is larger
-  modes=sequential,fused,auto
-  python3 -c "import megatron.core" 2>/dev/null && modes=megatron,$modes
-  timeout 300 torchrun --standalone --nproc-per-node "$NPROC" scripts/bench_layers.py --block mlp --modes "$modes" \
-    --out "$OUT/bench_layers_mlp.json" 2>&1 | tee "$OUT/bench_layers_mlp.log" | grep -v '^W1' | tail -6
-  status=$((status | PIPESTATUS[0]))
-fi
+done
 # gpt: a whole GPTModel step, fluxlite's layers against Megatron's own (needs .whl), sequence parallel;
 # gpt-nosp: the same without sequence parallelism (the Row forward runs GEMM-AllReduce)
 for part in gpt gpt-nosp; do
