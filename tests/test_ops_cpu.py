@@ -98,6 +98,29 @@ def _rs_cases(rank, W, gen, failures):
                     check(name, res, ref, dtype, failures)
 
 
+def _gather_cases(rank, W, gen, failures):
+    """AG-GEMM's transport alone (``AG.gather``, the Column backward's input): the rank-major
+    concatenation, bit for bit, into a poisoned workspace; twice per shape (both parities), a fused
+    GEMM-RS between the two, one input not contiguous."""
+    from fluxlite.group import resolve_group
+    from fluxlite.host_flags import resolve_timeout
+
+    tp = resolve_group(None)
+    for case, (m, K, _) in enumerate(_shapes(W)):
+        for dtype in DTYPES:
+            for repeat in range(2):
+                a_full = randn(gen, W * m, K, dtype=dtype)
+                a = a_full[rank * m : (rank + 1) * m]
+                if case == 2:
+                    a = a.t().contiguous().t()
+                _poison(W, (1,), dtype, False)
+                gathered = AG.gather(a, tp, resolve_timeout(None))
+                if gathered.shape != a_full.shape or not torch.equal(gathered, a_full):
+                    failures.append(f"gather W={W} r={rank} m={m} K={K} {dtype} call {repeat}: not the rank-major "
+                                    "concatenation")
+                fluxlite.gemm_rs(randn(gen, W * m, K, dtype=dtype), randn(gen, 3, K, dtype=dtype), impl="fused")
+
+
 def _poison(W: int, shape, dtype, use_out: bool):
     """NaN-fill this rank's workspace data while no peer is inside a call (barrier on both sides);
     return a NaN-filled ``out`` tensor when ``use_out``."""
@@ -119,6 +142,8 @@ def _matrix(rank: int, W: int) -> None:
     failures: list[str] = []
     _ag_cases(rank, W, gen, failures)
     _rs_cases(rank, W, gen, failures)
+    if W > 1:
+        _gather_cases(rank, W, gen, failures)
     assert not failures, f"{len(failures)} failing cases:\n" + "\n".join(failures[:40])
 
 

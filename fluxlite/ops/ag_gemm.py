@@ -42,6 +42,8 @@ consumer waits for the peer, whose consumer waits for these rows: so it runs bef
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -50,16 +52,18 @@ from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
 from .._sequential import all_gather_rows, epilogue_linear
-from ..fused import Call, FusedState, Plan, get_plan, producer
+from ..fused import Call, FusedState, Plan, get_plan, producer, state_of
 from ..fused.producer import COPY, SIGNAL, STAGE, WAIT
 from ..kernels import ag_gemm as kernel
 from ..kernels import gemm_core
 from ..kernels.device_flags import ERR_TIMEOUT_AG
 from ..kernels.gemm_core import GemmConfig
-from ..workspace import view_offset
+from ..group import TPGroup
+from ..workspace import get_workspace, view_offset
 from .op import Args, Op, check_common, finish_args
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
+GATHER = "gather"  # the push transport with no GEMM (AllGatherGemm.gather)
 
 def cuda_splits(consumer: str, rows: int, n_out: int, config: GemmConfig, gated: bool, device: torch.device) -> int:
     """Splits per peer chunk on CUDA (at most; a chunk of fewer row blocks gets one per block): one for
@@ -243,6 +247,45 @@ class AllGatherGemm(Op):
                  call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale), copied)
         return out, (None if push else gathered)
 
+    def gather(self, a: torch.Tensor, tp: TPGroup, timeout_s: float,
+               arrived: Callable[[slice, torch.Tensor], None] | None = None) -> torch.Tensor:
+        """``all_gather(a)``, ``[m, K]`` on each rank -> ``[W*m, K]`` rank-major, by this op's push
+        transport with no GEMM of its own: the peers' producers copy their rows into our data half
+        (copy engines, no SMs), ours copies our rows there too, and the matmul consumer's walk
+        (:meth:`_by_split`) ends the call on the current stream once every peer's rows are in. It
+        calls ``arrived(rows, src)`` as rows become readable: ``rows`` a slice of the gathered rows,
+        ``src: [len(rows), K]`` their tensor (first this rank's own, ``a``, while the peers' travel;
+        then each peer's split), so work on the rows can hide their transfer.
+
+        For a backward whose GEMMs would otherwise share the SMs with NCCL's all-gather kernel. The
+        result is a view of the workspace, not a fresh tensor: the peers write into it again in the
+        fused call after the next one on this group, which they may start once this rank has
+        started the next one. So read it (in stream order) before the next fused call on the group
+        is enqueued. A collective, like the op; its call signature is AG-GEMM's with ``N = 0``.
+        With ``arrived`` the call is not replayed from a graph (what it enqueues is not known here)."""
+        a = a.contiguous()
+        state = state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
+        state.check()
+        ws, (m, K) = state.ws, a.shape
+        W, r, row = ws.world_size, ws.rank, K * a.element_size()
+        plan = get_plan(state, self, m, K, 0, a.dtype, GATHER, consumer="torch", splits=1 if ws.is_cuda else None)
+        state.reserve(_scales_offset(W * m, row), timeout_s=timeout_s, signature=plan.signature)
+        call = Call(state, self.name, plan, timeout_s)
+        gathered = call.views(lambda: ws.data(r, call.parity, (W * m, K), a.dtype))
+        copied = (a.data_ptr(),)
+
+        def steps() -> list:  # the push, then our own rows (nothing waits on them but the call's end)
+            return self.steps(call, a, gathered, True, None, None) + [
+                (COPY, gathered.data_ptr() + r * m * row, a.data_ptr(), m * row)]
+
+        def each(rows: slice | None) -> None:
+            if arrived is not None:
+                arrived(slice(r * m, (r + 1) * m), a) if rows is None else arrived(rows, gathered[rows])
+
+        call.run(lambda: call.program(copied, steps), lambda: self._by_split(call, m, GATHER, each),
+                 call.replay_key(a, gathered, scale=None) if arrived is None else None, copied)
+        return gathered
+
     def _consume_by_matmul(self, call: Call, args: Args, gathered: torch.Tensor, scale_gathered: torch.Tensor | None,
                            out: torch.Tensor) -> None:
         """The matmul consumer (on CPU, the only one): this rank's rows in one GEMM, read in place from
@@ -251,12 +294,10 @@ class AllGatherGemm(Op):
         :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's). On CUDA each GEMM is one
         cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`;
         :func:`fluxlite._cublaslt.linear_into`)."""
-        ws, plan = call.ws, call.plan
-        W, r = ws.world_size, ws.rank
+        r = call.ws.rank
         a, weight, bias, ep = args.a, args.weight, args.bias, args.ep
         row_scale = args.options["row_scale"]
         m = a.shape[0]
-        variant = self.variant(args.options)
 
         def product(dst: torch.Tensor, src: torch.Tensor, scales: torch.Tensor | None) -> None:
             if ep.activation is None and not ep.row_scaled:  # one GEMM, the scale and bias in its epilogue
@@ -264,9 +305,24 @@ class AllGatherGemm(Op):
             else:  # CPU only: on CUDA this consumer runs plain epilogues (has_matmul_consumer)
                 epilogue_linear(dst, src, weight, bias, ep, scales)
 
+        def arrived(rows: slice | None) -> None:
+            if rows is None:
+                product(out[r * m : (r + 1) * m], a, row_scale)
+            else:
+                product(out[rows], gathered[rows], None if scale_gathered is None else scale_gathered[rows])
+
+        self._by_split(call, m, self.variant(args.options), arrived)
+
+    def _by_split(self, call: Call, m: int, variant: str, arrived) -> None:
+        """The matmul consumer's walk: ``arrived(None)`` for this rank's chunk (no wait), then for each
+        peer chunk, split by split, a bounded wait for the split's rows (on CUDA a one-program kernel
+        on the current stream, :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's) and
+        ``arrived(rows)`` with their ``slice`` of the gathered rows."""
+        ws, plan = call.ws, call.plan
+        W, r = ws.world_size, ws.rank
         for chunk in plan.sched.chunk_order:
             if chunk == r:
-                product(out[r * m : (r + 1) * m], a, row_scale)
+                arrived(None)
                 continue
             for split, (lo, hi) in enumerate(plan.split_rows):
                 if ws.is_cuda:
@@ -274,8 +330,7 @@ class AllGatherGemm(Op):
                 else:
                     call.wait_peer(self.block_slot(W, r, chunk, split, variant), peer=chunk, chunk=chunk, split=split,
                                    what="gathered rows")
-                rows = slice(chunk * m + lo, chunk * m + hi)
-                product(out[rows], gathered[rows], None if scale_gathered is None else scale_gathered[rows])
+                arrived(slice(chunk * m + lo, chunk * m + hi))
 
     def steps(self, call: Call, a: torch.Tensor, gathered: torch.Tensor, push: bool, row_scale: torch.Tensor | None,
               scale_gathered: torch.Tensor | None) -> list:
