@@ -28,7 +28,9 @@ functions below), with ``g`` the output's gradient and ``s`` the scale (1 when `
 
     ag_gemm:  grad_a = gemm_rs(g, weight.T, scale=s)   [W*m, N_local] @ [N_local, K], reduce-scattered -> [m, K]
               grad_w = s * g.T @ gathered    (ag_gemm_gathered: the gathered output, saved;
-                                              ag_gemm: a, gathered again while grad_a is computed)
+                                              ag_gemm: a, gathered again: by the copy engines,
+                                              grad_w first, where grad_a runs fused; else by NCCL
+                                              while grad_a is computed: column_regather)
               grad_b = sum_rows g
     gemm_rs:  grad_a, g_all = ag_gemm_gathered(g, weight.T, scale=s)   [M, N] @ [N, K_local] -> [M, K_local]
               grad_w = s * g_all.T @ a
@@ -61,7 +63,7 @@ eager ops and pass its name.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -72,6 +74,7 @@ from . import ops
 from ._sequential import all_gather_rows
 from ._validate import check_impl, check_timeout
 from .group import TPGroup, resolve_group
+from .host_flags import resolve_timeout
 
 # ---- the group, by name ----------------------------------------------------------------------------
 
@@ -230,33 +233,79 @@ def start_column_dgrad(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeou
     return start_reduce_scatter_rows(_scaled(g @ weight, scale), tp)
 
 
-WeightGrad = Callable[[Tensor, Tensor], Optional[Tensor]]
-"""``weight_grad(g, x)``: the weight grad ``gᵀ · x`` (``g: [rows, out]``, ``x: [rows, in]``), returned;
-or accumulated elsewhere (the layers' ``main_grad``) and ``None`` or a placeholder returned."""
+class Regather(NamedTuple):
+    """How a backward gathers its input rows ``[m, K]`` -> ``[W*m, K]`` again for the weight grad: by
+    NCCL's all-gather (gloo's on CPU), started first and left in flight; or, with ``in_workspace``,
+    by AG-GEMM's push transport (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`): the copy engines
+    move the rows, so the GEMMs beside them keep every SM, but the rows land in the group's workspace
+    and must be read before the next fused call is enqueued."""
+
+    tp: TPGroup
+    in_workspace: bool = False
+    timeout: Optional[float] = None
 
 
-def linear_backward(g: Tensor, weight: Tensor, x: Tensor, *, regather: Optional[TPGroup], start_dgrad,
+def column_regather(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeout: Optional[float],
+                    scale: Optional[float], activation: Optional[str] = None) -> Regather:
+    """The Column backward's :class:`Regather` (sequence parallel; ``g: [W*m, N_local]``, the output's
+    grad): in the workspace where the input grad runs as the fused GEMM-RS (named, or ``auto``'s
+    choice), outside a trace. There NCCL's all-gather kernel, started first, would run on some 20 SMs
+    beside the GEMM-RS's first GEMM and stretch it; the copy engines take no SM, and the weight
+    grad's first part (this rank's rows) hides their transfer: the Llama-70B MLP block's step 0.5 ms
+    shorter on 2×H200 (BENCHMARKS.md, "The Column backward's input by the copy engines").
+    Elsewhere (``sequential``, ``decomposed``, under a trace, and with an ``activation``, whose grad
+    waits for the rows before the input grad's GEMM is known) NCCL's, in Megatron's order."""
+    in_workspace = activation is None and impl in ("fused", "auto") and not _tracing(g) and ops.RS.impl_of(
+        g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "fused"
+    return Regather(tp, in_workspace, timeout)
+
+
+WeightGrad = Callable[..., Optional[Tensor]]
+"""``weight_grad(g, x, into=None)``: the weight grad ``gᵀ · x`` (``g: [rows, out]``, ``x: [rows, in]``),
+returned; or accumulated elsewhere (the layers' ``main_grad``) and ``None`` or a placeholder returned.
+``into``: what it returned for an earlier part of the rows, to which this part is added in place
+(returned again)."""
+
+
+def linear_backward(g: Tensor, weight: Tensor, x: Tensor, *, regather: Optional[Regather], start_dgrad,
                     weight_grad: Optional[WeightGrad], bias_grad: bool, activation: Optional[str] = None,
                     bias: Optional[Tensor] = None, scale: Optional[float] = None):
     """The backward of ``y = act(s · x̂ · weightᵀ + b)`` (``act``: ``activation``, identity when None;
-    ``s``: ``scale``, 1 when None) with its communication in flight while the weight grad computes,
-    in this order::
+    ``s``: ``scale``, 1 when None; ``x̂``: ``x`` gathered again by ``regather``, or ``x`` itself when it
+    is None) with its communication in flight while the weight grad computes, in this order::
 
-        x̂ = all_gather(x)        started first, when ``regather`` (the group) and the weight grad is wanted
-                                 (with an activation: gathered and waited for here, first, and then
-        g = act'(z) · g           with z = s · x̂ · weightᵀ + bias recomputed: activation_grad)
+        x̂ = all_gather(x)        started first, when ``regather`` and the weight grad (or the
+                                 activation's) needs it
+        g = act'(z) · g           with an activation: x̂ waited for, z = s · x̂ · weightᵀ + bias
+                                 recomputed (activation_grad)
         dx = start_dgrad(g)      started (a started collective, or a tensor), when it is not None
         dW = weight_grad(g, x̂)   when it is not None, after waiting for x̂
         db = Σ_rows g            when ``bias_grad``
         wait dx
 
+    With ``regather.in_workspace`` (no activation then) the weight grad comes first, in parts as the
+    rows arrive in the workspace (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`): this rank's rows
+    while the peers' travel, then each peer's. It must: the input grad's fused call would hand the
+    workspace to the peers' next call.
+
     Returns ``(dx, dW, db)`` with ``None`` for what was not asked for."""
+    dw = gathered = None  # gathered: x̂ on its way (a started collective)
+    in_workspace = regather is not None and regather.in_workspace and weight_grad is not None
+    if in_workspace:
+
+        def arrived(rows: slice, src: Tensor) -> None:
+            nonlocal dw
+            dw = weight_grad(g[rows], src, dw)
+
+        ops.AG.gather(x, regather.tp, resolve_timeout(regather.timeout), arrived)
+    elif regather is not None and (weight_grad is not None or activation is not None):
+        gathered = start_all_gather_rows(x, regather.tp)
     if activation is not None:
-        x = wait(start_all_gather_rows(x, regather)) if regather is not None else x
-        g, regather = activation_grad(g, x, weight, bias, activation, scale), None
-    gathered = start_all_gather_rows(x, regather) if regather is not None and weight_grad is not None else None
+        x, gathered = (x if gathered is None else wait(gathered)), None
+        g = activation_grad(g, x, weight, bias, activation, scale)
     dx = start_dgrad(g) if start_dgrad is not None else None
-    dw = None if weight_grad is None else weight_grad(g, x if gathered is None else wait(gathered))
+    if not in_workspace and weight_grad is not None:
+        dw = weight_grad(g, x if gathered is None else wait(gathered))
     db = g.sum(0) if bias_grad else None
     return (None if dx is None else wait(dx)), dw, db
 
@@ -317,7 +366,11 @@ def _scaled(t: Tensor, scale: Optional[float]) -> Tensor:
 
 
 def _plain_weight_grad(scale: Optional[float]) -> WeightGrad:
-    return lambda g, x: _scaled(g.t() @ x, scale)
+    def weight_grad(g: Tensor, x: Tensor, into: Optional[Tensor] = None) -> Tensor:
+        if into is None:
+            return _scaled(g.t() @ x, scale)
+        return into.addmm_(g.t(), x, alpha=1 if scale is None else scale)
+    return weight_grad
 
 
 def _setup_ag_gemm(ctx, inputs, output) -> None:
@@ -338,9 +391,11 @@ def _backward_ag_gemm(ctx, grad_out: Tensor, grad_gathered: Optional[Tensor] = N
     """``g: [W*m, N_local]`` -> grads of ``(a [m, K], weight [N_local, K], bias [N_local])``."""
     kept, weight, bias = ctx.saved_tensors
     tp = _group_of(ctx.group_name)
+    g = grad_out.contiguous()
     dgrad = ((lambda g: start_column_dgrad(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale))
              if ctx.needs_input_grad[0] else None)
-    grads = linear_backward(grad_out.contiguous(), weight, kept, regather=tp if ctx.regather else None, start_dgrad=dgrad,
+    regather = column_regather(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale, ctx.activation) if ctx.regather else None
+    grads = linear_backward(g, weight, kept, regather=regather, start_dgrad=dgrad,
                             weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
                             bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=ctx.activation, bias=bias,
                             scale=ctx.scale)

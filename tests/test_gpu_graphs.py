@@ -288,8 +288,9 @@ def test_reduce_overhead_compile_replays_the_fused_ops():
 
 def _layer_pair(rank, world_size, column_weight_grad):
     """Column -> GELU -> Row under sequence parallelism, forward and backward in one graph. With
-    ``column_weight_grad`` the Column's backward gathers its input again for wgrad (a c10d collective
-    in the graph); without it the Column's weight is frozen and the backward is fluxlite's ops only."""
+    ``column_weight_grad`` the Column's backward gathers its input again for wgrad (AG-GEMM's
+    copy-engine transport, the weight grad's GEMMs between its waits, in the graph); without it the
+    Column's weight is frozen and the backward is the fused ops alone."""
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear
 
     W, s, b, K = world_size, 256, 2, 256
@@ -346,7 +347,7 @@ def _layer_pair(rank, world_size, column_weight_grad):
 @pytest.mark.parametrize("column_weight_grad", [True, False], ids=["regather", "frozen_column_weight"])
 def test_a_layer_pair_forward_and_backward_replays_from_a_graph(column_weight_grad):
     if shared_gpus() and column_weight_grad:
-        pytest.skip("2 ranks on one GPU: the re-gather is a gloo collective, which a CUDA graph cannot capture")
+        pytest.skip("2 ranks on one GPU: the captured re-gather is checked on two GPUs only")
     run_gpu_ranks(_layer_pair, 2, column_weight_grad, limit_s=300)
 
 

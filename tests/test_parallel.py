@@ -211,21 +211,26 @@ def _dgrad_follows_dispatch(rank, W, seed):
     layer, its reduce-scatter in flight while wgrad computes). The grads match float64 each time."""
     from fluxlite import dispatch
     from fluxlite.group import resolve_group
-    from fluxlite.ops import RS
+    from fluxlite.ops import AG, RS
 
     s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
     g, weight_t = torch.empty(s * b, N // W, dtype=torch.float64), torch.empty(K, N // W, dtype=torch.float64)
     key = dispatch.Key.of("gemm_rs", resolve_group(), g, weight_t, g.shape[0])  # the dgrad's GEMM-RS
     ran, real = [], RS.run
     RS.run = lambda choice, args, **kw: ran.append(choice.impl) or real(choice, args, **kw)  # on the op object
+    gathers, real_gather = [], AG.gather
+    AG.gather = lambda a, tp, timeout_s, arrived=None: gathers.append(a.shape) or real_gather(a, tp, timeout_s, arrived)
     try:
         for n, impl in enumerate(("fused", "decomposed", "sequential")):
             dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
             ran.clear()
+            gathers.clear()
             _column_case(rank, W, seed + n, True, True, False, False, "auto", dgrad=impl)
             assert ran == ([] if impl == "sequential" else [impl]), (impl, ran)
+            # the input for wgrad: by the copy engines beside a fused dgrad, else NCCL's (gloo's here)
+            assert len(gathers) == (impl == "fused"), (impl, gathers)
     finally:
-        del RS.run
+        del RS.run, AG.gather
         dispatch.clear_memory()
 
 

@@ -22,13 +22,24 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
 
 * sequence parallel, forward: ``y = ag_gemm(x, weight, b)``, on the push path
   (``return_gathered=False``): only ``x`` is kept for the backward, as in Megatron.
-* sequence parallel, backward, in this order::
+* sequence parallel, backward, where the input grad's GEMM-RS runs fused (``overlap="fused"``, or
+  ``auto``'s choice for it), in this order::
 
-      x̂ = all_gather(x)                  started asynchronously (for wgrad)
-      dx = reduce_scatter(g · weight)     [W*m, N/W] @ [N/W, K] -> [m, K]: the GEMM-RS op, or, where
-                                          it would run sequential, a matmul whose reduce-scatter
-                                          runs while wgrad computes
-      wait x̂;  dW = gᵀ · x̂               [N/W, W*m] @ [W*m, K]
+      x̂ = all_gather(x)                  by the copy engines into the workspace (AG-GEMM's
+                                          transport, AllGatherGemm.gather), while
+      dW = Σ_parts gᵀ · x̂               [N/W, W*m] @ [W*m, K], a GEMM per part: this rank's rows
+                                          first, then each peer's as they arrive
+      dx = gemm_rs(g, weightᵀ)            [W*m, N/W] @ [N/W, K] -> [m, K]
+      db = Σ_rows g
+
+  NCCL's all-gather would take SMs from the GEMM-RS beside it; the copy engines take none, and the
+  weight grad's first part hides their transfer. Otherwise (``sequential``, ``decomposed``, an
+  activation in the layer, a traced backward), Megatron's order::
+
+      x̂ = all_gather(x)                  NCCL's, started asynchronously (for wgrad)
+      dx = reduce_scatter(g · weight)     the GEMM-RS op, or, where it would run sequential, a matmul
+                                          whose reduce-scatter runs while wgrad computes
+      wait x̂;  dW = gᵀ · x̂
       db = Σ_rows g;  wait dx
 
   Keeping ``x̂`` from the forward instead (``ag_gemm_gathered``) is no faster at Llama-70B width on
@@ -69,7 +80,8 @@ from .. import library
 from ..group import TPGroup
 from ..epilogue import Epilogue
 from ..epilogue import apply as apply_epilogue
-from ..library import linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce, start_column_dgrad
+from ..library import (column_regather, linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce,
+                       start_column_dgrad)
 
 
 @dataclass(frozen=True)
@@ -169,14 +181,16 @@ def _accumulate(main_grad: torch.Tensor, g: torch.Tensor, x: torch.Tensor) -> No
         main_grad.addmm_(g.t().to(main_grad.dtype), x.to(main_grad.dtype))
 
 
-def _weight_grad(weight: torch.Tensor, main_grad: torch.Tensor | None, g: torch.Tensor, x: torch.Tensor):
-    """``dW = gᵀ · x`` (``g: [rows, out]``, ``x: [rows, in]``): returned, or accumulated into
-    ``main_grad`` with Megatron's return value (a dummy or None; see the module docstring)."""
+def _weight_grad(weight: torch.Tensor, main_grad: torch.Tensor | None, g: torch.Tensor, x: torch.Tensor,
+                 into: torch.Tensor | None = None):
+    """``dW = gᵀ · x`` (``g: [rows, out]``, ``x: [rows, in]``): returned (added in place to ``into``, what
+    an earlier part of the rows returned, when given), or accumulated into ``main_grad`` with
+    Megatron's return value (a dummy or None; see the module docstring)."""
     if main_grad is None:
-        return g.t() @ x
+        return g.t() @ x if into is None else into.addmm_(g.t(), x)
     _accumulate(main_grad, g, x)
-    if not hasattr(weight, "grad_added_to_main_grad"):
-        return None
+    if into is not None or not hasattr(weight, "grad_added_to_main_grad"):
+        return into
     weight.grad_added_to_main_grad = True
     make = torch.zeros if getattr(weight, "zero_out_wgrad", False) else torch.empty
     return make(weight.shape, dtype=weight.dtype, device=weight.device)
@@ -296,9 +310,10 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         wgrad_input, weight, bias = ctx.saved_tensors
         opt = ctx.options
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
+        g = _rows(grad_out).contiguous()
         grad_x, grad_w, grad_b = linear_backward(
-            _rows(grad_out).contiguous(), weight, wgrad_input,
-            regather=opt.tp if opt.sp else None,
+            g, weight, wgrad_input,
+            regather=column_regather(g, weight, opt.tp, opt.impl, None, None, opt.activation) if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
             if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
