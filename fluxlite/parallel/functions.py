@@ -80,8 +80,7 @@ from .. import library
 from ..group import TPGroup
 from ..epilogue import Epilogue
 from ..epilogue import apply as apply_epilogue
-from ..library import (column_regather, linear_backward, row_sp_backward, start_all_gather_rows, start_all_reduce,
-                       start_column_dgrad)
+from ..library import column_regather, linear_backward, row_sp_backward, start_all_reduce, start_column_dgrad
 
 
 @dataclass(frozen=True)
@@ -113,24 +112,6 @@ class LinearOptions:
         return self.sequence_parallel and self.tp.world_size > 1
 
 
-# ---- collectives in flight -----------------------------------------------------------------------
-
-class _Pending:
-    """A result whose collective may still be running (:func:`fluxlite.library.wait` semantics):
-    :meth:`wait` returns it once it is done."""
-
-    def __init__(self, result: torch.Tensor):
-        self._result = result
-
-    def wait(self) -> torch.Tensor:
-        return library.wait(self._result)
-
-
-def _all_gather_rows_async(x: torch.Tensor, tp: TPGroup) -> _Pending:
-    """``[m, ...]`` -> ``[W*m, ...]`` rank-major, started now."""
-    return _Pending(start_all_gather_rows(x, tp))
-
-
 # ---- shared pieces -------------------------------------------------------------------------------
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -142,10 +123,6 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.addmm(bias, x, weight.t()) if bias is not None else x @ weight.t()
-
-
-def _bias_grad(ctx, g: torch.Tensor):
-    return g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
 
 
 def _forward_main_grad(weight: torch.Tensor, options: LinearOptions) -> torch.Tensor | None:
@@ -208,11 +185,6 @@ def _start_column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOption
         return torch.ops.fluxlite.gemm_ar(g, weight.t(), None, opt.tp.name, opt.impl, None, None)
     partial = g @ weight
     return start_all_reduce(partial, opt.tp) if opt.allreduce_dgrad else partial
-
-
-def _column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOptions, wgrad: bool) -> _Pending:
-    """:func:`_start_column_dgrad` as a :class:`_Pending`."""
-    return _Pending(_start_column_dgrad(g, weight, opt, wgrad))
 
 
 def _weight_grad_to(ctx, weight: torch.Tensor):

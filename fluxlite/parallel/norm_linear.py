@@ -27,10 +27,11 @@ always centred (``x − μ``, one elementwise pass) before they are sent: the er
 unfused path's at any offset. The folded weight and the collective are unchanged by it. RMSNorm has
 no such term and sends its rows as they are.
 
-Backward: the normalised input ``n = norm(x)`` is recomputed from the saved raw rows and stats; it is
-all-gathered (asynchronously, under sequence parallelism) for ``dW = gᵀ · n`` while the dgrad
-``dn = reduce_scatter(g · W)`` runs (the Column layer's backward, fused GEMM-RS included); then the
-norm's own backward gives ``dx``, ``dγ``, ``dβ``. Under sequence parallelism ``dγ``/``dβ`` are partial
+Backward: the normalised input ``n = norm(x)`` is recomputed from the saved raw rows and stats; the
+Column layer's backward runs on it (:func:`fluxlite.library.linear_backward`: under sequence
+parallelism ``n`` gathered again for ``dW = gᵀ · n`` beside the dgrad ``dn = reduce_scatter(g · W)``,
+by the copy engines where that GEMM-RS runs fused); then the norm's own backward gives ``dx``,
+``dγ``, ``dβ``. Under sequence parallelism ``dγ``/``dβ`` are partial
 sums over this rank's rows and the parameters are marked ``sequence_parallel`` (Megatron's
 ``finalize_model_grads``, or :func:`fluxlite.parallel.allreduce_sequence_parallel_grads`, reduces them).
 """
@@ -46,18 +47,14 @@ from torch.nn import Parameter
 
 from .. import epilogue, ops
 from .._sequential import epilogue_linear
-from ..library import activation_grad
+from ..library import column_regather, linear_backward
 from .functions import (
     LinearOptions,
-    _all_gather_rows_async,
-    _bias_grad,
-    _column_dgrad,
     _column_out,
     _forward_main_grad,
-    _main_grad,
-    _Pending,
     _rows,
-    _weight_grad,
+    _start_column_dgrad,
+    _weight_grad_to,
 )
 from .layers import _ParallelLinear
 from .utils import divide, param_device, set_tensor_model_parallel_attributes
@@ -150,7 +147,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         x2, weight, gamma, beta, bias = ctx.saved_tensors
         opt, norm = ctx.options, ctx.norm
-        main_grad = _main_grad(ctx, weight)
+        weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
         g = _rows(grad_out).contiguous()
         with torch.enable_grad():
             xr = x2.detach().requires_grad_(ctx.needs_input_grad[0])
@@ -158,21 +155,19 @@ class LayerNormLinearFunction(torch.autograd.Function):
             br = None if beta is None else beta.detach().requires_grad_(ctx.needs_input_grad[4])
             n32 = normalize(xr, gr, br, norm)
         n = n32.detach().to(x2.dtype)
-        need_wgrad = ctx.needs_input_grad[1]
-        act = opt.activation
-        gathered = (_all_gather_rows_async(n, opt.tp) if opt.sp else _Pending(n)) if need_wgrad or act else None
-        n_all = None  # the gathered normalised input, once waited for
-        if act is not None:  # the pre-activation's grad: z = norm(x̂) Wᵀ + b, recomputed
-            n_all = gathered.wait()
-            g = activation_grad(g, n_all, weight, bias, act, None)
         need_norm_grads = any(ctx.needs_input_grad[i] for i in (0, 3, 4))
-        dn = _column_dgrad(g, weight, opt, need_wgrad) if need_norm_grads else None
-        grad_w = _weight_grad(weight, main_grad, g, gathered.wait() if n_all is None else n_all) if need_wgrad else None
-        grad_b = _bias_grad(ctx, g)
+        # The Column layer's backward on n (its activation's grad recomputed from the gathered n)
+        dn, grad_w, grad_b = linear_backward(
+            g, weight, n,
+            regather=column_regather(g, weight, opt.tp, opt.impl, None, None, opt.activation) if opt.sp else None,
+            start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
+            if need_norm_grads else None,
+            weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
+            bias=bias)
         grad_x = grad_gamma = grad_beta = None
         if dn is not None:
             inputs = [t for t in (xr, gr, br) if t is not None and t.requires_grad]
-            grads = iter(torch.autograd.grad(n32, inputs, dn.wait().float()))
+            grads = iter(torch.autograd.grad(n32, inputs, dn.float()))
             grad_x = next(grads).to(x2.dtype) if xr.requires_grad else None
             grad_gamma = next(grads).to(gamma.dtype) if gr.requires_grad else None
             grad_beta = next(grads).to(beta.dtype) if br is not None and br.requires_grad else None
