@@ -30,7 +30,7 @@ functions below), with ``g`` the output's gradient and ``s`` the scale (1 when `
               grad_w = s * g.T @ gathered    (ag_gemm_gathered: the gathered output, saved;
                                               ag_gemm: a, gathered again: by the copy engines,
                                               grad_w first, where grad_a runs fused; else by NCCL
-                                              while grad_a is computed: column_regather)
+                                              while grad_a is computed: Regather)
               grad_b = sum_rows g
     gemm_rs:  grad_a, g_all = ag_gemm_gathered(g, weight.T, scale=s)   [M, N] @ [N, K_local] -> [M, K_local]
               grad_w = s * g_all.T @ a
@@ -234,30 +234,28 @@ def start_column_dgrad(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeou
 
 
 class Regather(NamedTuple):
-    """How a backward gathers its input rows ``[m, K]`` -> ``[W*m, K]`` again for the weight grad: by
-    NCCL's all-gather (gloo's on CPU), started first and left in flight; or, with ``in_workspace``,
-    by AG-GEMM's push transport (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`): the copy engines
-    move the rows, so the GEMMs beside them keep every SM, but the rows land in the group's workspace
-    and must be read before the next fused call is enqueued."""
+    """How a backward gathers its input rows ``[m, K]`` -> ``[W*m, K]`` again for the weight grad, for a
+    layer whose input grad is ``reduce_scatter(g · weight)`` (the Column layer's, sequence parallel)
+    run by ``impl``: by the copy engines into the workspace where that GEMM-RS runs fused
+    (:meth:`in_workspace`), else by NCCL's all-gather (gloo's on CPU), started first and left in
+    flight."""
 
     tp: TPGroup
-    in_workspace: bool = False
+    impl: str = "sequential"
     timeout: Optional[float] = None
+    scale: Optional[float] = None
 
-
-def column_regather(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeout: Optional[float],
-                    scale: Optional[float], activation: Optional[str] = None) -> Regather:
-    """The Column backward's :class:`Regather` (sequence parallel; ``g: [W*m, N_local]``, the output's
-    grad): in the workspace where the input grad runs as the fused GEMM-RS (named, or ``auto``'s
-    choice), outside a trace. There NCCL's all-gather kernel, started first, would run on some 20 SMs
-    beside the GEMM-RS's first GEMM and stretch it; the copy engines take no SM, and the weight
-    grad's first part (this rank's rows) hides their transfer: the Llama-70B MLP block's step 0.5 ms
-    shorter on 2×H200 (BENCHMARKS.md, "The Column backward's input by the copy engines").
-    Elsewhere (``sequential``, ``decomposed``, under a trace, and with an ``activation``, whose grad
-    waits for the rows before the input grad's GEMM is known) NCCL's, in Megatron's order."""
-    in_workspace = activation is None and impl in ("fused", "auto") and not _tracing(g) and ops.RS.impl_of(
-        g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "fused"
-    return Regather(tp, in_workspace, timeout)
+    def in_workspace(self, g: Tensor, weight: Tensor) -> bool:
+        """Whether the rows go by AG-GEMM's push transport (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`)
+        for a backward with the output's grad ``g: [W*m, N_local]`` (after any activation's grad):
+        where the input grad runs as the fused GEMM-RS (named, or ``auto``'s choice), outside a trace.
+        There NCCL's all-gather kernel, started first, would run on some 20 SMs beside the GEMM-RS's
+        first GEMM and stretch it; the copy engines take no SM, and the weight grad's first part
+        (this rank's rows) hides their transfer: the Llama-70B MLP block's step 0.5 ms shorter on
+        2×H200 (BENCHMARKS.md, "The Column backward's input by the copy engines"). The rows then land
+        in the group's workspace and must be read before the next fused call is enqueued."""
+        return self.impl in ("fused", "auto") and not _tracing(g) and ops.RS.impl_of(
+            g, weight.t(), group=self.tp.group, impl=self.impl, timeout=self.timeout, scale=self.scale) == "fused"
 
 
 WeightGrad = Callable[..., Optional[Tensor]]
@@ -283,14 +281,16 @@ def linear_backward(g: Tensor, weight: Tensor, x: Tensor, *, regather: Optional[
         db = Σ_rows g            when ``bias_grad``
         wait dx
 
-    With ``regather.in_workspace`` (no activation then) the weight grad comes first, in parts as the
-    rows arrive in the workspace (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`): this rank's rows
-    while the peers' travel, then each peer's. It must: the input grad's fused call would hand the
-    workspace to the peers' next call.
+    Where the rows go by the copy engines (:meth:`Regather.in_workspace`; without an activation, whose
+    grad needs them before the input grad's GEMM is known) the weight grad comes first, in parts as
+    the rows arrive in the workspace (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`): this rank's
+    rows while the peers' travel, then each peer's. It must: the input grad's fused call would hand
+    the workspace to the peers' next call.
 
     Returns ``(dx, dW, db)`` with ``None`` for what was not asked for."""
     dw = gathered = None  # gathered: x̂ on its way (a started collective)
-    in_workspace = regather is not None and regather.in_workspace and weight_grad is not None
+    in_workspace = (regather is not None and weight_grad is not None and activation is None
+                    and regather.in_workspace(g, weight))
     if in_workspace:
 
         def arrived(rows: slice, src: Tensor) -> None:
@@ -394,7 +394,7 @@ def _backward_ag_gemm(ctx, grad_out: Tensor, grad_gathered: Optional[Tensor] = N
     g = grad_out.contiguous()
     dgrad = ((lambda g: start_column_dgrad(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale))
              if ctx.needs_input_grad[0] else None)
-    regather = column_regather(g, weight, tp, ctx.impl, ctx.timeout, ctx.scale, ctx.activation) if ctx.regather else None
+    regather = Regather(tp, ctx.impl, ctx.timeout, ctx.scale) if ctx.regather else None
     grads = linear_backward(g, weight, kept, regather=regather, start_dgrad=dgrad,
                             weight_grad=_plain_weight_grad(ctx.scale) if ctx.needs_input_grad[1] else None,
                             bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=ctx.activation, bias=bias,

@@ -80,7 +80,7 @@ from .. import library
 from ..group import TPGroup
 from ..epilogue import Epilogue
 from ..epilogue import apply as apply_epilogue
-from ..library import column_regather, linear_backward, row_sp_backward, start_all_reduce, start_column_dgrad
+from ..library import Regather, linear_backward, row_sp_backward, start_all_reduce, start_column_dgrad
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         g = _rows(grad_out).contiguous()
         grad_x, grad_w, grad_b = linear_backward(
             g, weight, wgrad_input,
-            regather=column_regather(g, weight, opt.tp, opt.impl, None, None, opt.activation) if opt.sp else None,
+            regather=Regather(opt.tp, opt.impl) if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
             if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,

@@ -47,7 +47,7 @@ from torch.nn import Parameter
 
 from .. import epilogue, ops
 from .._sequential import epilogue_linear
-from ..library import column_regather, linear_backward
+from ..library import Regather, linear_backward
 from .functions import (
     LinearOptions,
     _column_out,
@@ -159,7 +159,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         # The Column layer's backward on n (its activation's grad recomputed from the gathered n)
         dn, grad_w, grad_b = linear_backward(
             g, weight, n,
-            regather=column_regather(g, weight, opt.tp, opt.impl, None, None, opt.activation) if opt.sp else None,
+            regather=Regather(opt.tp, opt.impl) if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
             if need_norm_grads else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
