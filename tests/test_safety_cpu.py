@@ -2,13 +2,13 @@
 
 - **Call agreement.** Ranks that make the same fused call with different arguments (AG: ``m``, K,
   N_local, dtype, ``return_gathered``; RS: M, K_local, N, dtype; or one rank in the other op with the
-  same shapes) all raise ``FluxliteCallMismatchError``, naming themselves and the peer, in well under
+  same shapes; AG-GEMM's transport alone, ``AG.gather``, at another ``m`` or against the op) all raise ``FluxliteCallMismatchError``, naming themselves and the peer, in well under
   half the timeout. Among 3 ranks the odd one names some peer and the others name the odd one. A
   disagreement that makes one rank need a bigger workspace, or one on the first call of a fresh
   workspace, ends in some ``FluxliteError`` on every rank within the timeout (+ slack).
 - **Bounded waits.** A missing peer before the first fused call (the others' call builds the
   workspace collectively), during growth, in a GEMM-AllReduce (absent from the call, or gone after
-  its partials: it never sets its ``finished`` flags), and during the backward pass of Column ->
+  its partials: it never sets its ``finished`` flags), in a gather, and during the backward pass of Column ->
   GELU -> Row layers ends in ``FluxliteTimeoutError`` on the waiting rank within the timeout
   (+ slack), naming the missing peer. (A missing peer mid-call, at a flag, is
   tests/test_timeouts.py's.)
@@ -40,7 +40,9 @@ import fluxlite
 from fluxlite import FluxliteError, FluxliteTimeoutError
 
 from fluxlite import FluxliteCallMismatchError
+from fluxlite.group import resolve_group
 from fluxlite.host_flags import REDUCED_ROWS
+from fluxlite.ops import AG
 
 from .dist_utils import run_ranks
 from .faults import never_finished
@@ -89,6 +91,9 @@ MISMATCHES = [
     ("ar M (one-shot)", ("ar", dict(M=47, K=24, N=16)), ("ar", dict(M=45, K=24, N=16))),
     ("ar N (one-shot)", ("ar", dict(M=5, K=24, N=16)), ("ar", dict(M=5, K=24, N=20))),
     ("op gemm_ar (one-shot) vs gemm_rs", ("ar", dict(M=48, K=24, N=16)), ("rs", dict(M=48, K=24, N=16))),
+    # AG-GEMM's transport alone (a Column backward's re-gather) against the op, and at another m
+    ("gather vs ag_gemm", ("gather", dict(m=40, K=24)), ("ag", dict(m=40, K=24, N=16))),
+    ("gather m", ("gather", dict(m=40, K=24)), ("gather", dict(m=33, K=24))),
 ]
 
 
@@ -149,6 +154,8 @@ def _call(spec, timeout: float, seed: int = 0):
     op, p = spec
     gen = torch.Generator().manual_seed(seed)
     dtype = p.get("dtype", F32)
+    if op == "gather":
+        return AG.gather(randn(gen, p["m"], p["K"], dtype=dtype), resolve_group(None), timeout)
     if op == "ag":
         a, w = randn(gen, p["m"], p["K"], dtype=dtype), randn(gen, p["N"], p["K"], dtype=dtype)
         return fluxlite.ag_gemm(a, w, impl="fused", return_gathered=p.get("gathered", False), timeout=timeout)
@@ -417,6 +424,11 @@ def _missing_peer_worker(rank: int, W: int) -> None:
     ar = ("ar", dict(M=4 * W + 1, K=24, N=16))
     _call(ar, PEER_TIMEOUT_S)
     _missing_peer(ctx, "missing peer in a one-shot gemm_ar call", lambda: _call(ar, PEER_TIMEOUT_S), skipper=W - 1,
+                  step_is_flag=True)
+    # (c') AG-GEMM's transport alone (a Column backward's re-gather), steady state: a peer's rows never come.
+    gather = ("gather", dict(m=9, K=24))
+    _call(gather, PEER_TIMEOUT_S)
+    _missing_peer(ctx, "missing peer in a gather", lambda: _call(gather, PEER_TIMEOUT_S), skipper=0,
                   step_is_flag=True)
     # (e) GEMM-AllReduce, two-shot (the one-shot turned off on every rank), a peer gone after its
     # partials: they all arrive, so the waiting rank's own reduction completes, but the peer never
