@@ -234,6 +234,39 @@ def _dgrad_follows_dispatch(rank, W, seed):
         dispatch.clear_memory()
 
 
+def _main_grad_regathers_by_nccl(rank, W, seed):
+    """Sequence parallel, ``overlap="fused"``: the Column backward gathers its input by AG-GEMM's
+    transport (``AG.gather``) where its weight grad is returned, and by the plain all-gather where
+    it accumulates into ``main_grad`` (``gradient_accumulation_fusion``: parts would each cost a pass
+    over it). The weight grad matches float64 either way."""
+    from fluxlite.ops import AG
+    from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
+
+    s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
+    gathers, real_gather = [], AG.gather
+    AG.gather = lambda a, tp, timeout_s, arrived=None: gathers.append(a.shape) or real_gather(a, tp, timeout_s, arrived)
+    try:
+        for n, fusion in enumerate((False, True)):
+            cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=torch.float64, use_cpu_initialization=True,
+                                      gradient_accumulation_fusion=fusion)
+            layer = ColumnParallelLinear(K, N, config=cfg, init_method=_init(seed + n), bias=False,
+                                         gather_output=False, keep_master_weight_for_test=True, overlap="fused")
+            if fusion:
+                layer.weight.main_grad = torch.full_like(layer.weight, 0.5)
+            X, G = _data(seed + n + 1, torch.float64, (s, b, K), (s, b, N))
+            rows = slice(rank * s // W, (rank + 1) * s // W)
+            gathers.clear()
+            out, _ = layer(X[rows].clone().requires_grad_())
+            idx = partition_index(N, W, rank, 1)
+            out.backward(G[..., idx])
+            want = G[..., idx].reshape(-1, N // W).t() @ X.reshape(-1, K)
+            case = dict(layer="Column", W=W, gradient_accumulation_fusion=fusion)
+            _close(layer.weight.main_grad - 0.5 if fusion else layer.weight.grad, want, "weight grad", case)
+            assert len(gathers) == (not fusion), (case, gathers)
+    finally:
+        del AG.gather
+
+
 def _frozen_column_dgrad_runs_gemm_ar(rank, W, seed):
     """Column without sequence parallelism: with a trainable weight the dgrad's all-reduce is left in
     flight behind wgrad (no GEMM-AllReduce runs); with a frozen weight there is nothing to hide it
@@ -269,6 +302,7 @@ def _matrix_worker(rank, W, seed, overlaps):
     _matrix(rank, W, seed, overlaps)
     _dgrad_follows_dispatch(rank, W, seed + 500)
     _frozen_column_dgrad_runs_gemm_ar(rank, W, seed + 600)
+    _main_grad_regathers_by_nccl(rank, W, seed + 700)
     _mappings(rank, W, seed)
     _api(rank, W, seed)
 

@@ -23,7 +23,7 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
 * sequence parallel, forward: ``y = ag_gemm(x, weight, b)``, on the push path
   (``return_gathered=False``): only ``x`` is kept for the backward, as in Megatron.
 * sequence parallel, backward, where the input grad's GEMM-RS runs fused (``overlap="fused"``, or
-  ``auto``'s choice for it), in this order::
+  ``auto``'s choice for it) and the weight grad is returned, in this order::
 
       x̂ = all_gather(x)                  by the copy engines into the workspace (AG-GEMM's
                                           transport, AllGatherGemm.gather), while
@@ -34,7 +34,8 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
 
   NCCL's all-gather would take SMs from the GEMM-RS beside it; the copy engines take none, and the
   weight grad's first part hides their transfer. Otherwise (``sequential``, ``decomposed``, an
-  activation in the layer, a traced backward), Megatron's order::
+  activation in the layer, a traced backward, and ``gradient_accumulation_fusion``, where each part
+  would add a pass over the fp32 ``main_grad``), Megatron's order::
 
       x̂ = all_gather(x)                  NCCL's, started asynchronously (for wgrad)
       dx = reduce_scatter(g · weight)     the GEMM-RS op, or, where it would run sequential, a matmul
@@ -285,7 +286,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         g = _rows(grad_out).contiguous()
         grad_x, grad_w, grad_b = linear_backward(
             g, weight, wgrad_input,
-            regather=Regather(opt.tp, opt.impl) if opt.sp else None,
+            regather=Regather(opt.tp, opt.impl, parts=not opt.gradient_accumulation_fusion) if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
             if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
