@@ -255,8 +255,8 @@ class Regather(NamedTuple):
         where the input grad runs as the fused GEMM-RS (named, or ``auto``'s choice), outside a trace.
         There NCCL's all-gather kernel, started first, would run on some 20 SMs beside the GEMM-RS's
         first GEMM and stretch it; the copy engines take no SM, and the weight grad's first part
-        (this rank's rows) hides their transfer: the Llama-70B MLP block's step 0.5 ms shorter on
-        2×H200 (BENCHMARKS.md, "The Column backward's input by the copy engines"). The rows then land
+        (this rank's rows) hides their transfer: the Llama-70B MLP block's step 0.2-0.4 ms shorter
+        on 2×H200 (BENCHMARKS.md, "The Column backward's input by the copy engines"). The rows then land
         in the group's workspace and must be read before the next fused call is enqueued."""
         return self.parts and self.impl in ("fused", "auto") and not _tracing(g) and ops.RS.impl_of(
             g, weight.t(), group=self.tp.group, impl=self.impl, timeout=self.timeout, scale=self.scale) == "fused"

@@ -279,8 +279,12 @@ class AllGatherGemm(Op):
                 (COPY, gathered.data_ptr() + r * m * row, a.data_ptr(), m * row)]
 
         def each(rows: slice | None) -> None:
-            if arrived is not None:
-                arrived(slice(r * m, (r + 1) * m), a) if rows is None else arrived(rows, gathered[rows])
+            if arrived is None:
+                return
+            if rows is None:  # our own rows, read in place while the peers' travel
+                arrived(slice(r * m, (r + 1) * m), a)
+            else:
+                arrived(rows, gathered[rows])
 
         call.run(lambda: call.program(copied, steps), lambda: self._by_split(call, m, GATHER, each),
                  call.replay_key(a, gathered, scale=None) if arrived is None else None, copied)
