@@ -8,6 +8,7 @@ every run: the seed is drawn here and printed on failure, so a failure can be re
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
@@ -204,6 +205,20 @@ def _matrix(rank, W, seed, overlaps, **where):
         n += 2
 
 
+@contextlib.contextmanager
+def _gathers_counted():
+    """The input shapes of every ``AG.gather`` (AG-GEMM's transport alone) made in the block; the
+    gathers still run."""
+    from fluxlite.ops import AG
+
+    gathers, real = [], AG.gather
+    AG.gather = lambda a, tp, timeout_s, arrived=None: gathers.append(a.shape) or real(a, tp, timeout_s, arrived)
+    try:
+        yield gathers
+    finally:
+        del AG.gather  # the instance attribute: the method shows through again
+
+
 def _dgrad_follows_dispatch(rank, W, seed):
     """``overlap="auto"``: the sequence-parallel Column dgrad runs what the GEMM-RS op chooses
     (:mod:`fluxlite.dispatch`), not a rule of its own. With the op's choice for the dgrad's key set to
@@ -211,26 +226,25 @@ def _dgrad_follows_dispatch(rank, W, seed):
     layer, its reduce-scatter in flight while wgrad computes). The grads match float64 each time."""
     from fluxlite import dispatch
     from fluxlite.group import resolve_group
-    from fluxlite.ops import AG, RS
+    from fluxlite.ops import RS
 
     s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
     g, weight_t = torch.empty(s * b, N // W, dtype=torch.float64), torch.empty(K, N // W, dtype=torch.float64)
     key = dispatch.Key.of("gemm_rs", resolve_group(), g, weight_t, g.shape[0])  # the dgrad's GEMM-RS
     ran, real = [], RS.run
     RS.run = lambda choice, args, **kw: ran.append(choice.impl) or real(choice, args, **kw)  # on the op object
-    gathers, real_gather = [], AG.gather
-    AG.gather = lambda a, tp, timeout_s, arrived=None: gathers.append(a.shape) or real_gather(a, tp, timeout_s, arrived)
     try:
-        for n, impl in enumerate(("fused", "decomposed", "sequential")):
-            dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
-            ran.clear()
-            gathers.clear()
-            _column_case(rank, W, seed + n, True, True, False, False, "auto", dgrad=impl)
-            assert ran == ([] if impl == "sequential" else [impl]), (impl, ran)
-            # the input for wgrad: by the copy engines beside a fused dgrad, else NCCL's (gloo's here)
-            assert len(gathers) == (impl == "fused"), (impl, gathers)
+        with _gathers_counted() as gathers:
+            for n, impl in enumerate(("fused", "decomposed", "sequential")):
+                dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
+                ran.clear()
+                gathers.clear()
+                _column_case(rank, W, seed + n, True, True, False, False, "auto", dgrad=impl)
+                assert ran == ([] if impl == "sequential" else [impl]), (impl, ran)
+                # the input for wgrad: by the copy engines beside a fused dgrad, else NCCL's (gloo's here)
+                assert len(gathers) == (impl == "fused"), (impl, gathers)
     finally:
-        del RS.run, AG.gather
+        del RS.run
         dispatch.clear_memory()
 
 
@@ -239,13 +253,10 @@ def _main_grad_regathers_by_nccl(rank, W, seed):
     transport (``AG.gather``) where its weight grad is returned, and by the plain all-gather where
     it accumulates into ``main_grad`` (``gradient_accumulation_fusion``: parts would each cost a pass
     over it). The weight grad matches float64 either way."""
-    from fluxlite.ops import AG
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
 
     s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
-    gathers, real_gather = [], AG.gather
-    AG.gather = lambda a, tp, timeout_s, arrived=None: gathers.append(a.shape) or real_gather(a, tp, timeout_s, arrived)
-    try:
+    with _gathers_counted() as gathers:
         for n, fusion in enumerate((False, True)):
             cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=torch.float64, use_cpu_initialization=True,
                                       gradient_accumulation_fusion=fusion)
@@ -263,8 +274,6 @@ def _main_grad_regathers_by_nccl(rank, W, seed):
             case = dict(layer="Column", W=W, gradient_accumulation_fusion=fusion)
             _close(layer.weight.main_grad - 0.5 if fusion else layer.weight.grad, want, "weight grad", case)
             assert len(gathers) == (not fusion), (case, gathers)
-    finally:
-        del AG.gather
 
 
 def _frozen_column_dgrad_runs_gemm_ar(rank, W, seed):
