@@ -238,16 +238,13 @@ class Regather(NamedTuple):
     layer whose input grad is ``reduce_scatter(g · weight)`` (the Column layer's, sequence parallel)
     run by ``impl``: by the copy engines into the workspace where that GEMM-RS runs fused
     (:meth:`in_workspace`), else by NCCL's all-gather (gloo's on CPU), started first and left in
-    flight. ``parts``: whether the weight grad may be computed in parts (one per arriving chunk of
-    rows), which the copy engines' rows need; not where each part would cost a pass over an fp32
-    grad of the weight's size (the layers' ``main_grad``, accumulated through a separate fp32
-    product), which would cost more than NCCL's all-gather does."""
+    flight. On the copy engines' path the weight grad comes in parts, one per arriving chunk of
+    rows, so ``weight_grad`` must accept ``into`` (see :func:`linear_backward`)."""
 
     tp: TPGroup
     impl: str = "sequential"
     timeout: Optional[float] = None
     scale: Optional[float] = None
-    parts: bool = True
 
     def in_workspace(self, g: Tensor, weight: Tensor) -> bool:
         """Whether the rows go by AG-GEMM's push transport (:meth:`fluxlite.ops.ag_gemm.AllGatherGemm.gather`)
@@ -258,7 +255,7 @@ class Regather(NamedTuple):
         (this rank's rows) hides their transfer: the Llama-70B MLP block's step 0.2-0.4 ms shorter
         on 2×H200 (BENCHMARKS.md, "The Column backward's input by the copy engines"). The rows then land
         in the group's workspace and must be read before the next fused call is enqueued."""
-        return self.parts and self.impl in ("fused", "auto") and not _tracing(g) and ops.RS.impl_of(
+        return self.impl in ("fused", "auto") and not _tracing(g) and ops.RS.impl_of(
             g, weight.t(), group=self.tp.group, impl=self.impl, timeout=self.timeout, scale=self.scale) == "fused"
 
 

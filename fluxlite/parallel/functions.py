@@ -23,19 +23,19 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
 * sequence parallel, forward: ``y = ag_gemm(x, weight, b)``, on the push path
   (``return_gathered=False``): only ``x`` is kept for the backward, as in Megatron.
 * sequence parallel, backward, where the input grad's GEMM-RS runs fused (``overlap="fused"``, or
-  ``auto``'s choice for it) and the weight grad is returned, in this order::
+  ``auto``'s choice for it) and the weight grad is wanted, in this order::
 
       x̂ = all_gather(x)                  by the copy engines into the workspace (AG-GEMM's
                                           transport, AllGatherGemm.gather), while
       dW = Σ_parts gᵀ · x̂               [N/W, W*m] @ [W*m, K], a GEMM per part: this rank's rows
-                                          first, then each peer's as they arrive
+                                          first, then each peer's as they arrive (into main_grad,
+                                          cuBLAS adding each product to the fp32 buffer in place)
       dx = gemm_rs(g, weightᵀ)            [W*m, N/W] @ [N/W, K] -> [m, K]
       db = Σ_rows g
 
   NCCL's all-gather would take SMs from the GEMM-RS beside it; the copy engines take none, and the
   weight grad's first part hides their transfer. Otherwise (``sequential``, ``decomposed``, an
-  activation in the layer, a traced backward, and ``gradient_accumulation_fusion``, where each part
-  would add a pass over the fp32 ``main_grad``), Megatron's order::
+  activation in the layer, a traced backward), Megatron's order::
 
       x̂ = all_gather(x)                  NCCL's, started asynchronously (for wgrad)
       dx = reduce_scatter(g · weight)     the GEMM-RS op, or, where it would run sequential, a matmul
@@ -153,8 +153,8 @@ def _accumulate(main_grad: torch.Tensor, g: torch.Tensor, x: torch.Tensor) -> No
     """``main_grad += gᵀ · x`` with the products summed in ``main_grad``'s dtype (fp32), in place."""
     if g.dtype == main_grad.dtype:
         main_grad.addmm_(g.t(), x)
-    elif g.is_cuda:  # bf16/fp16 operands, fp32 accumulator and result (cuBLAS)
-        main_grad.add_(torch.mm(g.t(), x, out_dtype=main_grad.dtype))
+    elif g.is_cuda:  # bf16/fp16 operands summed by cuBLAS into the fp32 buffer in place: no fp32 product
+        torch.addmm(main_grad, g.t(), x, out_dtype=main_grad.dtype, out=main_grad)
     else:
         main_grad.addmm_(g.t().to(main_grad.dtype), x.to(main_grad.dtype))
 
@@ -286,7 +286,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         g = _rows(grad_out).contiguous()
         grad_x, grad_w, grad_b = linear_backward(
             g, weight, wgrad_input,
-            regather=Regather(opt.tp, opt.impl, parts=not opt.gradient_accumulation_fusion) if opt.sp else None,
+            regather=Regather(opt.tp, opt.impl) if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
             if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,

@@ -159,7 +159,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         # The Column layer's backward on n (its activation's grad recomputed from the gathered n)
         dn, grad_w, grad_b = linear_backward(
             g, weight, n,
-            regather=Regather(opt.tp, opt.impl, parts=not opt.gradient_accumulation_fusion) if opt.sp else None,
+            regather=Regather(opt.tp, opt.impl) if opt.sp else None,
             start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
             if need_norm_grads else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
