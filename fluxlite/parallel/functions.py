@@ -153,9 +153,10 @@ def _accumulate(main_grad: torch.Tensor, g: torch.Tensor, x: torch.Tensor) -> No
     """``main_grad += gᵀ · x`` with the products summed in ``main_grad``'s dtype (fp32), in place."""
     if g.dtype == main_grad.dtype:
         main_grad.addmm_(g.t(), x)
-    elif g.is_cuda:  # bf16/fp16 operands summed by cuBLAS into the fp32 buffer in place: no fp32 product
+    elif g.is_cuda and main_grad.dtype == torch.float32 and g.dtype in (torch.bfloat16, torch.float16):
+        # summed by cuBLAS into the fp32 buffer in place: no fp32 product, no second pass over it
         torch.addmm(main_grad, g.t(), x, out_dtype=main_grad.dtype, out=main_grad)
-    else:
+    else:  # CPU, or a buffer of another dtype: the operands cast to it
         main_grad.addmm_(g.t().to(main_grad.dtype), x.to(main_grad.dtype))
 
 
