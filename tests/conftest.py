@@ -5,9 +5,10 @@
   ``fluxlite.kernels`` module) is imported. Spawned ranks inherit it through the environment.
 - Tests marked ``gpu`` are skipped cleanly when CUDA is absent (the marker is registered in
   pyproject.toml).
-- Under pytest-xdist (the README's test command runs ``-n 2 --dist loadgroup``), each module's tests
-  run on one worker, so a module-scoped fixture runs once, and every ``gpu`` test on the same worker,
-  so two tests never hold the GPUs at once.
+- Under pytest-xdist (the README's test command runs ``-n 2 --dist loadfile``) each module's tests
+  run on one worker, so a module-scoped fixture runs once. Tests marked ``gpu`` are skipped on
+  xdist's workers: two of them would hold the GPUs at once. Run them without ``-n`` (or through
+  ``scripts/gpu_suite.sh tests``, one file at a time).
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ if not HAS_CUDA:
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here too, so that running a single test file outside the project root still knows it.
     config.addinivalue_line("markers", "gpu: needs CUDA GPUs (skipped cleanly without them)")
-    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist's loadgroup keeps on one worker")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("gpu" if "gpu" in item.keywords else item.nodeid.split("::")[0]))
-    if HAS_CUDA:
+    if not HAS_CUDA:
+        reason = "needs CUDA: no GPU on this machine"
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        reason = "GPU tests run one at a time: run them without -n (or scripts/gpu_suite.sh tests)"
+    else:
         return
-    skip = pytest.mark.skip(reason="needs CUDA: no GPU on this machine")
+    skip = pytest.mark.skip(reason=reason)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
