@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .epilogue import PLAIN, Epilogue
+from .epilogue import PLAIN, Epilogue, activate_into
 from .epilogue import apply as apply_epilogue
 from .group import TPGroup
 
@@ -54,11 +54,13 @@ def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor,
 def epilogue_linear(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     ep: Epilogue = PLAIN, row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """``ep(x @ weight.T)`` (:mod:`fluxlite.epilogue`; ``row_scale: [rows]``), written into ``out``
-    when given. An epilogue of a scale and a bias at most is one GEMM (:func:`linear_into`); any other
-    applies the epilogue to the product in fp32 (the product itself is rounded to ``x.dtype`` first,
-    unlike the kernels' accumulator)."""
-    if ep.activation is None and not ep.row_scaled:
-        return linear_into(out, x, weight, bias, ep.scale)
+    when given. Without a row scale, one GEMM with the scale and the bias in its epilogue
+    (:func:`linear_into`), then the activation in one elementwise pass (:func:`fluxlite.epilogue.activate_into`);
+    with one, the epilogue on the product in fp32. Either way the GEMM's output is rounded to
+    ``x.dtype`` before the rest, unlike the kernels' accumulator."""
+    if not ep.row_scaled:
+        z = linear_into(None if ep.gated else out, x, weight, bias, ep.scale)
+        return activate_into(out if ep.gated else None, z, ep.activation)
     y = apply_epilogue(x @ weight.t(), ep, bias, row_scale, x.dtype)
     if out is None:
         return y

@@ -16,8 +16,10 @@ applied in that order (row scale, bias, activation), then cast to the output dty
 
 ``row_scale`` is per row of ``a`` on the rank that owns the row (AG-GEMM gathers it with the rows:
 the deferred norm's ``1/sigma``). The GPU kernels apply the same function
-(:func:`fluxlite.kernels.gemm_core.epilogue`); :func:`apply` is its torch form, used by the
-sequential and CPU paths and as the test reference.
+(:func:`fluxlite.kernels.gemm_core.epilogue`); :func:`apply` is its torch form on an accumulator
+(the test reference, and the row-scaled torch paths), and :func:`activate_into` the activation
+alone on a GEMM's output that already holds the scale and the bias (the other torch paths: one
+cuBLAS GEMM, then one elementwise pass).
 """
 
 from __future__ import annotations
@@ -109,3 +111,22 @@ def apply(acc: torch.Tensor, ep: Epilogue, bias: torch.Tensor | None, row_scale:
         gate, up = y.chunk(2, dim=-1)
         y = F.silu(gate) * up
     return y.to(out_dtype)
+
+
+def activate_into(out: torch.Tensor | None, z: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """``act(z)`` for a pre-activation ``z: [rows, N]`` in its output dtype (``[rows, 2N']`` for SwiGLU:
+    gate columns, then up columns; the result ``[rows, N']``), into ``out`` (``None``: in place in
+    ``z``, or a new tensor for SwiGLU): the epilogue's last step after a GEMM that applied the scale
+    and the bias, with no fp32 copy of the output. Torch's elementwise kernels compute in fp32 and
+    round once; SwiGLU rounds the gate's SiLU (taken in place in ``z``) before the product."""
+    if activation is None:
+        return z if out is None else out.copy_(z)
+    if activation == "swiglu":
+        gate, up = z.chunk(2, dim=-1)
+        F.silu(gate, inplace=True)
+        return gate * up if out is None else torch.mul(gate, up, out=out)
+    if out is None:
+        out = z
+    if activation == "silu":
+        return torch.ops.aten.silu.out(z, out=out)
+    return torch.ops.aten.gelu.out(z, approximate="tanh" if activation == "gelu_tanh" else "none", out=out)

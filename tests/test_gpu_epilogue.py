@@ -1,5 +1,6 @@
 """The fused epilogues on GPUs (bf16, the compiled kernels, TMA and pointer paths): every activation
-with a row scale, a scalar scale and a bias, AG push and pull, and GEMM-RS's scale, against float32
+with a row scale, a scalar scale and a bias, AG push and pull; every activation without a row scale,
+fused and sequential; and GEMM-RS's scale, against float32
 references (tests/gpu_utils.py). Tolerance: bf16's 1e-2 relative (norm) error, as
 tests/test_gpu_fused.py; SwiGLU multiplies two rounded values, so 2e-2.
 """
@@ -42,6 +43,15 @@ def _cases(rank, W):
                 failures.append(f"ag m={m} K={K} N={N} act={act} gathered={gathered}: rel err {err:.3g}")
             if gathered and not torch.equal(res[1], full):
                 failures.append(f"ag m={m} act={act}: gathered rows differ")
+        # No row scale, fused and sequential
+        ref, _ = ag_epilogue_reference(a, w, b, None, E.Epilogue(act, False, 0.5))
+        for impl in ("fused", "sequential"):
+            out = torch.full((W * m, N), float("nan"), dtype=BF16, device=dev())
+            fluxlite.ag_gemm(a, w, b, impl=impl, out=out, activation=act, scale=0.5)
+            fluxlite.synchronize()
+            err = rel_err(out, ref)
+            if not err < (2e-2 if act == "swiglu" else 1e-2):
+                failures.append(f"ag {impl} m={m} K={K} N={N} act={act} no row scale: rel err {err:.3g}")
     M, K, N = 4096, 1376, 8192
     a = torch.randn(M, K, device=dev()).to(BF16)
     w = (torch.randn(N, K, device=dev()) / K**0.5).to(BF16)
