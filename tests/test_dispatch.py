@@ -475,6 +475,56 @@ def test_ranks_decide_on_readings_reduced_over_them_and_calls_follow_their_mode(
     run_ranks(_ranks_decide_alike_and_calls_follow_their_mode, 2)
 
 
+def _choices_follow_the_epilogue(rank: int, W: int) -> None:
+    """A GELU call or a row-scaled one does not run the choice remembered for the plain call at its
+    shape: each epilogue has its own dispatch key, first call and repeats alike."""
+    from fluxlite import epilogue as E
+
+    m, K_, N_ = 6, 16, 12
+    tp = fluxlite.resolve_group()
+    fused, seq = dispatch.Choice("fused", source="cache"), dispatch.Choice("sequential", source="cache")
+    probe_a, probe_w = torch.empty(m, K_), torch.empty(N_, K_)
+    expected = {None: "fused", "gelu": "sequential", "row_scale": "sequential", "gelu+row_scale": "fused"}
+    for tag, want in expected.items():
+        op = "ag_gemm" + (f"+{tag}" if tag else "")
+        assert AG.dispatch_op(dict(activation="gelu" if tag and "gelu" in tag else None,
+                                   row_scale=probe_a[:, 0] if tag and "row_scale" in tag else None)) == op
+        dispatch._MEMORY[dispatch.Key.of(op, tp, probe_a, probe_w, W * m)] = fused if want == "fused" else seq
+    ran, real_fused, real_seq = [], AG.fused, AG.sequential
+
+    def counted_fused(*args):
+        ran.append("fused")
+        return real_fused(*args)
+
+    def counted_seq(*args):
+        ran.append("sequential")
+        return real_seq(*args)
+
+    AG.fused, AG.sequential = counted_fused, counted_seq
+    gen = torch.Generator().manual_seed(4)
+    failures: list[str] = []
+    try:
+        for n, tag in enumerate(list(expected) * 2):  # the second round: the calls' repeats
+            act = "gelu" if tag and "gelu" in tag else None
+            a_full, weight = randn(gen, W * m, K_, dtype=torch.float32), randn(gen, N_, K_, dtype=torch.float32)
+            scales = torch.rand(W * m, generator=gen) + 0.5 if tag and "row_scale" in tag else None
+            ran.clear()
+            out = fluxlite.ag_gemm(a_full[rank * m:(rank + 1) * m], weight, impl="auto", activation=act,
+                                   row_scale=None if scales is None else scales[rank * m:(rank + 1) * m])
+            ref = E.apply(ag_reference(a_full, weight, None), E.Epilogue(act, scales is not None), None,
+                          None if scales is None else scales.double(), torch.float64)
+            check(f"call {n} ({tag})", out, ref, torch.float32, failures)
+            assert ran == [expected[tag]], (n, tag, ran)
+    finally:
+        del AG.fused, AG.sequential
+        dispatch.clear_memory()
+    assert not failures, failures
+
+
+def test_each_epilogue_has_its_own_dispatch_choice():
+    run_ranks(_choices_follow_the_epilogue, 2)
+
+
 @pytest.fixture
 def fresh_dispatch():
     dispatch.clear_memory()

@@ -290,7 +290,7 @@ class Op:
         if impl in dispatch.EXPLICIT:
             return dispatch.EXPLICIT[impl], None
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
-        key = dispatch.Key.of(self.dispatch_op(self.variant(args.options)), args.tp, args.a, args.weight, rows)
+        key = dispatch.Key.of(self.dispatch_op(args.options), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
         if empty_gemm(args):  # nothing to measure: it runs as sequential whatever the choice (impl_of)
             return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows), key
@@ -302,9 +302,15 @@ class Op:
         the fused call with no config named, the matmul consumer where :meth:`consumer_of` runs it)."""
         return ((None,) if self.has_matmul_consumer(args) else ()) + tuple(dispatch.GPU_CONFIGS)
 
-    def dispatch_op(self, variant: str) -> str:
-        """The op of a dispatch key: the name, and the variant after a ``+`` (``ag_gemm+gathered``)."""
-        return f"{self.name}+{variant}" if variant else self.name
+    def dispatch_op(self, options: dict) -> str:
+        """The op of a dispatch key: the name, then after a ``+`` each option that changes which
+        implementation is the fastest: the variant (``ag_gemm+gathered``), an activation
+        (``ag_gemm+gelu``: the kernel's epilogue applies it at no cost, where sequential and
+        decomposed pay a pass over the output) and a row scale (``ag_gemm+row_scale``: the matmul
+        consumer cannot apply one)."""
+        parts = (self.name, self.variant(options), options.get("activation"),
+                 "row_scale" if options.get("row_scale") is not None else None)
+        return "+".join(p for p in parts if p)
 
     def run(self, choice: Choice, args: Args, *, remember=None):
         """This call by ``choice``; its implementation (a fused call's state and plan) is remembered
@@ -373,15 +379,14 @@ class Op:
         call in its mode now, or None (nothing remembered, first sight, capture): one look-up
         (:func:`fluxlite.dispatch.eager_choice_of`) by what the dispatch key is made of: the op, the
         group, the operands' shapes, dtype and device, and the options that are not tensors."""
-        values = tuple(options.values()) if not self.tensor_options else tuple(
-            v for k, v in options.items() if k not in self.tensor_options)
+        values = tuple(v is not None if k in self.tensor_options else v for k, v in options.items())
         signature = (self.name, group, a.shape, a.dtype, a.get_device(), weight.shape, values)
 
         def key_of() -> dispatch.Key | None:
             W = group.size()
             if W == 1:
                 return None
-            return dispatch.Key.of_size(self.dispatch_op(self.variant(options)), W, a, weight,
+            return dispatch.Key.of_size(self.dispatch_op(options), W, a, weight,
                                         self.dispatch_rows(a, W, options))
         return dispatch.eager_choice_of(signature, key_of, a)
 
