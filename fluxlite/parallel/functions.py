@@ -79,8 +79,7 @@ import torch
 
 from .. import library
 from ..group import TPGroup
-from ..epilogue import Epilogue
-from ..epilogue import apply as apply_epilogue
+from ..epilogue import activate_into
 from ..library import Regather, linear_backward, row_sp_backward, start_all_reduce, start_column_dgrad
 
 
@@ -275,7 +274,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         else:
             out = _linear(x2, weight, bias)
             if options.activation is not None:
-                out = apply_epilogue(out, Epilogue(options.activation), None, None, out.dtype)
+                out = activate_into(None, out, options.activation)  # in place where not gated
         _save(ctx, options, x, weight, bias, x2)
         return out
 
