@@ -391,6 +391,25 @@ def test_without_sequential_the_first_timed_candidate_by_preference_is_the_basel
 SAMPLED = (*MODES, dispatch.HOST)
 
 
+@contextlib.contextmanager
+def _ag_impls_run():
+    """A list to which AG-GEMM's ``fused`` and ``sequential`` append their names as they run: wrappers
+    set on the op object, so its methods stay as they are, and removed on the way out."""
+    ran, real_fused, real_seq = [], AG.fused, AG.sequential
+
+    def counted(name, real):
+        def call(*args):
+            ran.append(name)
+            return real(*args)
+        return call
+
+    AG.fused, AG.sequential = counted("fused", real_fused), counted("sequential", real_seq)
+    try:
+        yield ran
+    finally:
+        del AG.fused, AG.sequential
+
+
 def _ranks_decide_alike_and_calls_follow_their_mode(rank: int, W: int) -> None:
     # 1. Ranks read different samples; each round's reading is reduced (max) before deciding. Rank 1
     # reads fused 1.2x slower in throughput in round 2, so five rounds leave it unsettled (rank 0's
@@ -442,30 +461,19 @@ def _ranks_decide_alike_and_calls_follow_their_mode(rank: int, W: int) -> None:
     key = dispatch.Key.of("ag_gemm", tp, torch.empty(m, K_), torch.empty(N_, K_), W * m)
     fused, seq = dispatch.Choice("fused", source="cache"), dispatch.Choice("sequential", source="cache")
     dispatch._MEMORY[key] = dispatch.Choices.of(fused, seq, seq)
-    ran, real_fused, real_seq = [], AG.fused, AG.sequential
-
-    def counted_fused(*args):
-        ran.append("fused")
-        return real_fused(*args)
-
-    def counted_seq(*args):
-        ran.append("sequential")
-        return real_seq(*args)
-
-    AG.fused, AG.sequential = counted_fused, counted_seq  # on the op object: its methods stay as they are
     gen = torch.Generator().manual_seed(3)
     failures: list[str] = []
     try:
-        for n, (mode, want) in enumerate((("throughput", FUSED), ("throughput", FUSED), (None, SEQ),
-                                          ("latency", SEQ), ("throughput", FUSED))):
-            a_full, weight = randn(gen, W * m, K_, dtype=torch.float32), randn(gen, N_, K_, dtype=torch.float32)
-            ran.clear()
-            with dispatch.assume_mode(mode) if mode else contextlib.nullcontext():
-                out = fluxlite.ag_gemm(a_full[rank * m:(rank + 1) * m], weight, impl="auto")
-            check(f"call {n} ({mode})", out, ag_reference(a_full, weight, None), torch.float32, failures)
-            assert ran == [want], (n, mode, ran)
+        with _ag_impls_run() as ran:
+            for n, (mode, want) in enumerate((("throughput", FUSED), ("throughput", FUSED), (None, SEQ),
+                                              ("latency", SEQ), ("throughput", FUSED))):
+                a_full, weight = randn(gen, W * m, K_, dtype=torch.float32), randn(gen, N_, K_, dtype=torch.float32)
+                ran.clear()
+                with dispatch.assume_mode(mode) if mode else contextlib.nullcontext():
+                    out = fluxlite.ag_gemm(a_full[rank * m:(rank + 1) * m], weight, impl="auto")
+                check(f"call {n} ({mode})", out, ag_reference(a_full, weight, None), torch.float32, failures)
+                assert ran == [want], (n, mode, ran)
     finally:
-        del AG.fused, AG.sequential
         dispatch.clear_memory()
     assert not failures, failures
 
@@ -490,33 +498,22 @@ def _choices_follow_the_epilogue(rank: int, W: int) -> None:
         assert AG.dispatch_op(dict(activation="gelu" if tag and "gelu" in tag else None,
                                    row_scale=probe_a[:, 0] if tag and "row_scale" in tag else None)) == op
         dispatch._MEMORY[dispatch.Key.of(op, tp, probe_a, probe_w, W * m)] = fused if want == "fused" else seq
-    ran, real_fused, real_seq = [], AG.fused, AG.sequential
-
-    def counted_fused(*args):
-        ran.append("fused")
-        return real_fused(*args)
-
-    def counted_seq(*args):
-        ran.append("sequential")
-        return real_seq(*args)
-
-    AG.fused, AG.sequential = counted_fused, counted_seq
     gen = torch.Generator().manual_seed(4)
     failures: list[str] = []
     try:
-        for n, tag in enumerate(list(expected) * 2):  # the second round: the calls' repeats
-            act = "gelu" if tag and "gelu" in tag else None
-            a_full, weight = randn(gen, W * m, K_, dtype=torch.float32), randn(gen, N_, K_, dtype=torch.float32)
-            scales = torch.rand(W * m, generator=gen) + 0.5 if tag and "row_scale" in tag else None
-            ran.clear()
-            out = fluxlite.ag_gemm(a_full[rank * m:(rank + 1) * m], weight, impl="auto", activation=act,
-                                   row_scale=None if scales is None else scales[rank * m:(rank + 1) * m])
-            ref = E.apply(ag_reference(a_full, weight, None), E.Epilogue(act, scales is not None), None,
-                          None if scales is None else scales.double(), torch.float64)
-            check(f"call {n} ({tag})", out, ref, torch.float32, failures)
-            assert ran == [expected[tag]], (n, tag, ran)
+        with _ag_impls_run() as ran:
+            for n, tag in enumerate(list(expected) * 2):  # the second round: the calls' repeats
+                act = "gelu" if tag and "gelu" in tag else None
+                a_full, weight = randn(gen, W * m, K_, dtype=torch.float32), randn(gen, N_, K_, dtype=torch.float32)
+                scales = torch.rand(W * m, generator=gen) + 0.5 if tag and "row_scale" in tag else None
+                ran.clear()
+                out = fluxlite.ag_gemm(a_full[rank * m:(rank + 1) * m], weight, impl="auto", activation=act,
+                                       row_scale=None if scales is None else scales[rank * m:(rank + 1) * m])
+                ref = E.apply(ag_reference(a_full, weight, None), E.Epilogue(act, scales is not None), None,
+                              None if scales is None else scales.double(), torch.float64)
+                check(f"call {n} ({tag})", out, ref, torch.float32, failures)
+                assert ran == [expected[tag]], (n, tag, ran)
     finally:
-        del AG.fused, AG.sequential
         dispatch.clear_memory()
     assert not failures, failures
 

@@ -306,11 +306,10 @@ class Op:
         """The op of a dispatch key: the name, then after a ``+`` each option that changes which
         implementation is the fastest: the variant (``ag_gemm+gathered``), an activation
         (``ag_gemm+gelu``: the kernel's epilogue applies it at no cost, where sequential and
-        decomposed pay a pass over the output) and a row scale (``ag_gemm+row_scale``: the matmul
-        consumer cannot apply one)."""
-        parts = (self.name, self.variant(options), options.get("activation"),
-                 "row_scale" if options.get("row_scale") is not None else None)
-        return "+".join(p for p in parts if p)
+        decomposed pay a pass over the output) and each tensor option given (``ag_gemm+row_scale``:
+        the matmul consumer cannot apply a row scale)."""
+        given = (k for k in self.tensor_options if options.get(k) is not None)
+        return "+".join(p for p in (self.name, self.variant(options), options.get("activation"), *given) if p)
 
     def run(self, choice: Choice, args: Args, *, remember=None):
         """This call by ``choice``; its implementation (a fused call's state and plan) is remembered
@@ -378,7 +377,8 @@ class Op:
         """``(choice, dispatch key)`` of an ``auto`` call whose choice dispatch remembers for an eager
         call in its mode now, or None (nothing remembered, first sight, capture): one look-up
         (:func:`fluxlite.dispatch.eager_choice_of`) by what the dispatch key is made of: the op, the
-        group, the operands' shapes, dtype and device, and the options that are not tensors."""
+        group, the operands' shapes, dtype and device, the options that are not tensors, and which
+        tensor options are given."""
         values = tuple(v is not None if k in self.tensor_options else v for k, v in options.items())
         signature = (self.name, group, a.shape, a.dtype, a.get_device(), weight.shape, values)
 
