@@ -63,3 +63,25 @@ def test_train_gpt_model_compiles_fullgraph_2_gpus():
                     "on gloo-served CUDA tensors (pytorch/pytorch#152645)")
 
     run_gpu_ranks(_compiled_gpt, 2, limit_s=300)
+
+
+# tests/test_layer_activation.py's cases in bf16 on the GPU: every activation, with and without sequence
+# parallelism, fused and sequential; K off 64 and an output not a multiple of a tile.
+ACT_GPU_SIZE = (192, 2, 200, 2 * 360)  # s, b, K, N (N: output_size, the gate and up rows for SwiGLU)
+
+
+def _gpu_activation_cases(rank, W):
+    from tests.test_layer_activation import _cases
+
+    _cases(rank, W, dtype=torch.bfloat16, device="cuda", tol=BF16_TOL, size=ACT_GPU_SIZE)
+    torch.cuda.synchronize()
+    import fluxlite
+
+    fluxlite.synchronize()  # raise any timeout a fused kernel recorded
+
+
+@pytest.mark.gpu
+def test_column_layer_activations_2_gpus():
+    from tests.gpu_utils import run_gpu_ranks
+
+    run_gpu_ranks(_gpu_activation_cases, 2)
