@@ -82,17 +82,23 @@ host-time ratios under ``1 - TIE_MARGIN``) is the latency choice, the least host
 that waits for its result waits for the host's work as well as the device's, and a host busier than
 the measurement's (a program that does more between calls) lengthens the call with more host work
 the more: measured at the same shapes on 2×H200, GEMM-RS at 512 and 1024 rows tied with sequential
-in ``auto``'s own rounds and was 1.05-1.18× faster in the profiler's, with half its host time. The
-``both`` choice:
-among sequential and the candidates that are safe in both modes and win one, the least worst
-slowdown over both modes against the best of them (``max(r_tp / best_tp, r_lat / best_lat)``), by
-the same rule: the first by preference, given up for a later one only where their paired ratios
-settle that the later one's worst slowdown is the smaller (:func:`_settled_least_worst`). So no
-choice is slower than sequential beyond noise in its mode, and ``both`` in neither mode.
+in ``auto``'s own rounds and was 1.05-1.18× faster in the profiler's, with half its host time.
+
+The ``both`` choice, an eager call's, reads the time of eager calls back to back with nothing
+queued ahead of them (:data:`EAGER`) in place of the throughput mode's device time: such a call
+waits for its host as well as its device. At small M the two differ most: on 2×H200, AG-GEMM with GELU at 228 gathered rows took 0.05 ms of
+device time sequential and 0.11 ms fused, but sequential's host took 0.10-0.13 ms per call and
+fused's 0.05-0.06, so eager calls back to back ran fused in 0.11 ms and sequential in 0.15. (A
+program that queues such small eager calls behind other device work declares ``throughput``.)
+Among sequential and the candidates that are safe in both of these and win one, the least worst
+slowdown over them against the best (``max(r_eager / best_eager, r_lat / best_lat)``), by the same
+rule: the first by preference, given up for a later one only where their paired ratios settle that
+the later one's worst slowdown is the smaller (:func:`_settled_least_worst`). So no choice is
+slower than sequential beyond noise in its mode, and ``both`` in neither of its readings.
 
 While a win or the safety of a candidate that could win is unsettled (its bounds straddle the
-threshold, or there are too few rounds for bounds), more rounds time sequential and the unsettled
-candidates, up to a bound (:data:`_MEASURE`); what is still unsettled then is not a win, and not
+threshold in a reading, or there are too few rounds for bounds), more rounds time sequential and
+the unsettled candidates, up to a bound (:data:`_MEASURE`); what is still unsettled then is not a win, and not
 safe: sequential keeps it.
 
 Switches (environment)
@@ -167,9 +173,13 @@ MEASURED_MODES = ("throughput", "latency")
 """The modes of :mod:`fluxlite.timing` a measurement decides on."""
 HOST = "host"
 """The host time of a call (:mod:`fluxlite.timing`), measured beside the modes: it settles a latency tie."""
+EAGER = "eager"
+"""Eager calls back to back with nothing queued ahead (:mod:`fluxlite.timing`): the device's time per
+call, or the host's where that is longer. The ``both`` choice reads it in place of throughput
+(module docstring)."""
 CALL_MODES = (*MEASURED_MODES, "both")
 """The modes a call can be in (module docstring): each has its choice in :class:`Choices`."""
-CACHE_SCHEMA = "fluxlite-dispatch/4"  # 4: a latency tie goes to the smaller host time (3: a choice per mode)
+CACHE_SCHEMA = "fluxlite-dispatch/5"  # 5: ``both`` reads eager throughput (4: a latency tie by host time)
 MEASURED_IMPLS = ("sequential", "decomposed", "fused")
 MAX_KEYS = 4096  # call signatures whose Key is remembered; past this it starts again
 
@@ -485,7 +495,8 @@ def paired_bounds(times: Sequence[float], base: Sequence[float]) -> tuple[float,
 class Verdict:
     """What :func:`decide` makes of the samples: the label chosen for each mode; ``open``, the
     candidates whose standing more rounds could still change (empty: settled); and ``ratios``, each
-    candidate's ``(low, median, high)`` ratio to the baseline per mode of :data:`MEASURED_MODES`."""
+    candidate's ``(low, median, high)`` ratio to the baseline per mode of :data:`MEASURED_MODES`, and
+    :data:`EAGER` and :data:`HOST` where measured."""
 
     throughput: str
     latency: str
@@ -495,25 +506,25 @@ class Verdict:
 
 
 def _settled_least_worst(labels: list[str], samples: dict[str, dict[str, Sequence[float]]],
-                         ratios: dict[str, dict[str, tuple[float, float, float]]]) -> str:
-    """The ``both`` choice among ``labels`` (by preference): the one whose worst slowdown over the
-    modes, against the best median of ``labels`` in each mode, is least. The first, given up for a
+                         ratios: dict[str, dict[str, tuple[float, float, float]]], modes: Sequence[str]) -> str:
+    """The ``both`` choice among ``labels`` (by preference): the one whose worst slowdown over
+    ``modes``, against the best median of ``labels`` in each, is least. The first, given up for a
     later one only where their paired per-round ratios settle it at :data:`CONFIDENCE`: the later
     one is faster than the pick by more than :data:`TIE_MARGIN` in a mode where the pick is slower
     than the best by more than that, and in no mode is its slowdown (the pick's times the high
     bound of their ratio) above the pick's worst. Medians alone would trade configs on noise."""
-    best = {m: min(ratios[c][m][1] for c in labels) for m in MEASURED_MODES}
+    best = {m: min(ratios[c][m][1] for c in labels) for m in modes}
 
     def slowdown(label: str) -> dict[str, float]:
-        return {m: ratios[label][m][1] / best[m] for m in MEASURED_MODES}
+        return {m: ratios[label][m][1] / best[m] for m in modes}
 
     pick = labels[0]
     for label in labels[1:]:
         own = slowdown(pick)
         worst = max(own.values())
-        high = {m: _paired_high(samples, label, pick, m) for m in MEASURED_MODES}
-        faster = any(high[m] < 1 - TIE_MARGIN and own[m] > 1 + TIE_MARGIN for m in MEASURED_MODES)
-        if faster and all(high[m] * own[m] <= worst for m in MEASURED_MODES):
+        high = {m: _paired_high(samples, label, pick, m) for m in modes}
+        faster = any(high[m] < 1 - TIE_MARGIN and own[m] > 1 + TIE_MARGIN for m in modes)
+        if faster and all(high[m] * own[m] <= worst for m in modes):
             pick = label
     return pick
 
@@ -538,19 +549,22 @@ def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pic
 
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
     """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
-    the modes of :data:`MEASURED_MODES` and, where measured, :data:`HOST`, every list one entry per
+    the modes of :data:`MEASURED_MODES` and, where measured, :data:`EAGER` and :data:`HOST`, every list one entry per
     round (NaN where the candidate was not timed that round). ``order``: the labels by preference;
     the first one in ``samples`` (sequential) is the baseline. The same samples give the same
     verdict on every rank."""
     labels = [label for label in order if label in samples]
     base, rest = labels[0], labels[1:]
-    timed = [m for m in (*MEASURED_MODES, HOST) if samples[base].get(m)]  # the host time where it was measured
+    # the host time and eager throughput where they were measured
+    timed = [m for m in (*MEASURED_MODES, EAGER, HOST) if samples[base].get(m)]
+    both_modes = (EAGER if EAGER in timed else "throughput", "latency")
+    modes = [m for m in (*MEASURED_MODES, EAGER) if m in timed]  # the readings that decide
     ratios = {base: {m: (1.0, 1.0, 1.0) for m in timed}}
     for label in rest:
         ratios[label] = {m: paired_bounds(samples[label][m], samples[base][m]) for m in timed}
     win_at, safe_at = 1 - TIE_MARGIN, 1 + MAX_LOSS
-    wins = {label: {m: ratios[label][m][2] < win_at for m in MEASURED_MODES} for label in rest}
-    safe = {label: all(ratios[label][m][2] <= safe_at for m in MEASURED_MODES) for label in rest}
+    wins = {label: {m: ratios[label][m][2] < win_at for m in modes} for label in rest}
+    safe = {label: all(ratios[label][m][2] <= safe_at for m in both_modes) for label in rest}
     chosen = {}
     for m in MEASURED_MODES:
         winners = [label for label in rest if wins[label][m]]
@@ -559,14 +573,14 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
         ties = [label for label in rest if ratios[label]["latency"][1] <= 1 and ratios[label][HOST][2] < win_at]
         if ties:
             chosen["latency"] = min(ties, key=lambda label: ratios[label][HOST][1])
-    both = [base] + [label for label in rest if safe[label] and any(wins[label].values())]
-    chosen["both"] = _settled_least_worst(both, samples, ratios)
+    both = [base] + [label for label in rest if safe[label] and any(wins[label][m] for m in both_modes)]
+    chosen["both"] = _settled_least_worst(both, samples, ratios, both_modes)
 
     def unsettled(label: str) -> bool:
-        r = [ratios[label][m] for m in MEASURED_MODES]
+        r = [ratios[label][m] for m in modes]
         win_open = any(lo < win_at <= hi for lo, _, hi in r)
         could_win = any(lo < win_at for lo, _, _ in r)
-        return win_open or (could_win and any(lo <= safe_at < hi for lo, _, hi in r))
+        return win_open or (could_win and any(lo <= safe_at < hi for lo, _, hi in (ratios[label][m] for m in both_modes)))
 
     return Verdict(chosen["throughput"], chosen["latency"], chosen["both"],
                    tuple(label for label in rest if unsettled(label)), ratios)
@@ -578,15 +592,15 @@ def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], 
     ``rounds.first``, then ``rounds.more`` at a time of the baseline (``labels[0]``) and the open
     candidates. ``sample(timed, n, first_round)`` gives this rank's ``{label: {mode: [ms]}}`` of ``n``
     rounds of the labels ``timed`` (every rank times the same ones), for the modes of
-    :data:`MEASURED_MODES` and, if it measures it, :data:`HOST`; each reading is reduced over the
+    :data:`MEASURED_MODES` and, if it measures them, :data:`EAGER` and :data:`HOST`; each reading is reduced over the
     ranks (max), so every rank decides on the same figures. Returns the verdict and the samples
     (:func:`decide`'s form)."""
     timed, done = list(labels), 0
     while True:
         n = rounds.first if done == 0 else min(rounds.more, rounds.most - done)
         local = sample(timed, n, done)
-        if done == 0:  # the host time too, where the sample has it
-            modes = [m for m in (*MEASURED_MODES, HOST) if m in local[timed[0]]]
+        if done == 0:  # eager throughput and the host time too, where the sample has them
+            modes = [m for m in (*MEASURED_MODES, EAGER, HOST) if m in local[timed[0]]]
             samples = {label: {m: [] for m in modes} for label in labels}
         reduced = per_round(timer, local, timed, modes)
         for label in labels:

@@ -15,6 +15,11 @@ reduces them over the ranks round by round and compares them in pairs):
 - ``host``: the host time of one call, issued while the device sleeps, with no sync.
 - ``enqueue``: the host time to issue a throughput batch; more than the sleep means the device
   waited on the host during that batch (CUDA).
+- ``eager``: ``n`` calls back to back with nothing queued ahead of them (after an untimed one),
+  CUDA events around them, divided by ``n``: where the host takes longer to issue a call than the
+  device to run it, the device waits and the wait counts, as in an eager loop. Small calls are
+  host-bound so: on 2×H200, sequential AG-GEMM with SwiGLU at 228 gathered rows ran 0.08 ms per
+  call queued behind a sleep and 0.22 ms per call back to back. On CPU: wall clock.
 
 Every round times every callable once in every mode, in an order that rotates from round to round,
 so that clock and power drift hit them alike; inputs rotate over the sets given (so L2 does not
@@ -38,7 +43,7 @@ import torch.distributed as dist
 from .fused import release_workspaces, synchronize
 from .group import TPGroup
 
-MODES = ("throughput", "latency", "latency_event", "host", "enqueue")
+MODES = ("throughput", "latency", "latency_event", "host", "enqueue", "eager")
 LATENCY_CALLS = 3
 """Timed latency calls per callable and round (after an untimed one); the round's reading is their median."""
 
@@ -49,7 +54,8 @@ class Timer:
     def __init__(self, tp: TPGroup, device: torch.device) -> None:
         self.tp, self.device = tp, torch.device(device)
         self.cuda = self.device.type == "cuda"
-        self.mode: str | None = None  # while a timed call runs: "throughput" (queued) or "latency" (alone)
+        # while a timed call runs: "throughput" (queued), "both" (eager, back to back) or "latency" (alone)
+        self.mode: str | None = None
         self.cycles_per_ms = 0.0
         if self.cuda:
             self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -88,16 +94,31 @@ class Timer:
         with self._marked("throughput"):
             self.align()
             self._sleep(sleep_ms)
-            t0 = time.perf_counter()
-            if self.cuda:
-                self.start.record()
-            for i in range(n):
-                fn(inputs[(first + i) % len(inputs)])
-            if self.cuda:
-                self.end.record()
-            enqueue = (time.perf_counter() - t0) * 1e3
-            self.sync()
-        return (self.start.elapsed_time(self.end) if self.cuda else enqueue) / n, enqueue
+            ms, enqueue = self._batch(fn, inputs, first, n)
+        return ms / n, enqueue
+
+    def eager(self, fn: Callable, inputs: Sequence, first: int, n: int) -> float:
+        """ms per call over ``n`` calls back to back, nothing queued ahead of them, after an untimed
+        one (it warms what a batch before may have left cold); the calls declare ``both``, an eager
+        call's mode."""
+        with self._marked("both"):
+            self.align()
+            fn(inputs[first % len(inputs)])
+            ms, _ = self._batch(fn, inputs, first, n)
+        return ms / n
+
+    def _batch(self, fn: Callable, inputs: Sequence, first: int, n: int) -> tuple[float, float]:
+        """(ms of ``n`` calls by CUDA events, on CPU by the wall clock; host ms to issue them), synced."""
+        t0 = time.perf_counter()
+        if self.cuda:
+            self.start.record()
+        for i in range(n):
+            fn(inputs[(first + i) % len(inputs)])
+        if self.cuda:
+            self.end.record()
+        enqueue = (time.perf_counter() - t0) * 1e3
+        self.sync()
+        return self.start.elapsed_time(self.end) if self.cuda else enqueue, enqueue
 
     def latency(self, fn: Callable, x) -> tuple[float, float]:
         """(wall ms of one call and its sync, CUDA-event ms of the call), the ranks aligned first."""
@@ -126,8 +147,8 @@ class Timer:
 
     @contextlib.contextmanager
     def _marked(self, mode: str):
-        """:attr:`mode` is ``mode`` inside (a queued batch is ``"throughput"``, a call alone
-        ``"latency"``), and the calls made inside declare it
+        """:attr:`mode` is ``mode`` inside (a queued batch is ``"throughput"``, an eager batch
+        ``"both"``, a call alone ``"latency"``), and the calls made inside declare it
         (:func:`fluxlite.dispatch.assume_mode`): ``auto`` runs that mode's choice, as for a caller
         who says which kind of calls it makes. Entered outside the timed part, so that declaring
         the mode costs ``auto`` nothing the others do not pay."""
@@ -229,6 +250,7 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, s = fns[name], samples[name]
             tp, enqueue = timer.throughput(fn, inputs, r, batch["n"], batch["sleep_ms"])
+            eager = timer.eager(fn, inputs, r, batch["n"])
             # A latency-bound loop's call follows the same call, made the same way: so an untimed one
             # goes first. Timed right after the throughput batch instead, a callable that runs another
             # implementation per mode (auto) would be timed on its first call of that choice since the
@@ -239,7 +261,7 @@ def time_samples(timer: Timer, fns: dict[str, Callable], inputs: Sequence, *, ro
             walls, events = zip(*(timer.latency(fn, inputs[r % len(inputs)]) for _ in range(LATENCY_CALLS)))
             wall, event = statistics.median(walls), statistics.median(events)
             host_ms = timer.host(fn, inputs[(r + 1) % len(inputs)], batch["host_sleep_ms"]) if host else math.nan
-            for mode, v in zip(MODES, (tp, wall, event, host_ms, enqueue)):
+            for mode, v in zip(MODES, (tp, wall, event, host_ms, enqueue, eager)):
                 s[mode].append(v)
     return samples, batch
 

@@ -369,6 +369,33 @@ def test_a_latency_tie_goes_to_the_candidate_with_the_smaller_host_time():
     assert v.latency == SEQ, v  # no host times measured: sequential keeps the tie
 
 
+def _with_eager(samples: dict, seed: int, **ratios) -> dict:
+    """``samples`` with eager readings: sequential's random per round, each other candidate's its
+    ratio to it (one per round, or one number for all; 1 where not given)."""
+    rounds = len(samples[SEQ]["latency"])
+    gen = torch.Generator().manual_seed(seed)
+    base = (0.5 + 2 * torch.rand(rounds, generator=gen, dtype=torch.float64)).tolist()
+    for label, by_mode in samples.items():
+        by_mode[dispatch.EAGER] = [b * r for b, r in zip(base, _per_round(ratios.get(label, 1.0), rounds))]
+    return samples
+
+
+def test_the_both_choice_reads_eager_calls_in_place_of_the_device_throughput():
+    """An eager call (``both``) is timed as eager calls back to back run: where sequential's host is
+    the slower part, fused that loses on device time alone wins; where fused's device time wins but
+    eager calls lose, ``both`` keeps sequential. The throughput choice (captured or declared calls)
+    stays the device time's."""
+    v = dispatch.decide(_with_eager(_samples(40, 5, fused=(2.1, 0.6)), 40, fused=0.45), ORDER)  # small M
+    assert _picks(v) == (SEQ, FUSED, FUSED) and v.open == (), v
+    assert v.ratios[FUSED][dispatch.EAGER] == pytest.approx((0.45,) * 3)
+    v = dispatch.decide(_with_eager(_samples(41, 5, fused=(0.8, 1.0)), 41, fused=1.1), ORDER)
+    assert _picks(v) == (FUSED, SEQ, SEQ) and v.open == (), v
+    v = dispatch.decide(_with_eager(_samples(42, 5, fused=(2.1, 0.6)), 42, fused=[0.9, 1.03, 0.95, 1.0, 0.97]), ORDER)
+    assert v.open == (FUSED,) and _picks(v) == (SEQ, FUSED, SEQ), v  # its eager safety straddles the bound
+    v = dispatch.decide(_with_eager(_samples(43, 5, decomposed=(0.7, 1.0), fused=(1.0, 1.0)), 43, decomposed=1.5), ORDER)
+    assert _picks(v) == (DEC, SEQ, SEQ), v  # decomposed's host time: a device-time win only
+
+
 def test_close_or_too_few_rounds_ask_for_more_rounds():
     v = dispatch.decide(_samples(13, 4, fused=(0.5, 0.5)), ORDER)  # four rounds give no bound at 95%
     assert _picks(v) == (SEQ, SEQ, SEQ) and v.open == (FUSED,), v
@@ -772,10 +799,23 @@ def _device_modes_only(rank: int, W: int) -> None:
         calls = []
         samples, batch = time_samples(timer, {"f": lambda x: calls.append(x)}, [None], rounds=3, warmup=0,
                                       batch_ms=1.0, max_batch=2, host=host)
-        per_round = batch["n"] + 1 + LATENCY_CALLS + host  # the throughput batch, the latency calls, a host call if asked
+        # the throughput batch, the eager batch after an untimed call, the latency calls, a host call if asked
+        per_round = batch["n"] + 1 + batch["n"] + 1 + LATENCY_CALLS + host
         assert len(calls) == 2 + 3 * per_round, (host, len(calls), batch)  # 2: the probe's latency and host calls
         assert all(math.isnan(v) for v in samples["f"]["host"]) != host, (host, samples["f"]["host"])
         assert all(v >= 0 for v in samples["f"]["throughput"] + samples["f"]["latency"]), samples
+
+    # eager: a batch back to back with nothing ahead of it, declared "both"; per call, the host's time
+    # where it is the longer (on CPU the wall clock's): a call that sleeps 2 ms in eager mode reads 2 ms
+    import time
+
+    def f(x):
+        if timer.mode == "both":
+            time.sleep(0.002)
+
+    samples, batch = time_samples(timer, {"f": f}, [None], rounds=3, warmup=0, batch_ms=1.0, max_batch=3)
+    assert all(2.0 <= v < 2.0 * (batch["n"] + 1) / batch["n"] + 1.0 for v in samples["f"]["eager"]), samples["f"]
+    assert all(v < 1.0 for v in samples["f"]["throughput"]), samples["f"]
 
 
 def _latency_after_the_same_call(rank: int, W: int) -> None:
@@ -787,13 +827,15 @@ def _latency_after_the_same_call(rank: int, W: int) -> None:
     fns = {name: (lambda x, name=name: seen.append((name, timer.mode, x))) for name in ("f", "g")}
     _, batch = time_samples(timer, fns, inputs, rounds=4, warmup=0, batch_ms=1.0, max_batch=2, host=False)
     rounds = seen[2 * len(fns):]  # after the probe's latency and host call of each
-    per_name = batch["n"] + 1 + LATENCY_CALLS
+    n = batch["n"]
+    per_name = n + (1 + n) + (1 + LATENCY_CALLS)
     assert LATENCY_CALLS >= 1 and len(rounds) == 4 * len(fns) * per_name, (len(rounds), batch)
     for i in range(0, len(rounds), per_name):
         name = rounds[i][0]
         part = rounds[i : i + per_name]
-        assert {(n, m) for n, m, _ in part[: batch["n"]]} == {(name, "throughput")}, part
-        latency = part[batch["n"]:]  # the untimed call, then the timed ones: all the same call
+        assert {(nm, m) for nm, m, _ in part[:n]} == {(name, "throughput")}, part
+        assert {(nm, m) for nm, m, _ in part[n : 2 * n + 1]} == {(name, "both")}, part  # eager, an untimed call first
+        latency = part[2 * n + 1:]  # the untimed call, then the timed ones: all the same call
         assert len(set(latency)) == 1 and latency[0][:2] == (name, "latency"), part
 
 
@@ -804,8 +846,9 @@ def test_a_timed_latency_call_follows_the_same_call():
     run_ranks(_latency_after_the_same_call, 1)
 
 
-def test_time_samples_can_skip_the_host_mode():
-    """Without the host mode a round makes no host call (auto, which reads only the device modes, asks so)."""
+def test_time_samples_can_skip_the_host_mode_and_read_eager_calls_as_host_or_device_bound():
+    """Without the host mode a round makes no host call (auto, which reads only the device modes, asks so).
+    The eager reading of a round is the longer of the batch's device and host time per call."""
     run_ranks(_device_modes_only, 1)
 
 
