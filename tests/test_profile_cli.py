@@ -56,16 +56,16 @@ def _check_row(row: dict, impls: set[str]) -> None:
         assert row["efficiency"][impl] == eff or (math.isnan(eff) and math.isnan(row["efficiency"][impl]))
         assert math.isclose(row["vs_limit"][impl], f / lim, rel_tol=1e-9)
         assert math.isclose(row["exposed_comm_ms"][impl], f - g, rel_tol=1e-9, abs_tol=1e-12)
-        for mode in ("throughput", "latency", "host"):
+        for mode in ("throughput", "latency", "eager", "host"):
             want = t["sequential"][mode] / t[impl][mode]
             assert math.isclose(row["speedup_vs_sequential"][impl][mode], want, rel_tol=1e-9)
     assert row["flops"] == 2.0 * row["M"] * row["K"] * row["N"]
-    if "auto" in impls:  # auto over the fastest of what it chooses among, per mode
-        for mode in ("throughput", "latency"):
+    if "auto" in impls:  # auto over the fastest of what it chooses among, per mode (eager: an undeclared call)
+        for mode in ("throughput", "latency", "eager"):
             best = min(t[i][mode] for i in ("sequential", "decomposed", "fused") if i in t)
             assert math.isclose(row["auto_vs_best"][mode], t["auto"][mode] / best, rel_tol=1e-9)
         assert set(row["auto"]["modes"]) <= {"throughput", "latency"}, row["auto"]
-        for mode in ("throughput", "latency"):  # JSON: null where too few rounds bound the median
+        for mode in ("throughput", "latency", "eager"):  # JSON: null where too few rounds bound the median
             lo, med, hi = (math.inf if v is None else v for v in row["auto_vs_best_bounds"][mode])
             assert lo <= med <= hi or (lo == hi == math.inf), row["auto_vs_best_bounds"]
 
@@ -133,7 +133,7 @@ def test_profile_two_cpu_ranks_end_to_end(profiled):
     assert len(note) == 1 and "only exercise the profiler's protocol" in note[0], note
 
     data = json.loads((profiled / "profile.json").read_text())
-    assert data["schema"] == report.SCHEMA == "fluxlite-profile/2"
+    assert data["schema"] == report.SCHEMA == "fluxlite-profile/3"
     meta = data["meta"]
     assert meta["world_size"] == 2 and meta["device"] == "cpu" and meta["backend"] == "gloo" and meta["dtype"] == "fp32"
     assert meta["torch"] == torch.__version__ and meta["fluxlite"] and meta["date"] and meta["stopped"] is None
@@ -160,21 +160,33 @@ def test_profile_two_cpu_ranks_end_to_end(profiled):
     fused = [ln for ln in lines if ln["impl"] == "fused"]
     for ln, row in zip(fused, rows):
         assert float(ln["throughput_ms"]) == row["times_ms"]["fused"]["throughput"]
-        assert [float(ln[f"auto_vs_best_{m}"]) for m in ("throughput", "latency")] == [
-            row["auto_vs_best"][m] for m in ("throughput", "latency")]
+        assert [float(ln[f"auto_vs_best_{m}"]) for m in ("throughput", "latency", "eager")] == [
+            row["auto_vs_best"][m] for m in ("throughput", "latency", "eager")]
         assert float(ln["limit_ms"]) == row["limit_ms"] and float(ln["efficiency"]) == row["efficiency"]["fused"]
         assert math.isfinite(float(ln["efficiency"])) and float(ln["vs_limit"]) == row["vs_limit"]["fused"]
     assert (profiled / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_redraw_from_the_json_and_from_a_schema_1_file(profiled, tmp_path):
+def test_redraw_from_the_json_and_from_older_schema_files(profiled, tmp_path):
     redrawn = tmp_path / "again"  # the outputs re-drawn from the JSON alone
     assert cli.main(["--from-json", str(profiled / "profile.json"), "--out", str(redrawn)]) == 0
     assert (redrawn / "profile.csv").read_text() == (profiled / "profile.csv").read_text()
     assert (redrawn / "profile.png").exists()
 
-    data = json.loads((profiled / "profile.json").read_text())  # as fluxlite-profile/1 wrote it: no limit
-    data["schema"] = "fluxlite-profile/1"
+    data = json.loads((profiled / "profile.json").read_text())  # as fluxlite-profile/2 wrote it: no eager mode
+    data["schema"] = "fluxlite-profile/2"
+    for r in data["rows"]:
+        for t in r["times_ms"].values():
+            del t["eager"]
+        for by_mode in (r["speedup_vs_sequential"], {"auto": r["auto_vs_best"]}, {"auto": r["auto_vs_best_bounds"]}):
+            for v in by_mode.values():
+                v.pop("eager", None)
+    (tmp_path / "v2.json").write_text(json.dumps(data))
+    meta, rows = report.read_json(tmp_path / "v2.json")
+    assert "AG 64x32->48" in report.format_table(meta, rows)
+    assert cli.main(["--from-json", str(tmp_path / "v2.json"), "--out", str(tmp_path / "v2")]) == 0
+
+    data["schema"] = "fluxlite-profile/1"  # as fluxlite-profile/1 wrote it: no limit either
     for r in data["rows"]:
         for key in ("limit_ms", "efficiency", "vs_limit"):
             del r[key]
@@ -221,12 +233,13 @@ def test_the_auto_column_shows_a_declared_modes_choice_where_it_differs(profiled
 
 
 def test_the_auto_over_best_column_marks_a_loss_beyond_the_rounds_spread(profiled):
-    """The table's ``auto/best`` cell: auto's time over the best candidate's in throughput/latency
-    mode, ``*`` where the median's bounds lie above 1; ``-`` where auto was not timed."""
+    """The table's ``auto/best`` cell: auto's time over the best candidate's in throughput/latency/eager
+    mode, ``*`` where the median's bounds lie above 1; ``-`` where auto was not timed (in that mode)."""
     meta, rows = report.read_json(profiled / "profile.json")
     row = rows[0]
-    row["auto_vs_best"] = dict(throughput=0.994, latency=1.394)
-    row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[1.035, 1.191, 1.404])
+    row["auto_vs_best"] = dict(throughput=0.994, latency=1.394, eager=1.204)
+    row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[1.035, 1.191, 1.404],
+                                      eager=[0.98, 1.1, 1.3])
     head = report.format_table(meta, rows).splitlines()[1]
     end = head.index("auto/best") + len("auto/best")  # the columns are right-aligned
 
@@ -234,9 +247,11 @@ def test_the_auto_over_best_column_marks_a_loss_beyond_the_rounds_spread(profile
         line = report.format_table(meta, rows).splitlines()[2]
         return line[:end].split()[-1]
 
-    assert cell() == "0.99/1.39*"
+    assert cell() == "0.99/1.39*/1.20"
     row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[None, 1.2, None])  # too few rounds
-    assert cell() == "0.99/1.39"
+    assert cell() == "0.99/1.39/1.20"
+    del row["auto_vs_best"]["eager"]  # a fluxlite-profile/2 file: no eager mode
+    assert cell() == "0.99/1.39/-"
     row["auto_vs_best"], row["auto_vs_best_bounds"] = {}, {}
     assert cell() == "-"
 

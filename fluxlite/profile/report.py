@@ -9,12 +9,13 @@ overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequ
 ``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]`` (the figures of
 :mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
 ``auto_vs_best[mode]`` (``auto`` over the fastest of sequential, decomposed and fused, throughput
-and latency mode) and ``auto_vs_best_bounds[mode]`` (``[low, median, high]`` of the same ratio
+and latency mode and eager calls back to back: :data:`fluxlite.profile.run.AUTO_MODES`) and ``auto_vs_best_bounds[mode]`` (``[low, median, high]`` of the same ratio
 taken round by round, the bounds of its median at 95%; null where too few rounds bound it);
 ``auto`` (what ``impl="auto"`` chooses for a call that declares no mode: impl, config, label,
 source; ``modes``: its choice's label per declared mode, where measured). NaN (and an infinity)
 is written as ``null``.
-:func:`read_json` also reads the earlier ``fluxlite-profile/1`` files (no limit: NaN).
+:func:`read_json` also reads the earlier ``fluxlite-profile/2`` files (no eager mode: NaN) and
+``fluxlite-profile/1`` files (no limit either).
 
 CSV (``profile.csv``): one line per row and implementation, with the same figures; the row's
 figures (``limit_ms``, ``auto_vs_best_*``, ``auto``) on each of its lines.
@@ -33,15 +34,14 @@ import warnings
 from pathlib import Path
 
 from .presets import SHORT
-from ..dispatch import MEASURED_MODES
-from .run import IMPLS, REPORTED_MODES
+from .run import AUTO_MODES, IMPLS, REPORTED_MODES
 
-SCHEMA = "fluxlite-profile/2"
-READABLE = (SCHEMA, "fluxlite-profile/1")
+SCHEMA = "fluxlite-profile/3"
+READABLE = (SCHEMA, "fluxlite-profile/2", "fluxlite-profile/1")
 PER_IMPL = ("exposed_comm_ms", "efficiency", "vs_limit")  # the row's {impl: figure} fields
 CSV_FIELDS = ("op", "M", "K", "N", "names", "impl", *(f"{m}_ms" for m in REPORTED_MODES),
               *(f"speedup_{m}" for m in REPORTED_MODES), "exposed_comm_ms", "limit_ms", "efficiency", "vs_limit",
-              *(f"auto_vs_best_{m}" for m in MEASURED_MODES), "auto")
+              *(f"auto_vs_best_{m}" for m in AUTO_MODES), "auto")
 CHART_IMPLS = ("sequential", "decomposed", "fused", "torch_symm_mem")
 EFFICIENCY_TEXT = ("efficiency = (T_seq - T_impl) / (T_seq - T_limit): the share of the communication the hardware "
                    "lets an overlapped op hide that it hides (1: all, 0: none, as sequential; '-': nothing to hide)")
@@ -103,10 +103,10 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                 t = r["times_ms"][impl]
                 s = r["speedup_vs_sequential"].get(impl, {})
                 out.writerow([r["op"], r["M"], r["K"], r["N"], " ".join(r["names"]), impl,
-                              *(t[m] for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
+                              *(t.get(m, "") for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
                               r["exposed_comm_ms"].get(impl, ""), r["limit_ms"], r["efficiency"].get(impl, ""),
                               r["vs_limit"].get(impl, ""),
-                              *("" if math.isnan(v) else v for v in (_auto_vs_best(r, m) for m in MEASURED_MODES)),
+                              *("" if math.isnan(v) else v for v in (_auto_vs_best(r, m) for m in AUTO_MODES)),
                               r["auto"]["label"]])
 
 
@@ -117,12 +117,12 @@ def _auto_vs_best(row: dict, mode: str) -> float:
 
 
 def auto_vs_best_cell(row: dict) -> str:
-    """``auto``'s time over the best candidate's, throughput/latency, each marked ``*`` where the
-    median's 95% bounds over the rounds lie above 1 (``auto`` slower beyond the rounds' spread);
-    ``-`` where ``auto`` was not timed."""
+    """``auto``'s time over the best candidate's, throughput/latency/eager, each marked ``*`` where
+    the median's 95% bounds over the rounds lie above 1 (``auto`` slower beyond the rounds' spread);
+    ``-`` where ``auto`` was not timed (in that mode)."""
     bounds = row.get("auto_vs_best_bounds") or {}
     cells = []
-    for m in MEASURED_MODES:
+    for m in AUTO_MODES:
         v = _auto_vs_best(row, m)
         low = (bounds.get(m) or [None])[0]
         cells.append("-" if math.isnan(v) else f"{v:.2f}" + ("*" if low is not None and low > 1 else ""))
@@ -210,7 +210,7 @@ def format_table(meta: dict, rows: list[dict]) -> str:
     passes = any(r["names"] for r in rows)
     head = ("op, M x K -> N", *(("passes",) if passes else ()), "GEMM", "comm", "copy", "limit", "seq", "decomp",
             "fused", "torch", "fused tp", "fused lat", "fused eff", "auto/best", "auto")
-    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 11, 24)
+    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 16, 24)
     lines = [f"{title(meta)}; ms are throughput medians over {meta['rounds']} rounds, max over ranks; "
              f"torch {meta['torch']}, triton {meta['triton']}",
              " ".join(f"{h:>{w}}" for h, w in zip(head, widths))]
@@ -237,7 +237,8 @@ def format_table(meta: dict, rows: list[dict]) -> str:
     lines += ["copy: the op's bytes moved by the copy engine alone; " + LIMIT_TEXT,
               "fused tp / lat: speedup of fused over sequential in throughput / latency mode; "
               "fused eff: its " + EFFICIENCY_TEXT,
-              "auto/best: auto's time over the fastest of sequential, decomposed and fused, throughput/latency "
+              "auto/best: auto's time over the fastest of sequential, decomposed and fused, throughput/latency/"
+              "eager (eager calls back to back, where auto runs an undeclared call's choice) "
               "(*: its rounds' 95% bounds lie above 1, a loss beyond the rounds' spread)",
               "auto: what impl='auto' runs in a call that declares no mode (and where that came from); "
               "thr / lat: what it runs in a declared mode, where that differs (fluxlite.dispatch.assume_mode)"]

@@ -40,7 +40,10 @@ from ..timing import Timer, medians, per_round, run_each_once, time_samples
 IMPLS = ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused", "torch_symm_mem", "auto")
 REFERENCES = ("gemm", "comm", "copy", "limit", "sequential")  # always timed: the figures are relative to them
 OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover
-REPORTED_MODES = ("throughput", "latency", "host")
+REPORTED_MODES = ("throughput", "latency", "eager", "host")
+AUTO_MODES = (*dispatch.MEASURED_MODES, dispatch.EAGER)
+"""The modes of ``auto_vs_best``: throughput and latency, where ``auto`` runs a declared mode's choice,
+and eager calls back to back, where it runs an undeclared call's (:mod:`fluxlite.timing`)."""
 TIMEOUT_S = 60
 
 
@@ -123,7 +126,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
     and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
     (per mode), the exposed communication (ms), the efficiency against the limit and ``vs_limit``;
     ``auto_vs_best[mode]``: ``auto`` over the fastest of what it chooses among
-    (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode it chooses for; and, from
+    (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode of :data:`AUTO_MODES`; and, from
     ``rounds_ms[impl][mode]`` (each round's ms, the max over the ranks: :func:`fluxlite.timing.per_round`),
     ``auto_vs_best_bounds[mode]``: ``[low, median, high]`` of ``auto``'s per-round time over that
     fastest one's in the same round, the bounds of the median at 95% (:func:`fluxlite.dispatch.paired_bounds`;
@@ -145,9 +148,9 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
         exposed_comm_ms={i: t(i) - g for i in timed},
         efficiency={i: limits.efficiency(seq, t(i), lim) for i in timed},
         vs_limit={i: t(i) / lim for i in timed},
-        auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in dispatch.MEASURED_MODES}
+        auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in AUTO_MODES}
         if "auto" in times and candidates else {},
-        auto_vs_best_bounds={m: auto_bounds(m) for m in dispatch.MEASURED_MODES}
+        auto_vs_best_bounds={m: auto_bounds(m) for m in AUTO_MODES if m in rounds_ms["auto"]}
         if rounds_ms and "auto" in rounds_ms and candidates else {},
     )
 
@@ -183,7 +186,7 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
         samples, batch = time_samples(timer, fns, inputs, rounds=rounds, warmup=warmup, batch_ms=batch_ms)
         times = medians(timer, samples)
         paired = [i for i in ("auto", *dispatch.MEASURED_IMPLS) if i in samples]
-        rounds_ms = per_round(timer, samples, paired, dispatch.MEASURED_MODES) if "auto" in samples else {}
+        rounds_ms = per_round(timer, samples, paired, AUTO_MODES) if "auto" in samples else {}
     finally:
         if transfer is not None:
             transfer.close()
