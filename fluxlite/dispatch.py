@@ -86,10 +86,11 @@ in ``auto``'s own rounds and was 1.05-1.18× faster in the profiler's, with half
 
 The ``both`` choice, an eager call's, reads the time of eager calls back to back with nothing
 queued ahead of them (:data:`EAGER`) in place of the throughput mode's device time: such a call
-waits for its host as well as its device. At small M the two differ most: on 2×H200, AG-GEMM with GELU at 228 gathered rows took 0.05 ms of
-device time sequential and 0.11 ms fused, but sequential's host took 0.10-0.13 ms per call and
-fused's 0.05-0.06, so eager calls back to back ran fused in 0.11 ms and sequential in 0.15. (A
-program that queues such small eager calls behind other device work declares ``throughput``.)
+waits for its host as well as its device. At small M the two differ most: on 2×H200, AG-GEMM with
+GELU at 228 gathered rows took 0.05 ms of device time sequential and 0.11 ms fused, but
+sequential's host took 0.10-0.13 ms per call and fused's 0.05-0.06, so eager calls back to back ran
+fused in 0.11 ms and sequential in 0.15. (A program that queues such small eager calls behind other
+device work declares ``throughput``.)
 Among sequential and the candidates that are safe in both of these and win one, the least worst
 slowdown over them against the best (``max(r_eager / best_eager, r_lat / best_lat)``), by the same
 rule: the first by preference, given up for a later one only where their paired ratios settle that
@@ -98,8 +99,8 @@ slower than sequential beyond noise in its mode, and ``both`` in neither of its 
 
 While a win or the safety of a candidate that could win is unsettled (its bounds straddle the
 threshold in a reading, or there are too few rounds for bounds), more rounds time sequential and
-the unsettled candidates, up to a bound (:data:`_MEASURE`); what is still unsettled then is not a win, and not
-safe: sequential keeps it.
+the unsettled candidates, up to a bound (:data:`_MEASURE`); what is still unsettled then is not a
+win, and not safe: sequential keeps it.
 
 Switches (environment)
 ----------------------
@@ -549,8 +550,8 @@ def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pic
 
 def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
     """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
-    the modes of :data:`MEASURED_MODES` and, where measured, :data:`EAGER` and :data:`HOST`, every list one entry per
-    round (NaN where the candidate was not timed that round). ``order``: the labels by preference;
+    the modes of :data:`MEASURED_MODES` and, where measured, :data:`EAGER` and :data:`HOST`, every
+    list one entry per round (NaN where the candidate was not timed that round). ``order``: the labels by preference;
     the first one in ``samples`` (sequential) is the baseline. The same samples give the same
     verdict on every rank."""
     labels = [label for label in order if label in samples]
@@ -580,7 +581,8 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
         r = [ratios[label][m] for m in modes]
         win_open = any(lo < win_at <= hi for lo, _, hi in r)
         could_win = any(lo < win_at for lo, _, _ in r)
-        return win_open or (could_win and any(lo <= safe_at < hi for lo, _, hi in (ratios[label][m] for m in both_modes)))
+        safety_open = any(lo <= safe_at < hi for lo, _, hi in (ratios[label][m] for m in both_modes))
+        return win_open or (could_win and safety_open)
 
     return Verdict(chosen["throughput"], chosen["latency"], chosen["both"],
                    tuple(label for label in rest if unsettled(label)), ratios)
@@ -592,8 +594,8 @@ def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], 
     ``rounds.first``, then ``rounds.more`` at a time of the baseline (``labels[0]``) and the open
     candidates. ``sample(timed, n, first_round)`` gives this rank's ``{label: {mode: [ms]}}`` of ``n``
     rounds of the labels ``timed`` (every rank times the same ones), for the modes of
-    :data:`MEASURED_MODES` and, if it measures them, :data:`EAGER` and :data:`HOST`; each reading is reduced over the
-    ranks (max), so every rank decides on the same figures. Returns the verdict and the samples
+    :data:`MEASURED_MODES` and, if it measures them, :data:`EAGER` and :data:`HOST`; each reading is
+    reduced over the ranks (max), so every rank decides on the same figures. Returns the verdict and the samples
     (:func:`decide`'s form)."""
     timed, done = list(labels), 0
     while True:

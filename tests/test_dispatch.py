@@ -392,7 +392,8 @@ def test_the_both_choice_reads_eager_calls_in_place_of_the_device_throughput():
     assert _picks(v) == (FUSED, SEQ, SEQ) and v.open == (), v
     v = dispatch.decide(_with_eager(_samples(42, 5, fused=(2.1, 0.6)), 42, fused=[0.9, 1.03, 0.95, 1.0, 0.97]), ORDER)
     assert v.open == (FUSED,) and _picks(v) == (SEQ, FUSED, SEQ), v  # its eager safety straddles the bound
-    v = dispatch.decide(_with_eager(_samples(43, 5, decomposed=(0.7, 1.0), fused=(1.0, 1.0)), 43, decomposed=1.5), ORDER)
+    samples = _with_eager(_samples(43, 5, decomposed=(0.7, 1.0), fused=(1.0, 1.0)), 43, decomposed=1.5)
+    v = dispatch.decide(samples, ORDER)
     assert _picks(v) == (DEC, SEQ, SEQ), v  # decomposed's host time: a device-time win only
 
 

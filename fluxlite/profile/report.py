@@ -9,8 +9,9 @@ overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequ
 ``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]`` (the figures of
 :mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
 ``auto_vs_best[mode]`` (``auto`` over the fastest of sequential, decomposed and fused, throughput
-and latency mode and eager calls back to back: :data:`fluxlite.profile.run.AUTO_MODES`) and ``auto_vs_best_bounds[mode]`` (``[low, median, high]`` of the same ratio
-taken round by round, the bounds of its median at 95%; null where too few rounds bound it);
+and latency mode and eager calls back to back: :data:`fluxlite.profile.run.AUTO_MODES`) and
+``auto_vs_best_bounds[mode]`` (``[low, median, high]`` of the same ratio taken round by round, the
+bounds of its median at 95%; null where too few rounds bound it);
 ``auto`` (what ``impl="auto"`` chooses for a call that declares no mode: impl, config, label,
 source; ``modes``: its choice's label per declared mode, where measured). NaN (and an infinity)
 is written as ``null``.
