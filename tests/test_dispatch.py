@@ -71,7 +71,8 @@ def _measure_then_reload(rank: int, W: int, phase: str, cache_dir: str) -> None:
     assert sorted(k.split()[0] for k in entries) == ["ag_gemm", "gemm_rs"], entries
     for e in entries.values():
         assert set(e["times_ms"]) == set(e["vs_baseline"]) == {"sequential", "decomposed", "fused"}, e
-        assert all(t["throughput"] > 0 and t["latency"] > 0 for t in e["times_ms"].values()), e
+        assert all(t["throughput"] > 0 and t["latency"] > 0 and t["eager"] > 0 for t in e["times_ms"].values()), e
+        assert all(set(by_mode) == {"throughput", "latency", "eager", "host"} for by_mode in e["vs_baseline"].values()), e
         assert 5 <= e["rounds"] <= 10 and e["confidence"] == dispatch.CONFIDENCE, e
         assert {e["impl"], e["modes"]["throughput"]["impl"], e["modes"]["latency"]["impl"]} <= set(e["times_ms"]), e
         for label, by_mode in e["vs_baseline"].items():  # (low, median, high), sequential's exactly 1
