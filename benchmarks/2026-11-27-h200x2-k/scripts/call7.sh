@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two GPUs, one machine: act30.py, HEAD's code (old) then this tree's (new): GEMM-AllReduce and AG-GEMM at decode sizes
 # (8-256 rows), then four shapes drawn at random (seeded) with GEMM-AllReduce, AG-GEMM with GELU and GEMM-RS.
-R=/tmp/res30g; source benchmarks/2026-11-27-h200x2-k/scripts/common.sh
+R=/tmp/res30g; source benchmarks/2026-11-27-h200x2-h/scripts/common.sh
 for v in old new; do
   P=$PWD; [ $v = old ] && P=$PWD/benchmarks/2026-11-27-h200x2-k/scripts/old:$PWD
   PYTHONPATH=$P:/tmp/site FLUXLITE_CACHE_DIR=$R/cache_$v ACTS=ar,none SHAPES=8x14336x4096,64x8192x8192,256x3584x7168,2x4096x8192 \
