@@ -219,18 +219,27 @@ def _tracing(t: Tensor) -> bool:
 
 
 def start_column_dgrad(g: Tensor, weight: Tensor, tp: TPGroup, impl: str, timeout: Optional[float],
-                       scale: Optional[float]) -> Tensor:
-    """Start ``reduce_scatter(s · g · weight)``: ``[W*m, N_local] @ [N_local, K]`` -> ``[m, K]``; :func:`wait`
-    returns it. Where the GEMM-RS would run ``sequential`` (named, or ``auto``'s choice for this call:
-    :meth:`fluxlite.ops.Op.impl_of`), the matmul runs here and its reduce-scatter is left in flight,
-    so the caller's weight grad overlaps it (Megatron's order); otherwise the GEMM-RS op runs, which
-    overlaps its communication itself. Under a trace ``auto`` cannot be asked now: the op decides when it runs."""
+                       scale: Optional[float], *, sequence_parallel: bool = True) -> Tensor:
+    """Start the Column input grad's sum over ranks, ``s · g · weight`` (``[M, N_local] @ [N_local, K]``):
+    reduce-scattered to ``[M/W, K]`` under ``sequence_parallel``, else all-reduced to ``[M, K]``;
+    :func:`wait` returns it. Where its op (GEMM-RS, or GEMM-AllReduce) would run ``sequential`` (named,
+    or ``auto``'s choice for this call: :meth:`fluxlite.ops.Op.impl_of`), the matmul runs here and its
+    collective is left in flight, so the caller's weight grad overlaps it (Megatron's order);
+    otherwise the op runs, which overlaps the communication with its own GEMM. Under a trace ``auto``
+    cannot be asked now: the op decides when it runs.
+
+    Without sequence parallelism Megatron's order hides little: in a Llama-70B-width ``GPTModel``
+    step on 2×H200 the all-reduces left beside the weight grads cost the step as much as run alone
+    (NCCL's kernel slows the GEMM it shares the SMs with), where GEMM-AllReduce's own overlap took
+    the step 1-1.5% shorter (BENCHMARKS.md, "The Column backward's all-reduce")."""
+    op, fused, collective = ((ops.RS, torch.ops.fluxlite.gemm_rs, start_reduce_scatter_rows) if sequence_parallel
+                             else (ops.AR, torch.ops.fluxlite.gemm_ar, start_all_reduce))
     outside = impl == "sequential" or (
         impl == "auto" and not _tracing(g)
-        and ops.RS.impl_of(g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "sequential")
+        and op.impl_of(g, weight.t(), group=tp.group, impl=impl, timeout=timeout, scale=scale) == "sequential")
     if not outside:
-        return torch.ops.fluxlite.gemm_rs(g, weight.t(), None, tp.name, impl, timeout, scale)
-    return start_reduce_scatter_rows(_scaled(g @ weight, scale), tp)
+        return fused(g, weight.t(), None, tp.name, impl, timeout, scale)
+    return collective(_scaled(g @ weight, scale), tp)
 
 
 class Regather(NamedTuple):

@@ -276,41 +276,53 @@ def _main_grad_regathers_in_parts(rank, W, seed):
             assert len(gathers) == 1, (case, gathers)
 
 
-def _frozen_column_dgrad_runs_gemm_ar(rank, W, seed):
-    """Column without sequence parallelism: with a trainable weight the dgrad's all-reduce is left in
-    flight behind wgrad (no GEMM-AllReduce runs); with a frozen weight there is nothing to hide it
-    behind, and the dgrad is one ``gemm_ar`` of the layer's ``overlap``. The input grad matches
-    float64 either way."""
+def _column_dgrad_all_reduce_follows_dispatch(rank, W, seed):
+    """Column without sequence parallelism: the dgrad is one ``gemm_ar`` wherever the layer's
+    ``overlap`` runs the GEMM-AllReduce op fused or decomposed (named, or ``auto``'s choice for the
+    dgrad's key, set here to each impl), whether a weight grad follows or the weight is frozen;
+    where it runs sequential, no GEMM-AllReduce runs (the matmul runs in the layer, its all-reduce
+    in flight while wgrad computes). The input and weight grads match float64 each time."""
+    from fluxlite import dispatch
+    from fluxlite.group import resolve_group
     from fluxlite.ops import AR
     from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, partition_index
 
     s, b, K, N = SMALL["s"], SMALL["b"], SMALL["K"], SMALL["N"]
+    g, weight_t = torch.empty(s * b, N // W, dtype=torch.float64), torch.empty(K, N // W, dtype=torch.float64)
+    key = dispatch.Key.of("gemm_ar", resolve_group(), g, weight_t, g.shape[0])  # the dgrad's GEMM-AllReduce
+    cases = [(overlap, overlap) for overlap in ("sequential", "fused")]
+    cases += [("auto", impl) for impl in ("fused", "decomposed", "sequential")]
     ran, real = [], AR.run
     AR.run = lambda choice, args, **kw: ran.append(choice.impl) or real(choice, args, **kw)
     try:
-        for n, (overlap, frozen) in enumerate(itertools.product(("sequential", "fused"), (False, True))):
-            case = dict(layer="Column", W=W, sp=False, overlap=overlap, frozen=frozen)
-            init = _init(seed + n)
+        for n, ((overlap, impl), frozen) in enumerate(itertools.product(cases, (False, True))):
+            case = dict(layer="Column", W=W, sp=False, overlap=overlap, dgrad=impl, frozen=frozen)
+            dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
+            AR.repeats.clear()  # a repeated call skips AR.run (its decisions are kept): count each case's
             cfg = ModelParallelConfig(sequence_parallel=False, params_dtype=torch.float64, use_cpu_initialization=True)
-            layer = ColumnParallelLinear(K, N, config=cfg, init_method=init, bias=True, gather_output=False,
+            layer = ColumnParallelLinear(K, N, config=cfg, init_method=_init(seed + n), bias=True, gather_output=False,
                                          keep_master_weight_for_test=True, overlap=overlap)
             layer.weight.requires_grad_(not frozen)
             X, G = _data(seed + n + 1, torch.float64, (s, b, K), (s, b, N))
             x = X.clone().requires_grad_()
             ran.clear()
             out, _ = layer(x)
-            out.backward(G[..., partition_index(N, W, rank, 1)])
+            g_local = G[..., partition_index(N, W, rank, 1)]
+            out.backward(g_local)
             master = layer.master_weight.detach().double()
             _close(x.grad, G @ master, "input grad", case)
-            assert ran == ([overlap] if frozen else []), (case, ran)
+            if not frozen:
+                _close(layer.weight.grad, g_local.reshape(-1, N // W).t() @ X.reshape(-1, K), "weight grad", case)
+            assert ran == ([] if impl == "sequential" else [impl]), (case, ran)
     finally:
         del AR.run
+        dispatch.clear_memory()
 
 
 def _matrix_worker(rank, W, seed, overlaps):
     _matrix(rank, W, seed, overlaps)
     _dgrad_follows_dispatch(rank, W, seed + 500)
-    _frozen_column_dgrad_runs_gemm_ar(rank, W, seed + 600)
+    _column_dgrad_all_reduce_follows_dispatch(rank, W, seed + 600)
     _main_grad_regathers_in_parts(rank, W, seed + 700)
     _mappings(rank, W, seed)
     _api(rank, W, seed)

@@ -198,6 +198,7 @@ GPU_CASES = [
     (True, True, torch.bfloat16, "sequential", BF16_TOL),
     (True, False, torch.bfloat16, "fused", BF16_TOL),
     (True, True, torch.bfloat16, "fused", BF16_TOL),
+    (False, True, torch.bfloat16, "fused", BF16_TOL),  # GEMM-AllReduce in the Row forward and the Column dgrad
 ]
 
 

@@ -47,8 +47,9 @@ Column (``x: [m, K]`` rows on this rank, ``weight: [N/W, K]``, ``g: [W*m, N/W]``
   2×H200 (1% either way) and keeps ``W`` times the activation memory, so the layers keep only ``x``,
   as Megatron does.
 * otherwise (Megatron's ``allreduce_dgrad``): ``y = x weightᵀ + b`` on the replicated input; backward
-  ``dx = g · weight`` all-reduced asynchronously while ``dW`` is computed; with no ``dW`` to hide it
-  behind (a frozen weight), ``dx = gemm_ar(g, weightᵀ)``, which overlaps the all-reduce with its GEMM.
+  ``dx = gemm_ar(g, weightᵀ)``, which overlaps the all-reduce with its own GEMM, then ``dW``; where
+  the GEMM-AllReduce would run sequential, ``dx = g · weight`` all-reduced asynchronously while
+  ``dW`` is computed (Megatron's order, which hides little: NCCL's kernel slows the GEMM beside it).
 
 Row (``x: [M, K/W]``, ``weight: [N, K/W]``, ``g: [M/W, N]`` under sequence parallelism):
 
@@ -80,7 +81,7 @@ import torch
 from .. import library
 from ..group import TPGroup
 from ..epilogue import activate_into
-from ..library import Regather, linear_backward, row_sp_backward, start_all_reduce, start_column_dgrad
+from ..library import Regather, linear_backward, row_sp_backward, start_column_dgrad
 
 
 @dataclass(frozen=True)
@@ -174,18 +175,13 @@ def _weight_grad(weight: torch.Tensor, main_grad: torch.Tensor | None, g: torch.
     return make(weight.shape, dtype=weight.dtype, device=weight.device)
 
 
-def _start_column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOptions, wgrad: bool) -> torch.Tensor:
+def _start_column_dgrad(g: torch.Tensor, weight: torch.Tensor, opt: LinearOptions) -> torch.Tensor:
     """The Column input grad ``g · weight`` (``[M, N/W] @ [N/W, K]``) with its communication started
-    (:func:`fluxlite.library.wait` returns it): under sequence parallelism reduce-scattered
-    (:func:`fluxlite.library.start_column_dgrad`); else, when ``allreduce_dgrad``, all-reduced: left in
-    flight behind the weight grad when there is one (``wgrad``), else through ``gemm_ar``, which
-    overlaps the all-reduce with the GEMM itself; else local."""
-    if opt.sp:
-        return start_column_dgrad(g, weight, opt.tp, opt.impl, None, None)
-    if opt.allreduce_dgrad and not wgrad and opt.tp.world_size > 1:
-        return torch.ops.fluxlite.gemm_ar(g, weight.t(), None, opt.tp.name, opt.impl, None, None)
-    partial = g @ weight
-    return start_all_reduce(partial, opt.tp) if opt.allreduce_dgrad else partial
+    (:func:`fluxlite.library.wait` returns it): reduce-scattered under sequence parallelism, else
+    all-reduced when ``allreduce_dgrad`` (:func:`fluxlite.library.start_column_dgrad`); else local."""
+    if opt.sp or opt.allreduce_dgrad:
+        return start_column_dgrad(g, weight, opt.tp, opt.impl, None, None, sequence_parallel=opt.sp)
+    return g @ weight
 
 
 def _weight_grad_to(ctx, weight: torch.Tensor):
@@ -287,7 +283,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
         grad_x, grad_w, grad_b = linear_backward(
             g, weight, wgrad_input,
             regather=Regather(opt.tp, opt.impl) if opt.sp else None,
-            start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
+            start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt))
             if ctx.needs_input_grad[0] else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
             bias=bias)

@@ -160,7 +160,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         dn, grad_w, grad_b = linear_backward(
             g, weight, n,
             regather=Regather(opt.tp, opt.impl) if opt.sp else None,
-            start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt, weight_grad is not None))
+            start_dgrad=(lambda g: _start_column_dgrad(g, weight, opt))
             if need_norm_grads else None,
             weight_grad=weight_grad, bias_grad=ctx.has_bias and ctx.needs_input_grad[2], activation=opt.activation,
             bias=bias)
