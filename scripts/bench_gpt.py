@@ -24,6 +24,12 @@ first step's loss and grads under each mode are compared with Megatron's.
 layers' forward then all-reduces (fluxlite: GEMM-AllReduce) and the Column layers' backward
 all-reduces its input grad.
 
+``--ceiling`` adds a row: Megatron's step with its TP collectives made no-ops (every all-reduce,
+all-gather and reduce-scatter of at least ``tokens * hidden / TP`` elements; smaller ones, such as
+the loss's, still run). That is the step with all of its TP communication hidden at no cost,
+the most that any overlap can give; a timing only (its loss and grads are wrong, and are not
+compared).
+
 TP communication: the step's collectives of ``[tokens, hidden]`` timed alone (NCCL, latency). Each
 of the swapped layers' ``L`` transformer layers makes, per step, under sequence parallelism 6
 all-gathers and 4 reduce-scatters (forward: 2 AG, 2 RS; backward: the Row layers' grad AG, the
@@ -37,6 +43,7 @@ beyond Megatron's own overlap, ``T_megatron - T_mode``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -65,6 +72,8 @@ def parse_args(argv=None):
                         "backward all-reduce")
     p.add_argument("--output-layer", choices=("fluxlite", "megatron"), default="fluxlite",
                    help="whose ColumnParallelLinear the fluxlite model's output layer is")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also time Megatron's step with its TP collectives skipped: the most that overlap can give")
     p.add_argument("--max-rel-err", type=float, default=5e-2,
                    help="exit 1 if a mode's first-step loss or any grad differs from Megatron's by more (norm-relative)")
     return p.parse_args(argv)
@@ -154,6 +163,58 @@ def step(model, batch) -> torch.Tensor:
     return loss.detach()
 
 
+_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "_all_gather_base",
+                "_reduce_scatter_base")
+
+
+class _Skipped:
+    """The handle of a skipped asynchronous collective."""
+
+    def wait(self, *args, **kwargs) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def tp_collectives_skipped(min_elements: int, skipped: dict):
+    """Within: ``torch.distributed``'s collectives whose largest tensor has ``min_elements`` or more
+    return at once, their outputs untouched (counted by name in ``skipped``); smaller ones run. Also
+    replaced where a ``megatron`` module keeps its own name for one (Megatron binds the all-gather and
+    reduce-scatter functions at import)."""
+    real = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
+
+    def skipping(name: str, fn):
+        def collective(*args, async_op: bool = False, **kwargs):
+            sizes = [t.numel() for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+            if sizes and max(sizes) >= min_elements:
+                skipped[name] = skipped.get(name, 0) + 1
+                return _Skipped() if async_op else None
+            return fn(*args, async_op=async_op, **kwargs)
+        return collective
+
+    replacement = {id(fn): skipping(name, fn) for name, fn in real.items()}
+    patched = [(dist, name, fn) for name, fn in real.items()]
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith("megatron") and m is not None]:
+        patched += [(module, attr, value) for attr, value in list(vars(module).items())
+                    if callable(value) and id(value) in replacement]
+    for owner, attr, fn in patched:
+        setattr(owner, attr, replacement[id(fn)])
+    try:
+        yield
+    finally:
+        for owner, attr, fn in patched:
+            setattr(owner, attr, fn)
+
+
+def ceiling_step(model, batch, min_elements: int, skipped: dict) -> torch.Tensor:
+    """:func:`step` with the TP collectives skipped (:func:`tp_collectives_skipped`): the time of a
+    step whose TP communication is all hidden at no cost. Its loss and grads are wrong."""
+    with tp_collectives_skipped(min_elements, skipped):
+        return step(model, batch)
+
+
 def comm_alone_ms(a, tp, dtype: torch.dtype, device, timer: Timer, iters: int) -> dict:
     """Latency (ms, median, max over ranks) of one all-gather and one reduce-scatter (sequence
     parallel), or one all-reduce (not), of the step's ``[tokens, hidden]`` activations, alone (the
@@ -213,23 +274,34 @@ def main(argv=None) -> int:
         else:
             errors[mode] = max(rel_err(s, f) for s, f in zip(snap, first))
     del first
+    smallest_tp = a.seq * a.batch * a.hidden // W  # elements of the smallest TP collective: [tokens/W, hidden]
+
+    def run_of(mode: str):
+        if mode == "ceiling":
+            return functools.partial(ceiling_step, models["megatron"], batch, smallest_tp, {})
+        return functools.partial(step, model_of(mode), batch)
+
+    timed = modes + (["ceiling"] if a.ceiling else [])
     peak = {}
-    for mode in modes:
-        model = model_of(mode)
+    for mode in timed:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(a.warmup):
-            step(model, batch)
+            run_of(mode)()
         _sync(device)
         peak[mode] = _peak_gib(device)
-    latency, throughput = interleaved_timings(modes, lambda m: functools.partial(step, model_of(m), batch), timer, a)
+    latency, throughput = interleaved_timings(timed, run_of, timer, a)
     _sync(device)
     results = {m: dict(latency_ms=max(all_ranks(statistics.median(latency[m]), device, W)),
                        throughput_ms=max(all_ranks(statistics.median(throughput[m]), device, W)),
-                       peak_mem_gib=peak[m], max_rel_err_vs_megatron=errors.get(m, 0.0)) for m in modes}
+                       peak_mem_gib=peak[m], max_rel_err_vs_megatron=errors.get(m, 0.0)) for m in timed}
+    if a.ceiling:  # what one step skipped, by name (this rank's)
+        skipped: dict[str, int] = {}
+        ceiling_step(models["megatron"], batch, smallest_tp, skipped)
+        results["ceiling"].update(max_rel_err_vs_megatron=None, skipped_per_step=dict(sorted(skipped.items())))
     comm_ms = comm_alone_ms(a, tp, dtype, device, timer, a.iters)
     base = results["megatron"]
-    for m in modes[1:]:
+    for m in timed[1:]:
         r = results[m]
         r["speedup_latency"] = base["latency_ms"] / r["latency_ms"]
         r["speedup_throughput"] = base["throughput_ms"] / r["throughput_ms"]
@@ -245,8 +317,13 @@ def main(argv=None) -> int:
               f"{'max rel err':>12}")
         for m, r in results.items():
             vs = f"{r.get('speedup_latency', 1):.3f} / {r.get('speedup_throughput', 1):.3f}"
+            err = "-" if r["max_rel_err_vs_megatron"] is None else f"{r['max_rel_err_vs_megatron']:.2e}"
             print(f"{m:>10} {r['latency_ms']:11.2f} {r['throughput_ms']:11.2f} {vs:>21} {r['peak_mem_gib']:9.2f} "
-                  f"{r['max_rel_err_vs_megatron']:12.2e}")
+                  f"{err:>12}")
+        if a.ceiling:
+            per_step = ", ".join(f"{n} {name}" for name, n in results["ceiling"]["skipped_per_step"].items())
+            print(f"ceiling: Megatron's step with its TP collectives skipped ({per_step or 'none'} per step): the most "
+                  f"that overlap can give this step")
         print(f"TP communication of a step, collectives alone: {comm_ms['step']:.2f} ms "
               f"({comm_ms['swapped_layers']:.2f} ms in the swapped layers)")
         for m in modes[1:]:

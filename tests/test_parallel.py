@@ -298,7 +298,7 @@ def _column_dgrad_all_reduce_follows_dispatch(rank, W, seed):
         for n, ((overlap, impl), frozen) in enumerate(itertools.product(cases, (False, True))):
             case = dict(layer="Column", W=W, sp=False, overlap=overlap, dgrad=impl, frozen=frozen)
             dispatch._MEMORY[key] = dispatch.Choice(impl, source="measured")
-            AR.repeats.clear()  # a repeated call skips AR.run (its decisions are kept): count each case's
+            AR.repeats.clear()  # a repeated call would skip AR.run (its decisions are kept); count every case
             cfg = ModelParallelConfig(sequence_parallel=False, params_dtype=torch.float64, use_cpu_initialization=True)
             layer = ColumnParallelLinear(K, N, config=cfg, init_method=_init(seed + n), bias=True, gather_output=False,
                                          keep_master_weight_for_test=True, overlap=overlap)

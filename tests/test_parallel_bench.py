@@ -65,11 +65,15 @@ def test_bench_gpt_cpu_smoke(tmp_path: Path, layout: str):
     codes, log = torchrun(ROOT / "scripts" / "bench_gpt.py", 2, "--device", "cpu", "--dtype", "fp32", "--layers", "2",
                     "--hidden", "64", "--ffn", "96", "--heads", "8", "--kv-heads", "2", "--vocab", "128", "--seq", "32",
                     "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1", "--throughput-steps", "1",
-                    "--modes", "megatron,fused,sequential", "--out", str(out),
+                    "--modes", "megatron,fused,sequential", "--ceiling", "--out", str(out),
                     *(["--no-sequence-parallel"] if layout == "no-sp" else []), out_dir=tmp_path)
     assert codes == [0, 0], log[-4000:]
     res = json.loads(out.read_text())
-    assert set(res["results"]) == {"megatron", "fused", "sequential"} and res["accurate"], res
+    assert set(res["results"]) == {"megatron", "fused", "sequential", "ceiling"} and res["accurate"], res
+    # the ceiling: Megatron's step with its TP collectives skipped (every one of them, not compared)
+    ceiling = res["results"]["ceiling"]
+    tp_collectives = {"all_reduce"} if layout == "no-sp" else {"all_gather_into_tensor", "reduce_scatter_tensor"}
+    assert tp_collectives <= set(ceiling["skipped_per_step"]) and ceiling["max_rel_err_vs_megatron"] is None, ceiling
     for mode in ("fused", "sequential"):
         r, base = res["results"][mode], res["results"]["megatron"]
         assert r["max_rel_err_vs_megatron"] < 1e-5, res
