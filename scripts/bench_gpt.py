@@ -67,9 +67,6 @@ def parse_args(argv=None):
     add_step_args(p, modes="megatron,fused,auto", dtypes=("bf16", "fp32"), warmup=3, iters=10, rounds=3, steps=3)
     p.add_argument("--layers", type=int, default=2, help="transformer layers (Llama-3-70B has 80)")
     p.add_argument("--vocab", type=int, default=32768)
-    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
-                   help="every rank holds every token (Megatron's default): the Row forward and the Column "
-                        "backward all-reduce")
     p.add_argument("--output-layer", choices=("fluxlite", "megatron"), default="fluxlite",
                    help="whose ColumnParallelLinear the fluxlite model's output layer is")
     p.add_argument("--ceiling", action="store_true",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """One training step (forward + backward) of a Llama-style transformer block built from fluxlite's
-tensor-parallel layers with sequence parallelism, for each ``overlap`` mode.
+tensor-parallel layers, with sequence parallelism or without, for each ``overlap`` mode.
 
     PYTHONPATH=$PWD torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --out bench_layers.json
 
@@ -11,6 +11,9 @@ RowParallelLinear -> residual. Activations between the TP regions are [s/tp, b, 
 parallel), so the four layers run fluxlite's AG-GEMM / GEMM-RS in the forward and in the backward.
 ``--block mlp`` times the MLP half alone (RMSNorm -> fc1 -> SwiGLU -> fc2 -> residual): no attention,
 whose compute has no TP communication beside it, so more of the step is the layers' communication.
+``--no-sequence-parallel``: Megatron's default layout instead, every rank holding every token
+([s, b, h], the same on every rank): the Row layers' forward and the Column layers' backward
+all-reduce (fluxlite: GEMM-AllReduce).
 
 Mode ``megatron`` is the baseline a user compares against: the same block with megatron-core's own
 ``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear`` (same weights, copied), e.g. ``--modes megatron,fused,auto``. It needs megatron-core (carry its wheel to the GPU).
@@ -86,6 +89,9 @@ def add_step_args(p: argparse.ArgumentParser, *, modes: str, dtypes: tuple, warm
     p.add_argument("--iters", type=int, default=iters, help="latency: steps per mode")
     p.add_argument("--rounds", type=int, default=rounds, help="throughput: rounds per mode")
     p.add_argument("--throughput-steps", type=int, default=steps, help="throughput: steps queued back to back per round")
+    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                   help="every rank holds every token (Megatron's default): the Row forward and the Column "
+                        "backward all-reduce")
     p.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
 
 
@@ -111,12 +117,14 @@ class LlamaBlock(nn.Module):
             from megatron.core.tensor_parallel import ColumnParallelLinear as Col
             from megatron.core.tensor_parallel import RowParallelLinear as Row
 
-            cfg = MegatronConfig(tensor_model_parallel_size=tp_size, sequence_parallel=True, params_dtype=dtype,
+            cfg = MegatronConfig(tensor_model_parallel_size=tp_size, sequence_parallel=a.sequence_parallel,
+                                 params_dtype=dtype,
                                  use_cpu_initialization=a.device == "cpu", bf16=dtype == torch.bfloat16,
                                  fp16=dtype == torch.float16)
         else:
             Col, Row = ColumnParallelLinear, RowParallelLinear
-            cfg = ModelParallelConfig(sequence_parallel=True, params_dtype=dtype, use_cpu_initialization=False)
+            cfg = ModelParallelConfig(sequence_parallel=a.sequence_parallel, params_dtype=dtype,
+                                      use_cpu_initialization=False)
         h, d = a.hidden, a.hidden // a.heads
         self.hq, self.hkv, self.d = a.heads // tp_size, a.kv_heads // tp_size, d
         std, out_std = 0.02, 0.02 / 8
@@ -138,7 +146,7 @@ class LlamaBlock(nn.Module):
             self.norm2 = nn.RMSNorm(h, eps=NORM_EPS, dtype=dtype)
             self.fc1 = Col(h, 2 * a.ffn, config=cfg, init_method=normal(std), bias=False, stride=2)
             for norm in self.norms():
-                norm.weight.sequence_parallel = True
+                norm.weight.sequence_parallel = a.sequence_parallel
         if self.attention:
             self.proj = Row(a.heads * d, h, config=cfg, init_method=normal(out_std), bias=False,
                             input_is_parallel=True, skip_bias_add=False)
@@ -156,7 +164,7 @@ class LlamaBlock(nn.Module):
             layer.overlap = mode
         return self
 
-    def forward(self, x):  # x: [s/tp, b, h]
+    def forward(self, x):  # x: [s/tp, b, h] ([s, b, h] without sequence parallelism)
         if self.attention:
             x = self._attention(x)
         gate_up, _ = self.fc1(self.norm2(x))
@@ -241,7 +249,7 @@ class Blocks:
                 for name, p in self.fluxlite.named_parameters():
                     theirs[name].copy_(p)  # same local shards: both layers keep [out/tp, in] / [out, in/tp]
             for norm in self.megatron.norms():
-                norm.weight.sequence_parallel = True
+                norm.weight.sequence_parallel = a.sequence_parallel
 
     def configure(self, mode: str) -> LlamaBlock:
         if mode == "megatron":
@@ -351,9 +359,11 @@ def main(argv=None) -> int:
             raise SystemExit(f"--{what} ({n}) must be divisible by the number of ranks ({W})")
 
     blocks = Blocks(a, W, dtype, device, "megatron" in modes, any(m in DEFERRED_MODES for m in modes))
-    g = torch.Generator(device=device).manual_seed(1 + rank)
-    x = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
-    grad = torch.randn(a.seq // W, a.batch, a.hidden, device=device, dtype=dtype, generator=g)
+    # this rank's tokens under sequence parallelism, else every token, the same on every rank
+    g = torch.Generator(device=device).manual_seed(1 + rank if a.sequence_parallel else 1)
+    rows = a.seq // W if a.sequence_parallel else a.seq
+    x = torch.randn(rows, a.batch, a.hidden, device=device, dtype=dtype, generator=g).requires_grad_()
+    grad = torch.randn(rows, a.batch, a.hidden, device=device, dtype=dtype, generator=g)
     run_of = lambda m: functools.partial(step, blocks.configure(m), x, grad)  # noqa: E731
 
     # correctness across modes on the first step
@@ -402,7 +412,8 @@ def main(argv=None) -> int:
     if rank == 0:
         what = "Llama block" if a.block == "transformer" else "Llama MLP block (no attention)"
         print(f"{what} step (fwd+bwd), hidden {a.hidden}, ffn {a.ffn}, heads {a.heads}/{a.kv_heads}, "
-              f"seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} with sequence parallelism, "
+              f"seq {a.seq} x batch {a.batch}, {a.dtype}, TP={W} "
+              f"{'with' if a.sequence_parallel else 'without'} sequence parallelism, "
               f"{_device_name(device)}; latency: median of {a.iters} after {a.warmup} warm-up; throughput: "
               f"median of {a.rounds} rounds of {a.throughput_steps} steps; max over ranks")
         print(f"{'mode':>16} {'latency ms':>11} {'thruput ms':>11} {'linear TFLOP/s':>15} {'peak GiB':>9} "

@@ -28,13 +28,14 @@ def torchrun(script: Path, nproc: int, *args: str, out_dir: Path) -> tuple[list[
     return [r.returncode for r in ranks], "".join(r.stdout + r.stderr for r in ranks)
 
 
-@pytest.mark.parametrize("block", ["transformer", "mlp"])
-def test_bench_layers_cpu_smoke(tmp_path: Path, block: str):
-    """Every mode of the block (the whole block, or its MLP half alone) on 2 gloo ranks from the same
-    weights, in one run: fluxlite's sequential, fused and deferred (norms folded into QKV and fc1,
-    SwiGLU in fc1's epilogue) blocks, and, where megatron-core is installed, the same block with
-    Megatron's own layers as the baseline (the first mode) that every other mode's first step must
-    match."""
+@pytest.mark.parametrize("block,layout", [("transformer", "sp"), ("mlp", "no-sp")])
+def test_bench_layers_cpu_smoke(tmp_path: Path, block: str, layout: str):
+    """Every mode of the block (the whole block with sequence parallelism, or its MLP half alone
+    without: the Row forward and the Column backward through GEMM-AllReduce) on 2 gloo ranks from
+    the same weights, in one run: fluxlite's sequential, fused and deferred (norms folded into QKV
+    and fc1, SwiGLU in fc1's epilogue) blocks, and, where megatron-core is installed, the same block
+    with Megatron's own layers as the baseline (the first mode) that every other mode's first step
+    must match."""
     import importlib.util
 
     megatron = importlib.util.find_spec("megatron") is not None and importlib.util.find_spec("megatron.core") is not None
@@ -42,11 +43,13 @@ def test_bench_layers_cpu_smoke(tmp_path: Path, block: str):
     out = tmp_path / "bench.json"
     codes, log = torchrun(SCRIPT, 2, "--device", "cpu", "--dtype", "fp32", "--hidden", "64", "--ffn", "96", "--heads", "8",
                     "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1",
-                    "--modes", ",".join(modes), "--block", block, "--out", str(out), out_dir=tmp_path)
+                    "--modes", ",".join(modes), "--block", block, "--out", str(out),
+                    *(["--no-sequence-parallel"] if layout == "no-sp" else []), out_dir=tmp_path)
     assert codes == [0, 0], log[-4000:]
     res = json.loads(out.read_text())
     assert set(res["results"]) == set(modes) and res["baseline"] == modes[0], res
     assert res["config"]["block"] == block and ("no attention" in log) == (block == "mlp"), log[-2000:]
+    assert res["config"]["sequence_parallel"] == (layout == "sp"), res["config"]
     assert res["accurate"], res
     for mode in modes[1:]:  # fp32, the same weights: the deferred fold rounds differently
         assert res["results"][mode]["max_rel_err_vs_first"] < (1e-4 if mode.startswith("deferred") else 1e-5), (mode, res)
