@@ -43,7 +43,6 @@ beyond Megatron's own overlap, ``T_megatron - T_mode``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import os
@@ -174,41 +173,45 @@ class _Skipped:
         return True
 
 
-@contextlib.contextmanager
-def tp_collectives_skipped(min_elements: int, skipped: dict):
-    """Within: ``torch.distributed``'s collectives whose largest tensor has ``min_elements`` or more
-    return at once, their outputs untouched (counted by name in ``skipped``); smaller ones run. Also
-    replaced where a ``megatron`` module keeps its own name for one (Megatron binds the all-gather and
-    reduce-scatter functions at import)."""
-    real = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
+class TPCollectivesSkipped:
+    """A context within which ``torch.distributed``'s collectives whose largest tensor has
+    ``min_elements`` or more return at once, their outputs untouched (counted by name in
+    :attr:`skipped`); smaller ones run. Also replaced where a ``megatron`` module keeps its own name
+    for one (Megatron binds the all-gather and reduce-scatter functions at import). The places are
+    found once, here (after Megatron is imported), so entering costs a few attribute writes, not a
+    search of the modules inside a timed step."""
 
-    def skipping(name: str, fn):
+    def __init__(self, min_elements: int) -> None:
+        self.skipped: dict[str, int] = {}
+        real = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
+        replacement = {id(fn): self._skipping(name, fn, min_elements) for name, fn in real.items()}
+        owners = [dist] + [m for name, m in list(sys.modules.items()) if name.startswith("megatron") and m is not None]
+        self.places = [(owner, attr, value, replacement[id(value)]) for owner in owners
+                       for attr, value in list(vars(owner).items()) if callable(value) and id(value) in replacement]
+
+    def _skipping(self, name: str, fn, min_elements: int):
         def collective(*args, async_op: bool = False, **kwargs):
             sizes = [t.numel() for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
             if sizes and max(sizes) >= min_elements:
-                skipped[name] = skipped.get(name, 0) + 1
+                self.skipped[name] = self.skipped.get(name, 0) + 1
                 return _Skipped() if async_op else None
             return fn(*args, async_op=async_op, **kwargs)
         return collective
 
-    replacement = {id(fn): skipping(name, fn) for name, fn in real.items()}
-    patched = [(dist, name, fn) for name, fn in real.items()]
-    for module in [m for name, m in list(sys.modules.items()) if name.startswith("megatron") and m is not None]:
-        patched += [(module, attr, value) for attr, value in list(vars(module).items())
-                    if callable(value) and id(value) in replacement]
-    for owner, attr, fn in patched:
-        setattr(owner, attr, replacement[id(fn)])
-    try:
-        yield
-    finally:
-        for owner, attr, fn in patched:
+    def __enter__(self) -> "TPCollectivesSkipped":
+        for owner, attr, _, replaced in self.places:
+            setattr(owner, attr, replaced)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, attr, fn, _ in self.places:
             setattr(owner, attr, fn)
 
 
-def ceiling_step(model, batch, min_elements: int, skipped: dict) -> torch.Tensor:
-    """:func:`step` with the TP collectives skipped (:func:`tp_collectives_skipped`): the time of a
+def ceiling_step(model, batch, skip: TPCollectivesSkipped) -> torch.Tensor:
+    """:func:`step` with the TP collectives skipped (:class:`TPCollectivesSkipped`): the time of a
     step whose TP communication is all hidden at no cost. Its loss and grads are wrong."""
-    with tp_collectives_skipped(min_elements, skipped):
+    with skip:
         return step(model, batch)
 
 
@@ -271,11 +274,12 @@ def main(argv=None) -> int:
         else:
             errors[mode] = max(rel_err(s, f) for s, f in zip(snap, first))
     del first
-    smallest_tp = a.seq * a.batch * a.hidden // W  # elements of the smallest TP collective: [tokens/W, hidden]
+    # the smallest TP collective: [tokens/W, hidden]
+    skip = TPCollectivesSkipped(a.seq * a.batch * a.hidden // W) if a.ceiling else None
 
     def run_of(mode: str):
         if mode == "ceiling":
-            return functools.partial(ceiling_step, models["megatron"], batch, smallest_tp, {})
+            return functools.partial(ceiling_step, models["megatron"], batch, skip)
         return functools.partial(step, model_of(mode), batch)
 
     timed = modes + (["ceiling"] if a.ceiling else [])
@@ -293,9 +297,9 @@ def main(argv=None) -> int:
                        throughput_ms=max(all_ranks(statistics.median(throughput[m]), device, W)),
                        peak_mem_gib=peak[m], max_rel_err_vs_megatron=errors.get(m, 0.0)) for m in timed}
     if a.ceiling:  # what one step skipped, by name (this rank's)
-        skipped: dict[str, int] = {}
-        ceiling_step(models["megatron"], batch, smallest_tp, skipped)
-        results["ceiling"].update(max_rel_err_vs_megatron=None, skipped_per_step=dict(sorted(skipped.items())))
+        skip.skipped.clear()
+        ceiling_step(models["megatron"], batch, skip)
+        results["ceiling"].update(max_rel_err_vs_megatron=None, skipped_per_step=dict(sorted(skip.skipped.items())))
     comm_ms = comm_alone_ms(a, tp, dtype, device, timer, a.iters)
     base = results["megatron"]
     for m in timed[1:]:
