@@ -217,16 +217,28 @@ def default_splits(blocks_per_chunk: int, world_size: int) -> int:
     return max(1, min(DEFAULT_MAX_SPLITS, blocks_per_chunk // 4))
 
 
-def split_span(split: int, blocks: int, splits: int) -> range:
+TAPER = (4, 3, 1)
+"""Weights of a tapered chunk's splits: a half, three eighths, an eighth. For a consumer whose last
+split's output leaves only after its GEMM (GEMM-AllReduce's second shot), the last split's copy is
+what remains after the GEMM; a small last split shortens it, and each split's copy still fits
+beside the next, smaller split's GEMM."""
+
+
+def split_span(split: int, blocks: int, splits: int, tapered: bool = False) -> range:
     """The row blocks (of a chunk's ``blocks``) that ``split`` of ``splits`` covers: whole blocks, as
-    even as they allow, the later splits the larger. The one place a split's bounds are made: the
-    schedule's block table, :meth:`TileSchedule.split_rows` (so the consumers' GEMMs and the producer
-    programs) and the tile order all take them from here.
+    even as they allow, the later splits the larger; ``tapered``: ``splits == len(TAPER)`` splits
+    cut by the weights :data:`TAPER` (at least ``sum(TAPER)`` blocks). The one place a split's
+    bounds are made: the schedule's block table, :meth:`TileSchedule.split_rows` (so the consumers'
+    GEMMs and the producer programs) and the tile order all take them from here.
 
     Even cuts, also where a consumer runs one cuBLAS GEMM per split whose row tile does not divide the
     split: on two H200s, cuts on that tile, or on multiples of 768 rows, made no GEMM-RS call faster
     without making others slower (BENCHMARKS.md, "Variants measured and not kept")."""
-    return range(split * blocks // splits, (split + 1) * blocks // splits)
+    if not tapered:
+        return range(split * blocks // splits, (split + 1) * blocks // splits)
+    total = sum(TAPER)
+    start = sum(TAPER[:split])
+    return range(start * blocks // total, (start + TAPER[split]) * blocks // total)
 
 
 @dataclass(frozen=True)
@@ -244,6 +256,7 @@ class TileSchedule:
     splits: int
     chunk_order: tuple[int, ...]
     blocks: torch.Tensor
+    tapered: bool = False  # splits cut by TAPER (split_span)
 
     @property
     def blocks_per_chunk(self) -> int:
@@ -255,7 +268,7 @@ class TileSchedule:
 
     def split_blocks(self, split: int) -> range:
         """The row-block indices (within a chunk) that make up ``split``."""
-        return split_span(split, self.blocks_per_chunk, self.splits)
+        return split_span(split, self.blocks_per_chunk, self.splits, self.tapered)
 
     def split_rows(self, split: int) -> tuple[int, int]:
         """Rows ``[start, stop)`` of a chunk covered by ``split``."""
@@ -306,7 +319,8 @@ class TileSchedule:
         GEMM-RS's peer chunks have the whole local chunk's time to land; both keep the wider groups'
         reuse of the weight.
         """
-        return _tile_order(self.world_size, self.blocks_per_chunk, self.splits if by_split else 1, num_n, group_m)
+        return _tile_order(self.world_size, self.blocks_per_chunk, self.splits if by_split else 1, num_n, group_m,
+                           self.tapered and by_split)
 
     def split_groups_keep_reuse(self, num_n: int, group_m: int, programs: int) -> bool:
         """Whether tile groups bounded by splits (``tile_order(by_split=True)``) give the weight as much
@@ -327,8 +341,8 @@ class TileSchedule:
 
 
 @lru_cache(maxsize=256)
-def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int, splits: int | None = None
-          ) -> TileSchedule:
+def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int, splits: int | None = None,
+          tapered: bool = False) -> TileSchedule:
     """The schedule of rank ``rank`` of ``world_size``: chunks of ``chunk_rows`` rows taken in the order
     ``rank + first, rank + first + 1, ...`` (mod ``world_size``; AG-GEMM's ``first = 0`` starts on the
     local chunk, GEMM-RS's ``1`` ends on it), cut into ``block_m``-row blocks and ``splits`` splits
@@ -338,6 +352,11 @@ def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int,
     if chunk_rows < 1 or block_m < 1:
         raise ValueError(f"chunk_rows and block_m must be >= 1, got {chunk_rows} and {block_m}")
     nb = -(-chunk_rows // block_m)
+    if tapered:
+        if splits not in (None, len(TAPER)) or nb < sum(TAPER):
+            raise ValueError(f"a tapered schedule has {len(TAPER)} splits of at least {sum(TAPER)} row blocks, "
+                             f"got splits={splits} and {nb} row blocks")
+        splits = len(TAPER)
     if splits is None:
         splits = default_splits(nb, world_size)
     if not 1 <= splits <= min(MAX_SPLITS, nb):
@@ -345,7 +364,7 @@ def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int,
     order = tuple((rank + first + i) % world_size for i in range(world_size))
     split_of = [0] * nb
     for s in range(splits):
-        for b in split_span(s, nb, splits):
+        for b in split_span(s, nb, splits, tapered):
             split_of[b] = s
     rows = [
         (c, b * block_m, min(block_m, chunk_rows - b * block_m), split_of[b])
@@ -353,17 +372,18 @@ def build(world_size: int, rank: int, chunk_rows: int, block_m: int, first: int,
         for b in range(nb)
     ]
     blocks = torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 4)
-    return TileSchedule(world_size, rank, chunk_rows, block_m, splits, order, blocks)
+    return TileSchedule(world_size, rank, chunk_rows, block_m, splits, order, blocks, tapered)
 
 
 @lru_cache(maxsize=256)
-def _tile_order(chunks: int, blocks_per_chunk: int, splits: int, num_n: int, group_m: int) -> torch.Tensor:
+def _tile_order(chunks: int, blocks_per_chunk: int, splits: int, num_n: int, group_m: int,
+                tapered: bool = False) -> torch.Tensor:
     if num_n < 1 or group_m < 1:
         raise ValueError(f"num_n and group_m must be >= 1, got {num_n} and {group_m}")
     order = []
     for c in range(chunks):
         for s in range(splits):  # the split's row blocks, or (splits=1) the whole chunk
-            span = split_span(s, blocks_per_chunk, splits)
+            span = split_span(s, blocks_per_chunk, splits, tapered)
             for first in range(span.start, span.stop, group_m):
                 size = min(group_m, span.stop - first)
                 base = c * blocks_per_chunk + first

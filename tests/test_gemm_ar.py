@@ -3,9 +3,9 @@ shapes (one row, rows not divisible by the ranks, odd K and N), with a bias and 
 poisoned first (deterministic mode fills every ``torch.empty`` with NaN, and half the calls pass a
 NaN-filled ``out=``); both fused paths, the one-shot (decode sizes: M = 1 to 255) and the two-shot
 (the one-shot turned off, ``ONE_SHOT_MAX_BYTES = 0``), each with the interpreted Triton kernel as its
-consumer too; its input checks; the custom op's fake and autograd against float64 autograd.
-Tolerances: tests/numerics.py (bf16: every rank's partial is rounded to bf16 before the reduction).
-A mismatched call and a missing peer are tests/test_safety_cpu.py's."""
+consumer too, and the two-shot with tapered splits; its input checks; the custom op's fake and
+autograd against float64 autograd. Tolerances: tests/numerics.py (bf16: every rank's partial is
+rounded to bf16 before the reduction). A mismatched call and a missing peer are tests/test_safety_cpu.py's."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import fluxlite
+from fluxlite.fused.state import states_of
 from fluxlite.ops import AR
 
 from .dist_utils import run_ranks
@@ -86,6 +87,31 @@ def test_gemm_ar_one_shot_with_the_kernel_as_consumer(world_size):
     whole tile and a masked rest."""
     run_ranks(_cases, world_size, (torch.float32,), ("fused",), ONE_SHOT_SHAPES, True,
               env={"FLUXLITE_CPU_CONSUMER": "triton"})
+
+
+TAPERED_SHAPES = {2: (1100, 7, 9), 3: (1700, 5, 11), 4: (2300, 6, 5)}  # chunks of 9 row blocks; M % W != 0 at 3, 4
+
+
+def _tapered(rank: int, W: int) -> None:
+    """Two shots with tapered splits (the rule's threshold lowered so that small shapes take them):
+    the plan's splits are a half, three eighths and an eighth of the chunk, and every case matches
+    float64."""
+    module = importlib.import_module("fluxlite.ops.gemm_ar")
+    module.ONE_SHOT_MAX_BYTES, module.TAPER_MIN_TILES = 0, 0
+    M, K, N = TAPERED_SHAPES[W]
+    assert AR.tapers(W, M, N)
+    fluxlite.gemm_ar(torch.randn(M, K), torch.randn(N, K), impl="fused", timeout=30)
+    plans = [p for st in states_of(torch.distributed.group.WORLD)
+             for key, p in st.plans.items() if key[0] == "gemm_ar"]
+    assert len(plans) == 1 and plans[0].sched.tapered, plans
+    assert plans[0].sched.split_blocks(2) == range(7, 9), plans[0].split_rows  # 9 blocks: 4, 3, 2
+    fluxlite.release_workspaces()
+    _cases(rank, W, (torch.float32, torch.bfloat16), ("fused",), [TAPERED_SHAPES[W]])
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_gemm_ar_tapered_two_shots_match_float64_reference(world_size):
+    run_ranks(_tapered, world_size)
 
 
 def _paths_in_turn(rank: int, W: int) -> None:

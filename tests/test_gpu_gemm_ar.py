@@ -22,7 +22,8 @@ TOL = 2e-2
 
 def _shapes(seed: int, n: int) -> list[tuple[int, int, int, torch.dtype]]:
     rng = random.Random(seed)
-    fixed = [(1, 4096, 4096, torch.bfloat16), (7, 1000, 3000, torch.float16), (8192, 4096, 8192, torch.bfloat16)]
+    fixed = [(1, 4096, 4096, torch.bfloat16), (7, 1000, 3000, torch.float16), (8192, 4096, 8192, torch.bfloat16),
+             (12001, 1000, 7880, torch.float16)]  # the last two: two shots with tapered splits
     rand = [(rng.choice([1, 3, 64, 255, 1000, rng.randint(1, 5000)]), rng.choice([256, 1000, 2056, 4096]),
              rng.choice([128, 1000, 3000, 5120]), rng.choice([torch.bfloat16, torch.float16])) for _ in range(n)]
     return fixed + rand
@@ -77,10 +78,10 @@ def test_gemm_ar_one_shot_at_random_small_m():
     run_gpu_ranks(_eager, 2, 29, True)
 
 
-def _graph(rank: int, W: int, M: int) -> None:
+def _graph(rank: int, W: int, M: int, N: int) -> None:
     import fluxlite
 
-    K, N, dtype = 2048, 3000, torch.bfloat16
+    K, dtype = 2048, torch.bfloat16
     a = torch.empty(M, K, device=dev(), dtype=dtype)
     w = torch.empty(N, K, device=dev(), dtype=dtype)
     out = torch.empty(M, N, device=dev(), dtype=dtype)
@@ -106,6 +107,9 @@ def _graph(rank: int, W: int, M: int) -> None:
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("M", [37, 8000], ids=["one-shot", "two-shot"])
-def test_gemm_ar_fused_replays_from_a_captured_graph(M):
-    run_gpu_ranks(_graph, 2, M)
+@pytest.mark.parametrize("M, N", [(37, 3000), (8000, 3000), (8192, 8192)], ids=["one-shot", "two-shot", "tapered"])
+def test_gemm_ar_fused_replays_from_a_captured_graph(M, N):
+    from fluxlite.ops import AR
+
+    assert AR.tapers(2, M, N) == (M == 8192)
+    run_gpu_ranks(_graph, 2, M, N)

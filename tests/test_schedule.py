@@ -28,6 +28,8 @@ def schedules(draw):
     block_m = draw(st.sampled_from([1, 2, 7, 16, 64, 128]) | st.integers(1, 200))
     chunk_rows = draw(st.integers(1, 40 * block_m) if block_m < 50 else st.integers(1, 2000))
     nb = -(-chunk_rows // block_m)
+    if nb >= sum(sch.TAPER) and draw(st.booleans()):  # GEMM-AllReduce's tapered splits
+        return sch.build(world_size, rank, chunk_rows, block_m, op.first, tapered=True), len(sch.TAPER)
     splits = draw(st.none() | st.integers(1, min(sch.MAX_SPLITS, nb)))
     return sch.build(world_size, rank, chunk_rows, block_m, op.first, splits), splits
 
@@ -177,6 +179,43 @@ def test_bad_arguments_raise_value_error(first, args, match):
     world_size, rank, chunk_rows, block_m, *splits = args
     with pytest.raises(ValueError, match=match):
         sch.build(world_size, rank, chunk_rows, block_m, first, *splits)
+
+
+@pytest.mark.parametrize("chunk_rows, block_m, splits", [(7 * 64, 64, None), (100, 16, 2), (8 * 64, 64, 4)])
+def test_a_tapered_schedule_of_too_few_blocks_or_other_splits_raises_value_error(chunk_rows, block_m, splits):
+    with pytest.raises(ValueError, match="tapered"):
+        sch.build(2, 0, chunk_rows, block_m, RS.first, splits, tapered=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(sum(sch.TAPER), 1500))
+def test_tapered_splits_follow_their_weights_to_a_block(blocks):
+    """A half, three eighths and an eighth of the blocks, each within one block of its share, in order;
+    a tapered schedule's block table, split rows and split-bounded tile order all take them."""
+    total = sum(sch.TAPER)
+    spans = [sch.split_span(i, blocks, len(sch.TAPER), tapered=True) for i in range(len(sch.TAPER))]
+    assert spans[0].start == 0 and spans[-1].stop == blocks
+    assert all(a.stop == b.start for a, b in zip(spans, spans[1:]))
+    for span, weight in zip(spans, sch.TAPER):
+        assert abs(len(span) - weight * blocks / total) < 1, (blocks, spans)
+    s = sch.build(2, 1, blocks * 16 - 5, 16, RS.first, tapered=True)
+    assert s.splits == len(sch.TAPER) and [s.split_blocks(i) for i in range(s.splits)] == spans
+    for _chunk, row0, _rows, split in s.rows():
+        assert row0 // 16 in spans[split]
+    order = s.tile_order(2, 8, by_split=True).tolist()  # each split's tiles before the next split's
+    splits_in_order = [int(s.blocks[i, 3]) for i, _ in order[: blocks * 2]]
+    assert splits_in_order == sorted(splits_in_order)
+
+
+def test_gemm_ar_tapers_where_the_last_eighth_of_a_chunk_fills_a_wave():
+    """The rule, on the calls' shapes only (the same on every rank): 8192 x 8192 at two ranks has a last
+    split of 512 rows (4 x 32 tiles of 128x256), tapered; 4096 rows (2 x 32) and 6000 x 5000 (3 x 20)
+    are not; one rank, or a chunk of fewer than eight blocks, never."""
+    from fluxlite.ops import AR
+
+    assert AR.tapers(2, 8192, 8192) and AR.tapers(2, 16384, 4096) and AR.tapers(4, 16384, 8192)
+    assert not AR.tapers(2, 4096, 8192) and not AR.tapers(2, 6000, 5000)
+    assert not AR.tapers(1, 65536, 65536) and not AR.tapers(2, 14 * 64, 1 << 20)
 
 
 def test_a_bad_op_code_or_too_many_options_raise_value_error():

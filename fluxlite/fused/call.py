@@ -41,7 +41,8 @@ class TileProtocol(Protocol):
     name: str
     code: int
 
-    def schedule(self, world_size: int, rank: int, rows: int, block_m: int) -> sch.TileSchedule: ...
+    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None,
+                 variant: str) -> sch.TileSchedule: ...
 
     def tile_order(self, sched: sch.TileSchedule, num_n: int, group_m: int, programs: int) -> torch.Tensor: ...
 
@@ -141,7 +142,7 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
         if splits is not None:
             blocks = -(-op.chunk_rows(rows, ws.world_size) // block_m)
             splits = 1 if ws.world_size == 1 else min(splits, max(1, blocks))
-        sched = op.schedule(ws.world_size, ws.rank, rows, block_m, splits)
+        sched = op.schedule(ws.world_size, ws.rank, rows, block_m, splits, variant)
         num_n = gemm_core.column_blocks(ep.out_features(N), config, ep.gated) if consumer == "triton" else 1
         # The consumer is part of the protocol (what a partial holds), so ranks that disagree on it disagree on
         # the signature.

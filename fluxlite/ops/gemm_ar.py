@@ -40,7 +40,11 @@ chunks. ``recv: [W, mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data ha
 The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
 most of the gather overlaps the GEMM; what remains after it is the end: the last split's copy, the
 flag and the wait, and the copy of the peers' rows within this GPU. Hence finer splits than
-GEMM-RS's (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The earlier splits'
+GEMM-RS's (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The matmul consumer
+(one cuBLAS GEMM per split) has few splits, each GEMM a few waves; where the last eighth of a chunk
+still fills about a wave (:data:`TAPER_MIN_TILES`) its splits are tapered, a half, three eighths
+and an eighth (:data:`fluxlite.schedule.TAPER`): the last copy an eighth of the chunk's rows, each
+earlier one beside the next split's GEMM. The earlier splits'
 copies are the copy engine's, beside the GEMM; the end is two kernels on the consumer's stream
 (:meth:`GemmAllReduce.second_shot_end`), which start right behind its last GEMM, where a copy-engine
 copy would start 7-13 us later.
@@ -60,6 +64,7 @@ from .. import schedule as sch
 from ..epilogue import PLAIN
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call, FusedState, Plan
+from ..fused.call import CPU_BLOCK_M
 from ..fused.producer import COPY, WAIT
 from ..host_flags import REDUCED_ROWS, host_store, host_wait
 from ..kernels import gather_pull, gather_push, gemm_core
@@ -88,10 +93,21 @@ own; a repeated call keeps its first call's plan, and so its path (a test that c
 the workspaces, or gives each path's calls a timeout of their own)."""
 
 
+TAPERED = "tapered"  # the plan variant of two shots with tapered splits
+
 ROW_BLOCKS_PER_SPLIT = 2
 """Two-shot splits (:meth:`GemmAllReduce.schedule`) of about this many row blocks, at most
 :data:`fluxlite.schedule.MAX_SPLITS` / 2: a smaller last split leaves less of the gather after the
 GEMM, more splits cost more producer steps (copies and flags, 1-3 per peer each)."""
+
+
+TAPER_MIN_TILES = 120
+"""The matmul consumer's two shots taper their splits (:data:`fluxlite.schedule.TAPER`) where the
+last split's GEMM has at least this many 128x256 output tiles, about one wave on a 132-SM GPU
+(:meth:`GemmAllReduce.tapers`). Below that, calls ran 0.97-1.03x their time with two even splits,
+and cuBLAS's picks at the tapered row counts were now and then far slower (one call 1.17x); above
+it 0.93-1.007x (two H200s, BENCHMARKS.md). The same on every rank: it depends only on the call's
+shapes."""
 
 
 def _gathered_offset(world_size: int, chunk_rows: int, N: int, element_size: int) -> int:
@@ -157,9 +173,12 @@ class GemmAllReduce(GemmReduceScatter):
         gather after the GEMM."""
         return sched.tile_order(num_n, group_m, by_split=True)
 
-    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None
-                 ) -> sch.TileSchedule:
-        """GEMM-RS's schedule, with splits of :data:`ROW_BLOCKS_PER_SPLIT` row blocks by default."""
+    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None,
+                 variant: str = "") -> sch.TileSchedule:
+        """GEMM-RS's schedule, with splits of :data:`ROW_BLOCKS_PER_SPLIT` row blocks by default;
+        tapered splits in a ``"tapered"`` plan (:meth:`plan_variant`)."""
+        if variant == TAPERED:
+            return sch.build(world_size, rank, self.chunk_rows(rows, world_size), block_m, self.first, tapered=True)
         if splits is None and world_size > 1:
             blocks = -(-self.chunk_rows(rows, world_size) // block_m)
             splits = min(sch.MAX_SPLITS // 2, max(1, blocks // ROW_BLOCKS_PER_SPLIT))
@@ -177,9 +196,23 @@ class GemmAllReduce(GemmReduceScatter):
         """Two shots: GEMM-RS's consumers. One shot has neither (cuBLAS's GEMM, then the reduction kernel)."""
         return not self.call_is_one_shot(args.tp.world_size, args)
 
-    def plan_variant(self, world_size: int, args: Args) -> str:
-        """Each path has a plan of its own, whose views of the data halves are that path's."""
-        return "one_shot" if self.call_is_one_shot(world_size, args) else ""
+    def plan_variant(self, world_size: int, args: Args, consumer: str) -> str:
+        """Each path has a plan of its own, whose views of the data halves are that path's; two shots
+        by the matmul consumer (``"torch"``) with tapered splits (:meth:`tapers`) another."""
+        if self.call_is_one_shot(world_size, args):
+            return "one_shot"
+        return TAPERED if consumer == "torch" and self.tapers(world_size, args.a.shape[0], args.weight.shape[0]) else ""
+
+    def tapers(self, world_size: int, M: int, N: int) -> bool:
+        """Whether the matmul consumer's two shots of ``M`` rows and ``N`` columns taper their splits:
+        a chunk of at least ``sum(TAPER)`` row blocks whose last eighth has at least
+        :data:`TAPER_MIN_TILES` tiles of 128x256."""
+        chunk = self.chunk_rows(M, world_size)
+        blocks = -(-chunk // CPU_BLOCK_M)
+        if world_size == 1 or blocks < sum(sch.TAPER):
+            return False
+        last_rows = chunk - sch.split_span(len(sch.TAPER) - 1, blocks, len(sch.TAPER), tapered=True).start * CPU_BLOCK_M
+        return -(-last_rows // 128) * -(-N // 256) >= TAPER_MIN_TILES
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """One-shot calls compute their partial with cuBLAS: no kernel config to choose. Two shots:

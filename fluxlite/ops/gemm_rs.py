@@ -148,8 +148,8 @@ class GemmReduceScatter(Op):
         state.check()
         M, K = args.a.shape
         N = args.weight.shape[0]
-        plan = get_plan(state, self, M, K, N, args.a.dtype, self.plan_variant(state.ws.world_size, args), args.ep,
-                        config, consumer, MATMUL_SPLITS if consumer == "torch" else None)
+        plan = get_plan(state, self, M, K, N, args.a.dtype, self.plan_variant(state.ws.world_size, args, consumer),
+                        args.ep, config, consumer, MATMUL_SPLITS if consumer == "torch" else None)
         state.reserve(self.reserve_bytes(state.ws.world_size, M, N, args.a.element_size()), timeout_s=args.timeout_s,
                       signature=plan.signature)
         return plan
@@ -157,8 +157,8 @@ class GemmReduceScatter(Op):
     def has_matmul_consumer(self, args: Args) -> bool:
         return True  # :meth:`_consume_by_matmul`
 
-    def plan_variant(self, world_size: int, args: Args) -> str:
-        """What of a call's shapes makes a plan of its own: nothing for GEMM-RS."""
+    def plan_variant(self, world_size: int, args: Args, consumer: str) -> str:
+        """What of a call's shapes (computed by ``consumer``) makes a plan of its own: nothing for GEMM-RS."""
         return ""
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:

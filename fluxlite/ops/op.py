@@ -207,9 +207,10 @@ class Op:
         raise NotImplementedError
 
     # ---- the tile protocol, from the above -------------------------------------------------------
-    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None
-                 ) -> sch.TileSchedule:
-        """This op's schedule for a call whose signature counts ``rows``."""
+    def schedule(self, world_size: int, rank: int, rows: int, block_m: int, splits: int | None = None,
+                 variant: str = "") -> sch.TileSchedule:
+        """This op's schedule for a call whose signature counts ``rows``, in a plan of ``variant``
+        (an op may cut its splits by it)."""
         return sch.build(world_size, rank, self.chunk_rows(rows, world_size), block_m, self.first, splits)
 
     def tile_order(self, sched: sch.TileSchedule, num_n: int, group_m: int, programs: int) -> torch.Tensor:
