@@ -93,7 +93,7 @@ own; a repeated call keeps its first call's plan, and so its path (a test that c
 the workspaces, or gives each path's calls a timeout of their own)."""
 
 
-TAPERED = "tapered"  # the plan variant of two shots with tapered splits
+ONE_SHOT, TAPERED = "one_shot", "tapered"  # plan variants: the one-shot path; two shots with tapered splits
 
 ROW_BLOCKS_PER_SPLIT = 2
 """Two-shot splits (:meth:`GemmAllReduce.schedule`) of about this many row blocks, at most
@@ -200,7 +200,7 @@ class GemmAllReduce(GemmReduceScatter):
         """Each path has a plan of its own, whose views of the data halves are that path's; two shots
         by the matmul consumer (``"torch"``) with tapered splits (:meth:`tapers`) another."""
         if self.call_is_one_shot(world_size, args):
-            return "one_shot"
+            return ONE_SHOT
         return TAPERED if consumer == "torch" and self.tapers(world_size, args.a.shape[0], args.weight.shape[0]) else ""
 
     def tapers(self, world_size: int, M: int, N: int) -> bool:
