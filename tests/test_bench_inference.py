@@ -22,6 +22,7 @@ IMPLS = {"sequential", "fused", "auto"}
 FP32_TOL = 1e-5
 
 
+@pytest.mark.slow
 def test_bench_inference_cpu_smoke(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("FLUXLITE_AUTO", "measure")  # auto measures on CPU too: its choices are reported
     monkeypatch.setenv("FLUXLITE_CACHE_DIR", str(tmp_path / "cache"))

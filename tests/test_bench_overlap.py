@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.dist_utils import run_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_overlap.py"
@@ -15,6 +17,7 @@ CASES = {"cublas", "core", "kernel", "kernel+copy", "limit", "copy", "nccl", "se
 MATMUL_CASES = {"splits", "splits+copy"}  # GEMM-RS's matmul consumer (the CPU's default consumer)
 
 
+@pytest.mark.slow
 def test_bench_overlap_cpu_smoke(tmp_path: Path):
     out = tmp_path / "overlap.json"
     runs = run_script(SCRIPT, 2, "--shapes", "ag:70,48,40", "rs:66,40,36", "--rounds", "1", "--sets", "1",

@@ -157,6 +157,7 @@ def _layers_compiled_vs_eager(rank: int, W: int) -> None:
     assert ops == ["fluxlite.ag_gemm", "fluxlite.ag_gemm", "fluxlite.gemm_rs", "fluxlite.gemm_rs"], ops
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_layers_compile_fullgraph_match_eager_and_float64(tmp_path):
     run_ranks(_layers_compiled_vs_eager, 2, timeout_s=60, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})

@@ -28,7 +28,7 @@ def torchrun(script: Path, nproc: int, *args: str, out_dir: Path) -> tuple[list[
     return [r.returncode for r in ranks], "".join(r.stdout + r.stderr for r in ranks)
 
 
-@pytest.mark.parametrize("block,layout", [("transformer", "sp"), ("mlp", "no-sp")])
+@pytest.mark.parametrize("block,layout", [("transformer", "sp"), pytest.param("mlp", "no-sp", marks=pytest.mark.slow)])
 def test_bench_layers_cpu_smoke(tmp_path: Path, block: str, layout: str):
     """Every mode of the block (the whole block with sequence parallelism, or its MLP half alone
     without: the Row forward and the Column backward through GEMM-AllReduce) on 2 gloo ranks from
