@@ -66,12 +66,13 @@ kernels, which take their call's region as a pointer, see one specialisation, no
 
 def region_slots(world_size: int) -> int:
     """Slots of one parity region: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``,
-    ``finished[W]``, padded to :data:`REGION_ALIGN`.
+    ``finished[W]``, ``early[W]``, padded to :data:`REGION_ALIGN`.
 
-    :func:`ready_slot`, :func:`data_slot`, :func:`pulled_slot` and :func:`finished_slot` are offsets
-    into a region; the kernels get the region of their call's parity as their flag array.
+    :func:`ready_slot`, :func:`data_slot`, :func:`pulled_slot`, :func:`finished_slot` and
+    :func:`early_slot` are offsets into a region; the kernels get the region of their call's parity
+    as their flag array.
     """
-    return -(-(2 * world_size + 2 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
+    return -(-(3 * world_size + 2 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
 
 
 def region_start(world_size: int, parity: int) -> int:
@@ -113,9 +114,16 @@ def pulled_slot(world_size: int, src: int, split: int) -> int:
 def finished_slot(world_size: int, src: int) -> int:
     """Region offset of the flag that peer ``src`` sets on rank ``r`` once its data for the call may
     be read: GEMM-AllReduce's reduced chunk, all of it in r's ``gathered`` (two-shot: the call's
-    end, :mod:`fluxlite.kernels.gather_push`), or its whole partial in src's own memory (one-shot:
+    end, :mod:`fluxlite.kernels.gather_end`), or its whole partial in src's own memory (one-shot:
     its reduction kernel, after the GEMM)."""
     return world_size + 2 * world_size * MAX_SPLITS + src
+
+
+def early_slot(world_size: int, src: int) -> int:
+    """GEMM-AllReduce (two shots): region offset of the flag that peer ``src`` sets on rank ``r`` once
+    its reduced chunk's splits but the last are in r's ``gathered`` (at the start of its call's
+    end, :mod:`fluxlite.kernels.gather_end`), so that r copies them out while the last one travels."""
+    return 2 * world_size + 2 * world_size * MAX_SPLITS + src
 
 
 def signature_slot(world_size: int, parity: int, src: int) -> int:
@@ -150,7 +158,7 @@ def claim_slot(world_size: int) -> int:
 
 def done_slot(world_size: int) -> int:
     """Index into the local counters of the programs of a kernel that are done with their stores, so
-    that the last one publishes them all (:mod:`fluxlite.kernels.gather_push`)."""
+    that the last one publishes them all (:mod:`fluxlite.kernels.gather_end`)."""
     return world_size * MAX_SPLITS + 1
 
 

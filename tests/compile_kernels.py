@@ -21,7 +21,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gather_pull, gather_push, gemm_ar, gemm_core, gemm_rs, split_wait  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, gather_end, gemm_ar, gemm_core, gemm_rs, split_wait  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
@@ -134,21 +134,18 @@ def main() -> None:
                        parity="i32", rank="i32", world_size="i32", region="i32", num_counters="i32", sig_at="i32",
                        ready_at="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, COUNTERS_BLOCK=256), 0))
-    cases.append(("bf16", "gather_push (the two shots' last split, then finished)", gather_push.gather_push_kernel,
+    cases.append(("bf16", "gather_end (the two shots' last split out, the peers' chunks in)", gather_end.gather_end_kernel,
                   dict(out=("*bf16", 16), data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16),
-                       counters_ptr=("*i32", 16), rank="i32", world_size="i32", start=("i32", 16), stop="i32",
-                       gathered=("i32", 16), signal_at="i32", done_slot="i32"), dict(BLOCK=gather_push.BLOCK), 0))
-    cases.append(("bf16", "gather_pull (the bounded wait for finished, then the peers' rows)",
-                  gather_pull.gather_pull_kernel,
-                  dict(out=("*bf16", 16), data_bases_ptr=("*i64", 16), flags_ptr="*i32", error_ptr="*i32",
-                       call_ptr="*i32", first="i32", rank="i32", world_size="i32", gathered=("i32", 16),
-                       chunk=("i32", 16), total="i32", timeout_ns="i64"), dict(BLOCK=gather_pull.BLOCK), 0))
+                       counters_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
+                       start=("i32", 16), stop="i32", gathered=("i32", 16), chunk=("i32", 16), early="i32",
+                       total="i32", region="i32", early_at="i32", finished_at="i32", done_slot="i32", pushers="i32",
+                       timeout_ns="i64"), dict(BLOCK=gather_end.BLOCK), 0))
     cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
                   dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", peer_lo="i32", peer_hi="i32", rank="i32",
                        chunk="i32", sig_base="i32", timeout_ns="i64", code="i32"), {}, 0))
     # launched as one program of one warp
     one_warp = (align.align_kernel, split_wait.split_wait_kernel)
-    gather = {gather_push.gather_push_kernel: gather_push.NUM_WARPS, gather_pull.gather_pull_kernel: gather_pull.NUM_WARPS}
+    gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS}
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:
@@ -165,8 +162,10 @@ def main() -> None:
             pipelined = pipelined_tile_loops(kernel.asm["ttgir"])
             # the one-shot reduction streams the partials: 16-byte loads at any N; the gather's end copies
             # rows in 16-byte vectors where its runs start on a multiple of 16 elements
-            vector = ("ld.global.cg.v4" in kernel.asm["ptx"] if fn in (gemm_ar.one_shot_kernel, gather_pull.gather_pull_kernel)
-                      else "st.global.v4" in kernel.asm["ptx"] if fn is gather_push.gather_push_kernel else None)
+            ptx = kernel.asm["ptx"]
+            vector = ("ld.global.cg.v4" in ptx if fn is gemm_ar.one_shot_kernel
+                      else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
+                      else None)
             vector_ok = vector is None or vector
             ok = shared <= SHARED_LIMIT and pipelined >= loops and vector_ok
             failed += not ok

@@ -75,7 +75,7 @@ def test_gemm_ar_one_shot_matches_float64_reference(world_size):
 def test_gemm_ar_fused_with_the_kernel_as_consumer(world_size):
     """Two-shot: the interpreted GEMM-RS kernel reduces each rank's chunk straight into its rows of
     ``out`` (fp32: the interpreter's bf16 is not the GPU's), the producer and the interpreted end
-    (``gather_push``, ``gather_pull``) gather the chunks; at 3 ranks the last chunk is cut short (13
+    (``gather_end``) gather the chunks; at 3 ranks the last chunk is cut short (13
     rows: 5, 5, 3) or empty (1 row)."""
     run_ranks(_cases, world_size, (torch.float32,), ("fused",), env={"FLUXLITE_CPU_CONSUMER": "triton"})
 

@@ -23,8 +23,7 @@ from fluxlite.host_flags import exception_from_record
 from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
 from fluxlite.kernels import align as align_kern
-from fluxlite.kernels import gather_pull as gather_pull_kern
-from fluxlite.kernels import gather_push as gather_push_kern
+from fluxlite.kernels import gather_end as gather_end_kern
 from fluxlite.kernels import gemm_ar as ar_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
@@ -278,103 +277,136 @@ def _halves(W, rows, N, gathered_at, seed):
     return halves, torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64)
 
 
-def _gather_pull(out, bases, flags, error, epoch, rank, W, mc, gathered_at, timeout_s, programs=3):
-    gather_pull_kern.launch(out=out, data_bases=bases, flags=flags[sch.region_start(W, epoch % 2):], error=error,
-                            call=torch.tensor([epoch], dtype=torch.int32), first=sch.finished_slot(W, 0), rank=rank,
-                            world_size=W, gathered=gathered_at, chunk=mc * out.shape[1], timeout_s=timeout_s,
-                            programs=programs, cache={})
+class _EndCase:
+    """Rank ``r`` of ``W`` at the end of a two-shot GEMM-AllReduce of ``M x N`` (chunks of ``mc`` rows,
+    the last split of each starting at row ``last``): every rank's data half (random, ``gathered``
+    from element ``at``), flag array and address tables, ``out`` with our reduced rows (random) and
+    NaN elsewhere, fresh counters, and an error record with a mirror."""
+
+    def __init__(self, W, r, M, N, last, epoch, at=64, seed=0):
+        self.W, self.r, self.M, self.N, self.last, self.epoch, self.at = W, r, M, N, last, epoch, at
+        self.mc = -(-M // W)
+        self.halves, self.bases = _halves(W, self.mc, N, at, seed)
+        self.flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+        self.flag_bases = torch.tensor([f.data_ptr() for f in self.flags], dtype=torch.int64)
+        self.out = torch.full((M, N), float("nan"))
+        self.ours = slice(r * self.mc, min((r + 1) * self.mc, M))
+        self.out[self.ours] = torch.randn(self.out[self.ours].shape, generator=torch.Generator().manual_seed(seed + 1))
+        self.counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
+        self.error, self.mirror = _mirrored_record()
+
+    def rows_of(self, p):
+        return max(0, min(self.mc, self.M - p * self.mc))
+
+    def peer_sets(self, p, slot):
+        """Peer ``p`` has set its flag ``slot`` (a region offset of ``schedule``) in our array."""
+        self.flags[self.r][_slot(self.W, self.epoch, slot(self.W, p))] = sch.SET
+
+    def launch(self, timeout_s=1.0, programs=5):
+        W, r, N, at = self.W, self.r, self.N, self.at
+        hi = self.rows_of(r)
+        lo = min(self.last, hi)
+        base = r * self.mc * N
+        gather_end_kern.launch(out=self.out, data_bases=self.bases, flag_bases=self.flag_bases, counters=self.counters,
+                               error=self.error, call=torch.tensor([self.epoch], dtype=torch.int32), rank=r, world_size=W,
+                               start=base + lo * N, stop=base + hi * N, gathered=at, chunk=self.mc * N,
+                               early=self.last * N, region=sch.region_start(W, self.epoch % 2),
+                               early_at=sch.early_slot(W, 0), finished_at=sch.finished_slot(W, 0),
+                               done_slot=sch.done_slot(W), timeout_s=timeout_s, programs=programs, cache={})
+
+    def gathered(self):
+        return self.halves[self.r][self.at:].view(self.W, self.mc, self.N)
 
 
-@pytest.mark.parametrize("M", [3 * 700, 3 * 700 - 5, 2])  # whole chunks, a last chunk cut short, chunks past M
-def test_gather_pull_copies_every_peers_chunk_once_every_peer_has_finished(M):
-    """Rank 1 of 3; peers 0 and 2 set their finished flags. Every peer's chunk (rows ``[p * mc,
-    min((p + 1) * mc, M))``) comes from our ``gathered`` into ``out``, whole tiles and the ragged
-    last; our own rows and every flag stay as they were, and nothing is recorded."""
-    W, r, epoch, N, at = 3, 1, 5, 37, 64
-    mc = -(-M // W)
-    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
+@pytest.mark.parametrize("M,N,last", [(3 * 700, 37, 500), (3 * 700 - 5, 37, 650), (2, 37, 0), (3 * 40, 64, 0),
+                                      (3 * 200 - 100, 40, 120)])
+def test_gather_end_pushes_our_last_split_and_copies_every_peers_chunk(M, N, last):
+    """Rank 1 of 3; peers 0 and 2 have set their early and finished flags. Our last split (rows
+    ``[last, mc)`` of our chunk, fewer for a chunk cut short) lands in every peer's ``gathered`` and
+    nothing else of any data half changes; our early and finished flags are set on every peer, not on
+    us; every peer's chunk comes from our ``gathered`` into ``out`` (whole tiles and the ragged
+    last), our own rows stay; every pusher counted itself; nothing is recorded. Cases: whole
+    chunks, a last chunk cut short, chunks past ``M``, one split (nothing early), a chunk cut short
+    before its last split."""
+    W, r, epoch = 3, 1, 5
+    case = _EndCase(W, r, M, N, last, epoch, seed=M + last)
     for p in (0, 2):
-        flags[_slot(W, epoch, sch.finished_slot(W, p))] = sch.SET
-    before = flags.clone()
-    halves, bases = _halves(W, mc, N, at, seed=M)
-    out = torch.full((M, N), float("nan"))
-    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
-    _gather_pull(out, bases, flags, error, epoch, r, W, mc, at, 1.0)
-    gathered = halves[r][at:].view(W, mc, N)
+        case.peer_sets(p, sch.early_slot)
+        case.peer_sets(p, sch.finished_slot)
+    halves_before = [h.clone() for h in case.halves]
+    ours_before = case.out[case.ours].clone()
+    case.launch()
+    mc, at = case.mc, case.at
+    hi = case.rows_of(r)
+    lo = min(last, hi)
     for p in range(W):
-        rows = max(0, min(mc, M - p * mc))
+        want = halves_before[p].clone()
+        if p != r:
+            sent = case.out[r * mc + lo : r * mc + hi].flatten()
+            want[at + (r * mc + lo) * N : at + (r * mc + lo) * N + sent.numel()] = sent
+        assert torch.equal(case.halves[p], want), p
+        set_slots = sorted((case.flags[p] != 0).nonzero().flatten().tolist())
+        theirs = [] if p == r else [_slot(W, epoch, sch.finished_slot(W, r)), _slot(W, epoch, sch.early_slot(W, r))]
+        if p == r:  # the peers' flags in our array, as set above
+            theirs = sorted(_slot(W, epoch, slot(W, q)) for q in (0, 2) for slot in (sch.early_slot, sch.finished_slot))
+        assert set_slots == sorted(theirs), p
+    gathered = case.gathered()
+    for p in range(W):
+        rows = case.rows_of(p)
         if p == r:
-            assert out[p * mc : p * mc + rows].isnan().all(), "our own rows were written"
+            assert torch.equal(case.out[case.ours], ours_before), "our own rows were written"
         else:
-            assert torch.equal(out[p * mc : p * mc + rows], gathered[p, :rows]), p
-    assert error.tolist() == [0] * RECORD_WORDS and torch.equal(flags, before)
+            assert torch.equal(case.out[p * mc : p * mc + rows], gathered[p, :rows]), p
+    assert case.counters[sch.done_slot(W)].item() == gather_end_kern.pushers_of(5, last * N)
+    assert case.error.tolist()[:6] == [0] * 6
 
 
-def test_gather_pull_records_a_peer_that_never_finishes_and_copies_nothing():
-    """Rank 0 of 3: peer 1 finished, peer 2 never does (it died after its partials). The wait ends
-    after its timeout with a record naming peer 2, its flag and the call, mirrored to the host, and
-    ``out`` is left as it was."""
-    W, epoch, M, N, at = 3, 8, 30, 16, 32
-    mc = M // W
-    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
-    flags[_slot(W, epoch, sch.finished_slot(W, 1))] = sch.SET
-    error, mirror = _mirrored_record()
-    _, bases = _halves(W, mc, N, at, seed=1)
-    out = torch.full((M, N), float("nan"))
-    _gather_pull(out, bases, flags, error, epoch, 0, W, mc, at, 0.01)
-    assert out.isnan().all()
-    code, slot, call, seen, peer, chunk = error.tolist()[:6]
-    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_FINISHED, sch.finished_slot(W, 2), epoch, 0, 2, 2)
-    assert _mirrored(error, mirror)
-    exc = exception_from_record(error.tolist(), rank=0, world_size=W, timeout_s=0.01)
+@pytest.mark.parametrize("missing", ["early", "finished"])
+def test_gather_end_records_a_peer_that_never_sends_and_copies_no_more(missing):
+    """Rank 0 of 3: peer 1 sent everything; peer 2 died before its ``missing`` flag. The wait ends
+    after its timeout with a record naming peer 2, that flag and the call, mirrored to the host; the
+    peers' rows behind that flag are not copied (NaN) and our push and flags still went out."""
+    W, epoch, M, N, last = 3, 8, 300, 16, 60
+    case = _EndCase(W, 0, M, N, last, epoch, seed=9)
+    for slot in (sch.early_slot, sch.finished_slot):
+        case.peer_sets(1, slot)
+    if missing == "finished":
+        case.peer_sets(2, sch.early_slot)
+    case.launch(timeout_s=0.01)
+    slot = sch.early_slot(W, 2) if missing == "early" else sch.finished_slot(W, 2)
+    code, at_slot, call, seen, peer, chunk = case.error.tolist()[:6]
+    assert (code, at_slot, call, seen, peer, chunk) == (ERR_TIMEOUT_FINISHED, slot, epoch, 0, 2, 2)
+    assert _mirrored(case.error, case.mirror)
+    mc = case.mc
+    late = case.out[mc + last : 2 * mc]  # peer 1's last split: copied only after every finished flag
+    assert late.isnan().all()
+    early_rows = case.out[mc : mc + last]
+    if missing == "early":
+        assert early_rows.isnan().all()
+    else:
+        assert torch.equal(early_rows, case.gathered()[1, :last])
+    for p in (1, 2):  # our flags went out whatever the peers did
+        assert case.flags[p][_slot(W, epoch, sch.finished_slot(W, 0))] == sch.SET
+        assert case.flags[p][_slot(W, epoch, sch.early_slot(W, 0))] == sch.SET
+    exc = exception_from_record(case.error.tolist(), rank=0, world_size=W, timeout_s=0.01)
     assert isinstance(exc, FluxliteTimeoutError)
     assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch, exc.step) == (0, 2, 2, 0, epoch, "flag")
     assert "reduced rows" in str(exc) and "peer rank 2" in str(exc)
 
 
-@pytest.mark.parametrize("start,stop", [(0, 4096 * 2), (37 * 5, 37 * 300), (40, 40)])  # whole tiles; ragged; none
-def test_gather_push_sends_the_run_to_every_peer_then_announces_once(start, stop):
-    """Rank 2 of 3 pushes ``out``'s flat elements ``[start, stop)`` into every peer's data half at
-    ``gathered + i``; nothing else of any data half changes, our own not at all. Then its
-    finished flag is set on every peer (not on itself), once every program has counted itself."""
-    W, r, epoch, N, at, programs = 3, 2, 4, 37, 96, 3
-    M = -(-max(stop, 1) // N)
-    mc = -(-M // W)
-    out = torch.randn(M, N, generator=torch.Generator().manual_seed(stop))
-    halves, bases = _halves(W, mc, N, at, seed=start)
-    halves_before = [h.clone() for h in halves]
-    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
-    counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
-    signal_at = sch.region_start(W, epoch % 2) + sch.finished_slot(W, r)
-    gather_push_kern.launch(out=out, data_bases=bases, flag_bases=torch.tensor([f.data_ptr() for f in flags]),
-                            counters=counters, rank=r, world_size=W, start=start, stop=stop, gathered=at,
-                            signal_at=signal_at, done_slot=sch.done_slot(W), programs=programs, cache={})
-    for p in range(W):
-        want = halves_before[p].clone()
-        if p != r:
-            want[at + start : at + stop] = out.flatten()[start:stop]
-        assert torch.equal(halves[p], want), p
-        set_slots = (flags[p] != 0).nonzero().flatten().tolist()
-        assert set_slots == ([] if p == r else [signal_at]), p
-    tiles = -(-max(stop - start, 1) // gather_push_kern.BLOCK)
-    assert counters[sch.done_slot(W)].item() == min(programs, tiles)
-
-
-def test_gather_pull_returns_at_once_after_an_earlier_failure():
+def test_gather_end_returns_at_once_after_an_earlier_failure():
     """The consumer's wait already failed (its record is set): no peer's flag is waited for and
-    nothing is copied, so a peer missing from the whole call costs one timeout, the consumer's."""
-    W, epoch, M, N, at = 2, 3, 8, 16, 32
-    flags = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32)
-    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
-    error[:6] = torch.tensor([ERR_TIMEOUT_RS, sch.data_slot(W, 1, 0), epoch, 0, 1, 0], dtype=torch.int32)
-    before = error.clone()
-    _, bases = _halves(W, M // W, N, at, seed=3)
-    out = torch.full((M, N), float("nan"))
+    nothing of the peers' is copied, so a peer missing from the whole call costs one timeout, the
+    consumer's."""
+    W, epoch, M, N = 2, 3, 8, 16
+    case = _EndCase(W, 0, M, N, 2, epoch, seed=3)
+    case.error[:6] = torch.tensor([ERR_TIMEOUT_RS, sch.data_slot(W, 1, 0), epoch, 0, 1, 0], dtype=torch.int32)
+    before = case.error.clone()
     t0 = time.monotonic()
-    _gather_pull(out, bases, flags, error, epoch, 0, W, M // W, at, 30.0)
+    case.launch(timeout_s=30.0)
     assert time.monotonic() - t0 < 5.0, "waited for the timeout after a failure was recorded"
-    assert torch.equal(error, before), "the first failure stays the record"
-    assert out.isnan().all()
+    assert torch.equal(case.error, before), "the first failure stays the record"
+    assert case.out[case.mc :].isnan().all()
 
 
 def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s, **kw):

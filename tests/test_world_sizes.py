@@ -387,8 +387,8 @@ def test_ar_gather_pushes_each_reduced_split_but_the_last_from_the_producer(W):
     """The gather's producer part: per split but the last, a stream wait on our own consumer's count
     of that split's reduced tiles (released by our own bounded kernel, which counts every tile), then
     the split copied into every peer's ``gathered[r]`` from our rows of ``out`` (where the consumer
-    reduced them). No flag and no wait on a peer: the last split, our ``finished`` flags, the wait for
-    the peers' and the copy of their rows within this GPU are the call's end (:meth:`second_shot_end`),
+    reduced them). No flag and no wait on a peer: the last split, our ``early`` and ``finished`` flags,
+    the waits for the peers' and the copy of their rows within this GPU are the call's end (:meth:`second_shot_end`),
     behind the consumer and the producer. A chunk past M (M = 1) moves nothing."""
     e, K, N = 7, 8, 40
     for M in (1, 10 * W + 3, 40 * W):

@@ -25,7 +25,7 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..host_flags import exception_from_record, host_store, host_wait, resolve_timeout
-from ..kernels import align, gather_pull, gather_push, split_wait
+from ..kernels import align, gather_end, split_wait
 from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..process import PROCESS
@@ -113,7 +113,7 @@ class FusedState:
         self.sequence = torch.tensor([1, 0, 0], dtype=torch.int32, device=ws.device)
         self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
-        self.gather_kernels: dict = {}  # GEMM-AllReduce's gather end, warmed up (kernels.gather_push, gather_pull)
+        self.gather_kernels: dict = {}  # GEMM-AllReduce's gather end, warmed up (kernels.gather_end)
         self.split_wait_kernels: dict = {}  # the matmul consumer's bounded wait (fluxlite.kernels.split_wait)
         self._scratch: torch.Tensor | None = None  # bytes of this rank's own for a call's working data (scratch)
         self._scratch_views: dict[tuple, torch.Tensor] = {}
@@ -426,12 +426,10 @@ class FusedState:
                          ready_at=-1, timeout_s=self._timeout_s, cache=self._align_kernels)
             # GEMM-AllReduce's gather end, likewise: alone, nothing to move, announce or wait for.
             nothing = torch.zeros(16, dtype=torch.bfloat16, device=ws.device)
-            gather_push.launch(out=nothing, data_bases=alone, flag_bases=alone, counters=own, rank=0, world_size=1,
-                               start=0, stop=0, gathered=0, signal_at=0, done_slot=0, programs=1,
-                               cache=self.gather_kernels)
-            gather_pull.launch(out=nothing, data_bases=alone, flags=own, error=self.error, call=self.call_number,
-                               first=sch.finished_slot(W, 0), rank=0, world_size=1, gathered=0, chunk=0,
-                               timeout_s=self._timeout_s, programs=1, cache=self.gather_kernels)
+            gather_end.launch(out=nothing, data_bases=alone, flag_bases=alone, counters=own, error=self.error,
+                              call=self.call_number, rank=0, world_size=1, start=0, stop=0, gathered=0, chunk=0,
+                              early=0, region=0, early_at=sch.early_slot(W, 0), finished_at=sch.finished_slot(W, 0),
+                              done_slot=0, timeout_s=self._timeout_s, programs=2, cache=self.gather_kernels)
             # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
                               error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),

@@ -50,7 +50,7 @@ ERR_MISMATCH = 4
 ERR_TIMEOUT_ALIGN = 8
 """A peer never arrived at a parity-alignment (null) call (:mod:`fluxlite.kernels.align`)."""
 ERR_TIMEOUT_FINISHED = 16
-"""A wait for a peer's ``finished`` flag timed out (:mod:`fluxlite.kernels.gather_pull`):
+"""A wait for a peer's ``early`` or ``finished`` flag timed out (:mod:`fluxlite.kernels.gather_end`):
 the peer's reduced rows of a GEMM-AllReduce never became readable."""
 RECORD_WORDS = 16
 MIRROR_WORD = 6

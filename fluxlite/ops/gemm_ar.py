@@ -32,21 +32,26 @@ chunks. ``recv: [W, mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data ha
                                    out[our rows] = scale * (A @ W.T + sum_p recv[p]) + b; counter (r, s) += 1
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
               for s but the last: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s
-    end:      (behind the consumer and the producer) every peer p: p.gathered[r] <- out[our rows] of the last split
-              every peer p: p.finished[r] = 1
-              wait finished[p] of every peer p (bounded: a kernel's wait on CUDA, not a stream wait)
-              for every peer p: out[p's rows] <- gathered[p]
+    end:      (behind the consumer and the producer; one kernel on CUDA, its programs in two roles)
+              pushers:  every peer p: p.early[r] = 1
+                        every peer p: p.gathered[r] <- out[our rows] of the last split
+                        every peer p: p.finished[r] = 1
+              pullers:  wait early[p] of every peer p (bounded: a kernel's wait on CUDA, not a stream wait)
+                        for every peer p: out[p's rows] <- gathered[p], its splits but the last
+                        wait finished[p] of every peer p (bounded)
+                        for every peer p: out[p's rows] <- gathered[p], its last split
 
 The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
 most of the gather overlaps the GEMM; what remains after it is the end: the last split's copy, the
-flag and the wait, and the copy of the peers' rows within this GPU. Hence finer splits than
+flags and the waits, and the copy of the peers' rows within this GPU, most of it beside that last
+split's copy. Hence finer splits than
 GEMM-RS's (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The matmul consumer
 (one cuBLAS GEMM per split) has few splits, each GEMM a few waves; where the last eighth of a chunk
 still fills about a wave (:data:`TAPER_MIN_TILES`) its splits are tapered, a half, three eighths
 and an eighth (:data:`fluxlite.schedule.TAPER`): the last copy an eighth of the chunk's rows, each
 earlier one beside the next split's GEMM. The earlier splits'
-copies are the copy engine's, beside the GEMM; the end is two kernels on the consumer's stream
-(:meth:`GemmAllReduce.second_shot_end`), which start right behind its last GEMM, where a copy-engine
+copies are the copy engine's, beside the GEMM; the end is one kernel on the consumer's stream
+(:meth:`GemmAllReduce.second_shot_end`), which starts right behind its last GEMM, where a copy-engine
 copy would start 7-13 us later.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
 peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
@@ -67,7 +72,7 @@ from ..fused import Call, FusedState, Plan
 from ..fused.call import CPU_BLOCK_M
 from ..fused.producer import COPY, WAIT
 from ..host_flags import REDUCED_ROWS, host_store, host_wait
-from ..kernels import gather_pull, gather_push, gemm_core
+from ..kernels import gather_end, gemm_core
 from ..kernels import gemm_ar as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
@@ -299,36 +304,43 @@ class GemmAllReduce(GemmReduceScatter):
         return steps
 
     def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
-        """The gather's end, once the consumer and the producer are done: the last split pushed to
-        every peer, then our ``finished`` flag on every peer; once every peer has finished (a bounded
-        wait), their chunks copied from our ``gathered`` into their rows of ``out``.
+        """The gather's end, once the consumer and the producer are done: our ``early`` flag on every
+        peer (our earlier splits are in their ``gathered``), the last split pushed to every peer, then
+        our ``finished`` flag on every peer; the peers' earlier splits copied from our ``gathered``
+        into their rows of ``out`` once their ``early`` flags are set, and their last splits once
+        their ``finished`` flags are (bounded waits).
 
-        On CUDA (and with the CPU's kernel consumer, interpreted) two kernels on the consumer's stream:
-        :mod:`fluxlite.kernels.gather_push` and :mod:`fluxlite.kernels.gather_pull`, as many programs
-        as the one-shot reduction's (:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`). They start a
-        microsecond or two behind the GEMM where a copy-engine copy started 7-13 us behind it, and
-        the flag, the wait and the copy within this GPU cost no launch gaps of their own. On CPU
-        otherwise, the same moves, stores and bounded waits on this thread."""
+        On CUDA (and with the CPU's kernel consumer, interpreted) one kernel on the consumer's stream
+        (:mod:`fluxlite.kernels.gather_end`), whose programs push the last split while others copy the
+        earlier ones within this GPU; as many programs as the one-shot reduction's
+        (:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`). It starts a microsecond or two behind the
+        GEMM where a copy-engine copy started 7-13 us behind it, and the flags, the waits and the
+        copies within this GPU cost no launch gaps of their own. On CPU otherwise, the same moves,
+        stores and bounded waits on this thread, one after another."""
         g = _Gather.of(call, out)
         state, plan, ws = call.state, call.plan, call.ws
         W, r, parity = ws.world_size, g.rank, call.parity
-        lo, hi = plan.split_rows[-1]
+        last, hi = plan.split_rows[-1]
         hi = min(hi, g.rows_of(r))
-        lo = min(lo, hi)
+        lo = min(last, hi)
         if ws.is_cuda or plan.consumer == "triton":
             N, size = out.shape[1], out.element_size()
-            bases, base = state.data_bases(parity), r * g.mc * N
-            programs = kernel.PROGRAMS_PER_SM * gemm_core.persistent_programs(plan.config, out.device)
-            gather_push.launch(out=out, data_bases=bases, flag_bases=state.flag_bases(), counters=state.counters,
-                               rank=r, world_size=W, start=base + lo * N, stop=base + hi * N,
-                               gathered=g.gathered // size,
-                               signal_at=sch.region_start(W, parity) + sch.finished_slot(W, r),
-                               done_slot=sch.done_slot(W), programs=programs, cache=plan.kernels)
-            gather_pull.launch(out=out, data_bases=bases, flags=state.region(parity), error=state.error,
-                               call=state.call_number, first=sch.finished_slot(W, 0), rank=r, world_size=W,
-                               gathered=g.gathered // size, chunk=g.mc * N, timeout_s=call.timeout_s,
-                               programs=programs, cache=plan.kernels)
+            base = r * g.mc * N
+            gather_end.launch(out=out, data_bases=state.data_bases(parity), flag_bases=state.flag_bases(),
+                              counters=state.counters, error=state.error, call=state.call_number, rank=r, world_size=W,
+                              start=base + lo * N, stop=base + hi * N, gathered=g.gathered // size, chunk=g.mc * N,
+                              early=last * N, region=sch.region_start(W, parity), early_at=sch.early_slot(W, 0),
+                              finished_at=sch.finished_slot(W, 0), done_slot=sch.done_slot(W),
+                              timeout_s=call.timeout_s,
+                              programs=kernel.PROGRAMS_PER_SM * gemm_core.persistent_programs(plan.config, out.device),
+                              cache=plan.kernels)
             return
+        for p in g.peers:  # our earlier splits were pushed by the producer, which has finished
+            host_store(call.flag_addr(p, sch.early_slot(W, r)), sch.SET)
+        for p in g.peers:
+            host_wait(call.flag_addr(r, sch.early_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
+                      **call.wait_info())
+            g.copy_out(out, ws, parity, p, 0, last)
         if hi > lo:
             for p in g.peers:
                 ctypes.memmove(g.in_gathered(ws, p, parity, r, lo), g.red + lo * g.row, (hi - lo) * g.row)
@@ -337,10 +349,7 @@ class GemmAllReduce(GemmReduceScatter):
         for p in g.peers:
             host_wait(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
                       **call.wait_info())
-        for p in g.peers:
-            if g.rows_of(p):
-                ctypes.memmove(out.data_ptr() + p * g.mc * g.row, g.in_gathered(ws, r, parity, p),
-                               g.rows_of(p) * g.row)
+            g.copy_out(out, ws, parity, p, last, g.mc)
 
 
 class _Gather(NamedTuple):
@@ -373,6 +382,13 @@ class _Gather(NamedTuple):
         """The address of row ``row`` of ``chunk``'s rows in rank ``owner``'s ``gathered`` (data half
         ``parity``)."""
         return ws.data_addr(owner, parity) + self.gathered + (chunk * self.mc + row) * self.row
+
+    def copy_out(self, out: torch.Tensor, ws, parity: int, chunk: int, lo: int, hi: int) -> None:
+        """Rows ``[lo, hi)`` of ``chunk`` (those it has) from our ``gathered`` into ``out`` (on CPU)."""
+        hi = min(hi, self.rows_of(chunk))
+        if hi > lo:
+            ctypes.memmove(out.data_ptr() + (chunk * self.mc + lo) * self.row,
+                           self.in_gathered(ws, ws.rank, parity, chunk, lo), (hi - lo) * self.row)
 
 
 AR = GemmAllReduce.define()
