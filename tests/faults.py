@@ -7,7 +7,8 @@ from __future__ import annotations
 
 def never_finished(call) -> None:
     """Run ``call()``, a fused gemm_ar (two-shot), as a rank that dies once its partials have left:
-    its call ends without its end (the last split, its ``finished`` flags, the wait for the peers').
+    its call ends without its end (the last split, its ``early`` and ``finished`` flags, the waits for the
+    peers'): the peers' ends time out on its ``early`` flag, the first they wait for.
     Its program is built afresh only for a plan and data half it has not run yet: give it a new shape."""
     from fluxlite.ops import AR
 

@@ -71,7 +71,7 @@ from ..epilogue import apply as apply_epilogue
 from ..fused import Call, FusedState, Plan
 from ..fused.call import CPU_BLOCK_M
 from ..fused.producer import COPY, WAIT
-from ..host_flags import REDUCED_ROWS, host_store, host_wait
+from ..host_flags import EARLY_ROWS, REDUCED_ROWS, host_store, host_wait
 from ..kernels import gather_end, gemm_core
 from ..kernels import gemm_ar as kernel
 from ..kernels.gemm_core import GemmConfig
@@ -338,7 +338,7 @@ class GemmAllReduce(GemmReduceScatter):
         for p in g.peers:  # our earlier splits were pushed by the producer, which has finished
             host_store(call.flag_addr(p, sch.early_slot(W, r)), sch.SET)
         for p in g.peers:
-            host_wait(call.flag_addr(r, sch.early_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
+            host_wait(call.flag_addr(r, sch.early_slot(W, p)), sch.SET, what=EARLY_ROWS, peer=p, chunk=p,
                       **call.wait_info())
             g.copy_out(out, ws, parity, p, 0, last)
         if hi > lo:
