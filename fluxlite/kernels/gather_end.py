@@ -21,7 +21,10 @@ elements) were pushed by the copy engine while the GEMM ran, and had landed befo
         tiles of every peer's  [p * mc * N + early, min((p + 1) * mc, M) * N):  out[i] = gathered[i]
 
 So the pull of the earlier splits (within this GPU) runs beside the push of the last one (over
-NVLink), and only the last split's rows are copied after it. Tiles hold ``BLOCK`` elements; whole
+NVLink), and only the last split's rows are copied after it. The two overlap only in part: the
+SMs' stores to a peer go no faster than the programs that issue them, so fewer pushers push more
+slowly (on two H200s the end took about 60 us where the push alone took 31 and the pull 37,
+BENCHMARKS.md). Tiles hold ``BLOCK`` elements; whole
 tiles are unmasked (16-byte vectors where a run starts on a multiple of 8 elements), a run's last
 tile masked. A pusher counts itself once its stores are done (:func:`signal_add`: a CTA barrier,
 then a release at system scope); the pusher whose count completes the pushers' has acquired every
@@ -62,8 +65,9 @@ NUM_WARPS = 8
 PEER_LANES = tl.constexpr(8)
 """Peers whose flags a program sets at once (one lane each: the remote stores go out together)."""
 PUSHER_SHARE = 4
-"""One program in this many pushes while the others pull, where a chunk has earlier splits to pull;
-NVLink takes a few SMs' stores, the copy within this GPU many SMs' loads."""
+"""One program in this many pushes while the others pull, where a chunk has earlier splits to pull:
+on two H200s a half pushing, or eight programs per SM, or larger tiles, ended the call no sooner
+(BENCHMARKS.md)."""
 
 
 @triton.jit
