@@ -71,13 +71,21 @@ def test_gemm_ar_one_shot_matches_float64_reference(world_size):
     run_ranks(_cases, world_size, (torch.float32, torch.bfloat16), ("fused",), ONE_SHOT_SHAPES, True)
 
 
+KERNEL_SHAPES = SHAPES + [(301, 8, 40)]  # the last: two splits per chunk (blocks of 32 rows)
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_gemm_ar_fused_with_the_kernel_as_consumer(world_size):
     """Two-shot: the interpreted GEMM-RS kernel reduces each rank's chunk straight into its rows of
     ``out`` (fp32: the interpreter's bf16 is not the GPU's), the producer and the interpreted end
     (``gather_end``) gather the chunks; at 3 ranks the last chunk is cut short (13
-    rows: 5, 5, 3) or empty (1 row)."""
-    run_ranks(_cases, world_size, (torch.float32,), ("fused",), env={"FLUXLITE_CPU_CONSUMER": "triton"})
+    rows: 5, 5, 3; 301 rows: 101, 101, 99) or empty (1 row). At 301 rows a chunk has two splits, so
+    the end copies the peers' first splits once their ``early`` flags are set, beside its push."""
+    from fluxlite.kernels.gemm_core import INTERPRET_CONFIG
+
+    assert AR.schedule(world_size, 0, 301, INTERPRET_CONFIG.block_m).splits == 2
+    run_ranks(_cases, world_size, (torch.float32,), ("fused",), KERNEL_SHAPES,
+              env={"FLUXLITE_CPU_CONSUMER": "triton"})
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
