@@ -1,4 +1,4 @@
-"""Per trace pair (tr_<tag>.{0,1}.json.gz, from trace32.py): the period per call (alignment kernel to
+"""Per trace pair (tr_<tag>.{0,1}.json.gz, from trace_end.py): the period per call (alignment kernel to
 alignment kernel) and the median and lowest duration of the gather's end kernels per call, both
 ranks (the old code's two kernels, gather_push and gather_pull, summed per call).
 

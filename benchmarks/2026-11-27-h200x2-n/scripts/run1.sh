@@ -3,7 +3,7 @@ timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_gemm_
 echo "tests at ${SECONDS}s"
 for code in old new; do
   PP=$PWD; [ $code = old ] && PP=$PWD/benchmarks/2026-11-27-h200x2-n/scripts/old:$PWD
-  PYTHONPATH=$PP:/tmp/site TAG=$code SH=8192x4096x8192,12001x1000x7880 timeout 70 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-27-h200x2-n/scripts/trace32.py > $R/t_$code.log 2>&1
+  PYTHONPATH=$PP:/tmp/site TAG=$code SH=8192x4096x8192,12001x1000x7880 timeout 70 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-27-h200x2-n/scripts/trace_end.py > $R/t_$code.log 2>&1
   echo "trace $code rc=$? at ${SECONDS}s"
 done
 gzip $R/tr_*.json
