@@ -24,12 +24,10 @@ from .errors import FluxliteCallMismatchError, FluxliteError, FluxliteTimeoutErr
 
 DEFAULT_TIMEOUT_S = 120.0
 
-REDUCED_ROWS = "reduced rows (finished flag)"
-"""What a wait for a peer's ``finished`` flag waits for, as its timeout names it: the CPU end's
-host wait and the GPU's record (:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_FINISHED`) alike."""
-EARLY_ROWS = "reduced rows of the splits but the last (early flag)"
-"""Likewise for a peer's ``early`` flag (:func:`fluxlite.schedule.early_slot`), the first flag a
-GEMM-AllReduce call's end waits for."""
+REDUCED_ROWS = "reduced rows"
+"""What a wait for a peer's ``reduced`` flag (:func:`fluxlite.schedule.reduced_slot`) waits for, as its
+timeout names it (with the split): the CPU end's host wait and the GPU's record
+(:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_FINISHED`) alike."""
 
 
 def set_default_timeout(seconds: float | None) -> None:
@@ -117,8 +115,6 @@ def exception_from_record(rec: list[int], *, rank: int, world_size: int, timeout
                                          theirs=sch.describe_signature(rec[8 : 8 + w]))
     what = {ERR_TIMEOUT_AG: "gathered rows", ERR_TIMEOUT_RS: "partials", ERR_TIMEOUT_FINISHED: REDUCED_ROWS}.get(
         code, f"a flag (code {code})")
-    if code == ERR_TIMEOUT_FINISHED and slot == sch.early_slot(world_size, peer):
-        what = EARLY_ROWS
     if code == ERR_TIMEOUT_ALIGN:
         what = "its arrival at a parity-alignment call (a null call between graph replays)"
     elif slot < world_size:

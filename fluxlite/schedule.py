@@ -66,13 +66,13 @@ kernels, which take their call's region as a pointer, see one specialisation, no
 
 def region_slots(world_size: int) -> int:
     """Slots of one parity region: ``ready[W]``, ``pushed[W][MAX_SPLITS]``, ``pulled[W][MAX_SPLITS]``,
-    ``finished[W]``, ``early[W]``, padded to :data:`REGION_ALIGN`.
+    ``finished[W]``, ``reduced[W][MAX_SPLITS]``, padded to :data:`REGION_ALIGN`.
 
     :func:`ready_slot`, :func:`data_slot`, :func:`pulled_slot`, :func:`finished_slot` and
-    :func:`early_slot` are offsets into a region; the kernels get the region of their call's parity
+    :func:`reduced_slot` are offsets into a region; the kernels get the region of their call's parity
     as their flag array.
     """
-    return -(-(3 * world_size + 2 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
+    return -(-(2 * world_size + 3 * world_size * MAX_SPLITS) // REGION_ALIGN) * REGION_ALIGN
 
 
 def region_start(world_size: int, parity: int) -> int:
@@ -113,17 +113,16 @@ def pulled_slot(world_size: int, src: int, split: int) -> int:
 
 def finished_slot(world_size: int, src: int) -> int:
     """Region offset of the flag that peer ``src`` sets on rank ``r`` once its data for the call may
-    be read: GEMM-AllReduce's reduced chunk, all of it in r's ``gathered`` (two-shot: the call's
-    end, :mod:`fluxlite.kernels.gather_end`), or its whole partial in src's own memory (one-shot:
-    its reduction kernel, after the GEMM)."""
+    be read: GEMM-AllReduce's one shot, its whole partial in src's own memory (its reduction kernel,
+    after the GEMM)."""
     return world_size + 2 * world_size * MAX_SPLITS + src
 
 
-def early_slot(world_size: int, src: int) -> int:
-    """GEMM-AllReduce (two shots): region offset of the flag that peer ``src`` sets on rank ``r`` once
-    its reduced chunk's splits but the last are in r's ``gathered`` (at the start of its call's
-    end, :mod:`fluxlite.kernels.gather_end`), so that r copies them out while the last one travels."""
-    return 2 * world_size + 2 * world_size * MAX_SPLITS + src
+def reduced_slot(world_size: int, src: int, split: int) -> int:
+    """GEMM-AllReduce (two shots): region offset of the flag that peer ``src``'s producer sets on rank
+    ``r`` once split ``split`` of its reduced chunk is in r's ``gathered`` (behind the copy), so that
+    r's end (:mod:`fluxlite.kernels.gather_end`) copies it out while later splits travel."""
+    return 2 * world_size + 2 * world_size * MAX_SPLITS + src * MAX_SPLITS + split
 
 
 def signature_slot(world_size: int, parity: int, src: int) -> int:
@@ -138,8 +137,10 @@ def peer_slots() -> int:
 
 
 def split_of_data_slot(world_size: int, slot: int) -> int:
-    """The split a data or pulled flag slot guards (for error messages; 0 for a ready or finished
-    slot, which guard whole calls)."""
+    """The split a data, pulled or reduced flag slot guards (for error messages; 0 for a ready or
+    finished slot, which guard whole calls)."""
+    if slot >= reduced_slot(world_size, 0, 0):
+        return (slot - reduced_slot(world_size, 0, 0)) % MAX_SPLITS
     if slot < world_size or slot >= finished_slot(world_size, 0):
         return 0
     return (slot - data_slot(world_size, 0, 0)) % MAX_SPLITS
@@ -156,15 +157,9 @@ def claim_slot(world_size: int) -> int:
     return world_size * MAX_SPLITS
 
 
-def done_slot(world_size: int) -> int:
-    """Index into the local counters of the programs of a kernel that are done with their stores, so
-    that the last one publishes them all (:mod:`fluxlite.kernels.gather_end`)."""
-    return world_size * MAX_SPLITS + 1
-
-
 def num_counters(world_size: int) -> int:
     """Size of the local int32 counter array (zeroed before every call)."""
-    return world_size * MAX_SPLITS + 2
+    return world_size * MAX_SPLITS + 1
 
 
 _DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3, torch.float64: 4}

@@ -134,12 +134,11 @@ def main() -> None:
                        parity="i32", rank="i32", world_size="i32", region="i32", num_counters="i32", sig_at="i32",
                        ready_at="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, COUNTERS_BLOCK=256), 0))
-    cases.append(("bf16", "gather_end (the two shots' last split out, the peers' chunks in)", gather_end.gather_end_kernel,
+    cases.append(("bf16", "gather_end (the peers' chunks in, split by split)", gather_end.gather_end_kernel,
                   dict(out=("*bf16", 16), data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16),
-                       counters_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
-                       start=("i32", 16), stop="i32", gathered=("i32", 16), chunk=("i32", 16), early="i32",
-                       total="i32", region="i32", early_at="i32", finished_at="i32", done_slot="i32", pushers="i32",
-                       timeout_ns="i64"), dict(BLOCK=gather_end.BLOCK), 0))
+                       bounds_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
+                       splits="i32", gathered=("i32", 16), chunk=("i32", 16), N=("i32", 16), total="i32",
+                       region="i32", reduced_at="i32", timeout_ns="i64"), dict(BLOCK=gather_end.BLOCK), 0))
     cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
                   dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", peer_lo="i32", peer_hi="i32", rank="i32",
                        chunk="i32", sig_base="i32", timeout_ns="i64", code="i32"), {}, 0))

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 def never_finished(call) -> None:
     """Run ``call()``, a fused gemm_ar (two-shot), as a rank that dies once its partials have left:
-    its call ends without its end (the last split, its ``early`` and ``finished`` flags, the waits for the
-    peers'): the peers' ends time out on its ``early`` flag, the first they wait for.
+    its call ends without its second shot (its reduced splits and their ``reduced`` flags, its end):
+    the peers' ends time out on its first split's flag, the first they wait for.
     Its program is built afresh only for a plan and data half it has not run yet: give it a new shape."""
     from fluxlite.ops import AR
 
+    AR.second_shot = lambda c, out: []
     AR.second_shot_end = lambda c, out: None
     try:
         call()
     finally:
-        del AR.second_shot_end
+        del AR.second_shot, AR.second_shot_end

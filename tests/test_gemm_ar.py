@@ -80,7 +80,7 @@ def test_gemm_ar_fused_with_the_kernel_as_consumer(world_size):
     ``out`` (fp32: the interpreter's bf16 is not the GPU's), the producer and the interpreted end
     (``gather_end``) gather the chunks; at 3 ranks the last chunk is cut short (13
     rows: 5, 5, 3; 301 rows: 101, 101, 99) or empty (1 row). At 301 rows a chunk has two splits, so
-    the end copies the peers' first splits once their ``early`` flags are set, beside its push."""
+    the end copies the peers' splits one by one, each once its ``reduced`` flag is set."""
     from fluxlite.kernels.gemm_core import INTERPRET_CONFIG
 
     assert AR.schedule(world_size, 0, 301, INTERPRET_CONFIG.block_m).splits == 2

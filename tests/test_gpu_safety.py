@@ -443,10 +443,10 @@ def _missing_peer(rank, world_size):
         _scenario(rank, W, meet, gen, failures, f"mid-call ({op})", skipper,
                   lambda: fused(a, w, impl="fused", timeout=PEER_TIMEOUT_S), step_is_flag=True)
     # (d) GEMM-AllReduce, a peer gone after its partials: the waiting rank's reduction completes, but
-    # the peer never sets its early and finished flags. A stream wait on them would never end
+    # the peer never sends its reduced splits nor sets their flags. A stream wait on them would never end
     # (synchronize() could only report a stuck GPU); the gather's bounded kernel must time out naming
     # the peer and the first flag it waits for.
-    from fluxlite.host_flags import EARLY_ROWS
+    from fluxlite.host_flags import REDUCED_ROWS
     from fluxlite.ops import AR
 
     # 8192 x 4096 bf16 partials: over the one-shot budget, so the call is two-shot (a one-shot call
@@ -457,7 +457,7 @@ def _missing_peer(rank, world_size):
     fluxlite.synchronize()
     call = lambda: fluxlite.gemm_ar(a, w, impl="fused", timeout=PEER_TIMEOUT_S)  # noqa: E731
     _scenario(rank, W, meet, gen, failures, "gemm_ar peer gone after its partials", 0, call,
-              instead=lambda: never_finished(call), step_is_flag=True, what=EARLY_ROWS)
+              instead=lambda: never_finished(call), step_is_flag=True, what=REDUCED_ROWS)
     # (e) during the backward of Column -> GELU -> Row (sequence parallel, fused both ways)
     _skipped_backward(rank, meet, gen, failures, "during backward (Column -> GELU -> Row)", seed=1234, steps=1)
     meet("end")

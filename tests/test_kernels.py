@@ -1,7 +1,7 @@
 """The Triton kernels under the interpreter (CPU, ``TRITON_INTERPRET=1`` from conftest), on small
 shapes: the plain GEMM core, the AG consumer's flag waits and timeout record, the RS producer's
-partials and counters, GEMM-AllReduce's one-shot reduction and its two shots' end (the last split
-pushed and announced, the bounded wait for the peers' finished flags and the copy of their rows),
+partials and counters, GEMM-AllReduce's one-shot reduction and its two shots' end (the bounded
+waits for the peers' reduced flags and the copy of their rows, split by split),
 the alignment kernel, and the whole fused protocol with the kernel as the consumer on 2 and 4 gloo
 ranks (``FLUXLITE_CPU_CONSUMER=triton``).
 
@@ -278,120 +278,101 @@ def _halves(W, rows, N, gathered_at, seed):
 
 
 class _EndCase:
-    """Rank ``r`` of ``W`` at the end of a two-shot GEMM-AllReduce of ``M x N`` (chunks of ``mc`` rows,
-    the last split of each starting at row ``last``): every rank's data half (random, ``gathered``
-    from element ``at``), flag array and address tables, ``out`` with our reduced rows (random) and
-    NaN elsewhere, fresh counters, and an error record with a mirror."""
+    """Rank ``r`` of ``W`` at the end of a two-shot GEMM-AllReduce of ``M x N`` (chunks of ``mc`` rows
+    cut into splits at rows ``cuts``): every rank's data half (random, ``gathered`` from element
+    ``at``), flag array and address tables, ``out`` with our reduced rows (random) and NaN elsewhere,
+    and an error record with a mirror."""
 
-    def __init__(self, W, r, M, N, last, epoch, at=64, seed=0):
-        self.W, self.r, self.M, self.N, self.last, self.epoch, self.at = W, r, M, N, last, epoch, at
+    def __init__(self, W, r, M, N, cuts, epoch, at=64, seed=0):
+        self.W, self.r, self.M, self.N, self.epoch, self.at = W, r, M, N, epoch, at
         self.mc = -(-M // W)
+        self.bounds = [0, *cuts, self.mc]
         self.halves, self.bases = _halves(W, self.mc, N, at, seed)
         self.flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
         self.flag_bases = torch.tensor([f.data_ptr() for f in self.flags], dtype=torch.int64)
         self.out = torch.full((M, N), float("nan"))
         self.ours = slice(r * self.mc, min((r + 1) * self.mc, M))
         self.out[self.ours] = torch.randn(self.out[self.ours].shape, generator=torch.Generator().manual_seed(seed + 1))
-        self.counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
         self.error, self.mirror = _mirrored_record()
+
+    @property
+    def splits(self):
+        return len(self.bounds) - 1
 
     def rows_of(self, p):
         return max(0, min(self.mc, self.M - p * self.mc))
 
-    def peer_sets(self, p, slot):
-        """Peer ``p`` has set its flag ``slot`` (a region offset of ``schedule``) in our array."""
-        self.flags[self.r][_slot(self.W, self.epoch, slot(self.W, p))] = sch.SET
+    def peer_sends(self, p, split):
+        """Peer ``p``'s split ``split`` has landed: its ``reduced`` flag set in our array."""
+        self.flags[self.r][_slot(self.W, self.epoch, sch.reduced_slot(self.W, p, split))] = sch.SET
 
     def launch(self, timeout_s=1.0, programs=5):
-        W, r, N, at = self.W, self.r, self.N, self.at
-        hi = self.rows_of(r)
-        lo = min(self.last, hi)
-        base = r * self.mc * N
-        gather_end_kern.launch(out=self.out, data_bases=self.bases, flag_bases=self.flag_bases, counters=self.counters,
-                               error=self.error, call=torch.tensor([self.epoch], dtype=torch.int32), rank=r, world_size=W,
-                               start=base + lo * N, stop=base + hi * N, gathered=at, chunk=self.mc * N,
-                               early=self.last * N, region=sch.region_start(W, self.epoch % 2),
-                               early_at=sch.early_slot(W, 0), finished_at=sch.finished_slot(W, 0),
-                               done_slot=sch.done_slot(W), timeout_s=timeout_s, programs=programs, cache={})
+        gather_end_kern.launch(out=self.out, data_bases=self.bases, flag_bases=self.flag_bases,
+                               bounds=torch.tensor(self.bounds, dtype=torch.int32), error=self.error,
+                               call=torch.tensor([self.epoch], dtype=torch.int32), rank=self.r, world_size=self.W,
+                               gathered=self.at, chunk_rows=self.mc, region=sch.region_start(self.W, self.epoch % 2),
+                               reduced_at=sch.reduced_slot(self.W, 0, 0), timeout_s=timeout_s, programs=programs,
+                               cache={})
 
     def gathered(self):
         return self.halves[self.r][self.at:].view(self.W, self.mc, self.N)
 
 
-@pytest.mark.parametrize("M,N,last", [(3 * 700, 37, 500), (3 * 700 - 5, 37, 650), (2, 37, 0), (3 * 40, 64, 0),
-                                      (3 * 200 - 100, 40, 120)])
-def test_gather_end_pushes_our_last_split_and_copies_every_peers_chunk(M, N, last):
-    """Rank 1 of 3; peers 0 and 2 have set their early and finished flags. Our last split (rows
-    ``[last, mc)`` of our chunk, fewer for a chunk cut short) lands in every peer's ``gathered`` and
-    nothing else of any data half changes; our early and finished flags are set on every peer, not on
-    us; every peer's chunk comes from our ``gathered`` into ``out`` (whole tiles and the ragged
-    last), our own rows stay; every pusher counted itself; nothing is recorded. Cases: whole
-    chunks, a last chunk cut short, chunks past ``M``, one split (nothing early), a chunk cut short
-    before its last split."""
+@pytest.mark.parametrize("M,N,cuts", [(3 * 700, 37, (500,)), (3 * 700 - 5, 37, (350, 650)), (2, 37, ()),
+                                      (3 * 40, 64, ()), (3 * 200 - 100, 40, (120,)), (3 * 300, 40, (150, 225, 280))])
+def test_gather_end_copies_every_peers_chunk_and_nothing_else(M, N, cuts):
+    """Rank 1 of 3; peers 0 and 2 have sent every split. Every peer's chunk comes from our
+    ``gathered`` into ``out`` (whole tiles and the ragged last), our own rows stay, no data half and
+    no flag changes, and nothing is recorded. Cases: whole chunks, a last chunk cut short, chunks
+    past ``M``, one split, a chunk cut short before its last split, tapered splits."""
     W, r, epoch = 3, 1, 5
-    case = _EndCase(W, r, M, N, last, epoch, seed=M + last)
+    case = _EndCase(W, r, M, N, cuts, epoch, seed=M + len(cuts))
     for p in (0, 2):
-        case.peer_sets(p, sch.early_slot)
-        case.peer_sets(p, sch.finished_slot)
+        for s in range(case.splits):
+            case.peer_sends(p, s)
     halves_before = [h.clone() for h in case.halves]
+    flags_before = [f.clone() for f in case.flags]
     ours_before = case.out[case.ours].clone()
     case.launch()
-    mc, at = case.mc, case.at
-    hi = case.rows_of(r)
-    lo = min(last, hi)
     for p in range(W):
-        want = halves_before[p].clone()
-        if p != r:
-            sent = case.out[r * mc + lo : r * mc + hi].flatten()
-            want[at + (r * mc + lo) * N : at + (r * mc + lo) * N + sent.numel()] = sent
-        assert torch.equal(case.halves[p], want), p
-        set_slots = sorted((case.flags[p] != 0).nonzero().flatten().tolist())
-        theirs = [] if p == r else [_slot(W, epoch, sch.finished_slot(W, r)), _slot(W, epoch, sch.early_slot(W, r))]
-        if p == r:  # the peers' flags in our array, as set above
-            theirs = sorted(_slot(W, epoch, slot(W, q)) for q in (0, 2) for slot in (sch.early_slot, sch.finished_slot))
-        assert set_slots == sorted(theirs), p
-    gathered = case.gathered()
+        assert torch.equal(case.halves[p], halves_before[p]), p
+        assert torch.equal(case.flags[p], flags_before[p]), p
+    gathered, mc = case.gathered(), case.mc
     for p in range(W):
         rows = case.rows_of(p)
         if p == r:
             assert torch.equal(case.out[case.ours], ours_before), "our own rows were written"
         else:
             assert torch.equal(case.out[p * mc : p * mc + rows], gathered[p, :rows]), p
-    assert case.counters[sch.done_slot(W)].item() == gather_end_kern.pushers_of(5, last * N)
     assert case.error.tolist()[:6] == [0] * 6
 
 
-@pytest.mark.parametrize("missing", ["early", "finished"])
+@pytest.mark.parametrize("missing", [0, 1, 2])
 def test_gather_end_records_a_peer_that_never_sends_and_copies_no_more(missing):
-    """Rank 0 of 3: peer 1 sent everything; peer 2 died before its ``missing`` flag. The wait ends
-    after its timeout with a record naming peer 2, that flag and the call, mirrored to the host; the
-    peers' rows behind that flag are not copied (NaN) and our push and flags still went out."""
-    W, epoch, M, N, last = 3, 8, 300, 16, 60
-    case = _EndCase(W, 0, M, N, last, epoch, seed=9)
-    for slot in (sch.early_slot, sch.finished_slot):
-        case.peer_sets(1, slot)
-    if missing == "finished":
-        case.peer_sets(2, sch.early_slot)
+    """Rank 0 of 3, three splits: peer 1 sent everything; peer 2 sent its splits before ``missing``
+    and died. The wait for its split ``missing`` ends after its timeout with a record naming peer 2,
+    that split's flag and the call, mirrored to the host; the peers' splits before it are copied,
+    none from it on (NaN)."""
+    W, epoch, M, N, cuts = 3, 8, 300, 16, (40, 80)
+    case = _EndCase(W, 0, M, N, cuts, epoch, seed=9)
+    for s in range(case.splits):
+        case.peer_sends(1, s)
+    for s in range(missing):
+        case.peer_sends(2, s)
     case.launch(timeout_s=0.01)
-    slot = sch.early_slot(W, 2) if missing == "early" else sch.finished_slot(W, 2)
+    slot = sch.reduced_slot(W, 2, missing)
     code, at_slot, call, seen, peer, chunk = case.error.tolist()[:6]
     assert (code, at_slot, call, seen, peer, chunk) == (ERR_TIMEOUT_FINISHED, slot, epoch, 0, 2, 2)
     assert _mirrored(case.error, case.mirror)
-    mc = case.mc
-    late = case.out[mc + last : 2 * mc]  # peer 1's last split: copied only after every finished flag
-    assert late.isnan().all()
-    early_rows = case.out[mc : mc + last]
-    if missing == "early":
-        assert early_rows.isnan().all()
-    else:
-        assert torch.equal(early_rows, case.gathered()[1, :last])
-    for p in (1, 2):  # our flags went out whatever the peers did
-        assert case.flags[p][_slot(W, epoch, sch.finished_slot(W, 0))] == sch.SET
-        assert case.flags[p][_slot(W, epoch, sch.early_slot(W, 0))] == sch.SET
+    mc, gathered, cut = case.mc, case.gathered(), case.bounds[missing]
+    for p in (1, 2):
+        rows = case.out[p * mc : p * mc + case.rows_of(p)]
+        assert torch.equal(rows[:cut], gathered[p, :cut]), p
+        assert rows[cut:].isnan().all(), p
     exc = exception_from_record(case.error.tolist(), rank=0, world_size=W, timeout_s=0.01)
     assert isinstance(exc, FluxliteTimeoutError)
-    assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch, exc.step) == (0, 2, 2, 0, epoch, "flag")
-    assert f"({missing} flag)" in str(exc) and "peer rank 2" in str(exc)
+    assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch, exc.step) == (0, 2, 2, missing, epoch, "flag")
+    assert "reduced rows" in str(exc) and "peer rank 2" in str(exc)
 
 
 def test_gather_end_returns_at_once_after_an_earlier_failure():
@@ -399,7 +380,7 @@ def test_gather_end_returns_at_once_after_an_earlier_failure():
     nothing of the peers' is copied, so a peer missing from the whole call costs one timeout, the
     consumer's."""
     W, epoch, M, N = 2, 3, 8, 16
-    case = _EndCase(W, 0, M, N, 2, epoch, seed=3)
+    case = _EndCase(W, 0, M, N, (2,), epoch, seed=3)
     case.error[:6] = torch.tensor([ERR_TIMEOUT_RS, sch.data_slot(W, 1, 0), epoch, 0, 1, 0], dtype=torch.int32)
     before = case.error.clone()
     t0 = time.monotonic()

@@ -41,7 +41,7 @@ from fluxlite import FluxliteError, FluxliteTimeoutError
 
 from fluxlite import FluxliteCallMismatchError
 from fluxlite.group import resolve_group
-from fluxlite.host_flags import EARLY_ROWS
+from fluxlite.host_flags import REDUCED_ROWS
 from fluxlite.ops import AG
 
 from .dist_utils import run_ranks
@@ -432,13 +432,13 @@ def _missing_peer_worker(rank: int, W: int) -> None:
                   step_is_flag=True)
     # (e) GEMM-AllReduce, two-shot (the one-shot turned off on every rank), a peer gone after its
     # partials: they all arrive, so the waiting rank's own reduction completes, but the peer never
-    # announces its reduced rows (its early flags, the first its end sets, then its finished flags).
+    # announces its reduced rows (its producer's reduced flags, split by split, behind its copies).
     gemm_ar = importlib.import_module("fluxlite.ops.gemm_ar")
     one_shot_max, gemm_ar.ONE_SHOT_MAX_BYTES = gemm_ar.ONE_SHOT_MAX_BYTES, 0
     ar = ("ar", dict(M=4 * W + 3, K=24, N=16))  # a shape no call made yet: the skipper's program is built anew
     call = lambda: _call(ar, PEER_TIMEOUT_S)  # noqa: E731
     _missing_peer(ctx, "two-shot gemm_ar peer gone after its partials", call, skipper=0, step_is_flag=True,
-                  what=EARLY_ROWS, instead=lambda: never_finished(call))
+                  what=REDUCED_ROWS, instead=lambda: never_finished(call))
     gemm_ar.ONE_SHOT_MAX_BYTES = one_shot_max  # the workspaces were released since (recovery)
     ctx.report()
 

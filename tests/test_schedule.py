@@ -119,26 +119,28 @@ def test_flag_slots_never_collide(world_size):
         base = sch.region_start(W, parity)
         in_region = []
         for src in range(W):
-            in_region += [sch.ready_slot(src), sch.finished_slot(W, src), sch.early_slot(W, src)]
+            in_region += [sch.ready_slot(src), sch.finished_slot(W, src)]
             claim(base + sch.ready_slot(src), ("ready", parity, src))
             claim(base + sch.finished_slot(W, src), ("finished", parity, src))
-            claim(base + sch.early_slot(W, src), ("early", parity, src))
         for src, split in itertools.product(range(W), range(S)):
-            in_region += [sch.data_slot(W, src, split), sch.pulled_slot(W, src, split)]
+            in_region += [sch.data_slot(W, src, split), sch.pulled_slot(W, src, split),
+                          sch.reduced_slot(W, src, split)]
             claim(base + sch.data_slot(W, src, split), ("data", parity, src, split))
             claim(base + sch.pulled_slot(W, src, split), ("pulled", parity, src, split))
-            assert sch.split_of_data_slot(W, sch.data_slot(W, src, split)) == split
-            assert sch.split_of_data_slot(W, sch.pulled_slot(W, src, split)) == split
+            claim(base + sch.reduced_slot(W, src, split), ("reduced", parity, src, split))
+            for slot_of in (sch.data_slot, sch.pulled_slot, sch.reduced_slot):
+                assert sch.split_of_data_slot(W, slot_of(W, src, split)) == split
+            assert sch.reduced_slot(W, src, split) == sch.reduced_slot(W, 0, split) + src * sch.MAX_SPLITS
             assert sch.data_slot(W, src, split) == sch.data_slot(W, 0, split) + src * sch.peer_slots()
         # A region is what a call's owner clears: its flags, then padding nobody writes.
         assert sorted(in_region) == list(range(len(in_region))) and len(in_region) <= R
         # Both regions start 256-byte aligned: the kernels see one pointer alignment whatever the parity.
         assert (4 * base) % 256 == 0 and R % sch.REGION_ALIGN == 0
-    padding = 2 * (R - (3 * W + 2 * W * S))
+    padding = 2 * (R - (2 * W + 3 * W * S))
     for parity, src, word in itertools.product(range(2), range(W), range(sch.SIG_WORDS)):
         claim(sch.signature_slot(W, parity, src) + word, ("signature", parity, src, word))
     assert len(slots) + padding == sch.num_flag_slots(W), "the flag array has slots nobody uses"
-    counters = [sch.counter_slot(d, s) for d, s in itertools.product(range(W), range(S))] + [sch.claim_slot(W), sch.done_slot(W)]
+    counters = [sch.counter_slot(d, s) for d, s in itertools.product(range(W), range(S))] + [sch.claim_slot(W)]
     assert sorted(counters) == list(range(sch.num_counters(W))), "counters must tile the counter array"
 
 

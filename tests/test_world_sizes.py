@@ -383,13 +383,13 @@ def test_rs_sends_to_r_plus_1_first_after_exactly_its_tiles(W, consumer, monkeyp
 
 
 @pytest.mark.parametrize("W", range(2, 9))
-def test_ar_gather_pushes_each_reduced_split_but_the_last_from_the_producer(W):
-    """The gather's producer part: per split but the last, a stream wait on our own consumer's count
-    of that split's reduced tiles (released by our own bounded kernel, which counts every tile), then
-    the split copied into every peer's ``gathered[r]`` from our rows of ``out`` (where the consumer
-    reduced them). No flag and no wait on a peer: the last split, our ``early`` and ``finished`` flags,
-    the waits for the peers' and the copy of their rows within this GPU are the call's end (:meth:`second_shot_end`),
-    behind the consumer and the producer. A chunk past M (M = 1) moves nothing."""
+def test_ar_gather_pushes_each_reduced_split_from_the_producer(W):
+    """The gather's producer part: per split, a stream wait on our own consumer's count of that
+    split's reduced tiles (released by our own bounded kernel, which counts every tile), then the
+    split copied into every peer's ``gathered[r]`` from our rows of ``out`` (where the consumer
+    reduced them), then our ``reduced`` flag of that split on every peer, behind the copy (a chunk
+    past M, M = 1, moves nothing and still sets its flags). No wait on a peer: the waits for the
+    peers' flags and the copy of their rows within this GPU are the call's end (:meth:`second_shot_end`)."""
     e, K, N = 7, 8, 40
     for M in (1, 10 * W + 3, 40 * W):
         for r in range(W):
@@ -401,11 +401,14 @@ def test_ar_gather_pushes_each_reduced_split_but_the_last_from_the_producer(W):
             peers = plan.sched.peers()
             rows_r = max(0, min(mc, M - r * mc))
             want = []
-            for s, (lo, hi) in enumerate(plan.split_rows[:-1]):
+            flags = []
+            for s, (lo, hi) in enumerate(plan.split_rows):
                 want.append((WAIT, counters + 4 * sch.counter_slot(r, s), plan.sched.split_tiles(s, plan.num_n)))
                 hi = min(hi, rows_r)
                 want += [(COPY, ws.data_addr(p, e % 2) + gathered + (r * mc + lo) * row, red + lo * row, (hi - lo) * row)
                          for p in peers if hi > lo]
+                want += [(SIGNAL, _flag(ws, e, p, sch.reduced_slot(W, r, s)), sch.SET) for p in peers]
+                flags += [_flag(ws, e, p, sch.reduced_slot(W, r, s)) for p in peers]
             got = [s[:3] if s[0] == WAIT else s for s in steps]
             assert got == want, f"W={W} r={r} M={M}"
             assert all(ws.where(s[1])[0] == "data" and ws.where(s[1])[1] != r for s in steps if s[0] == COPY), \
@@ -414,7 +417,8 @@ def test_ar_gather_pushes_each_reduced_split_but_the_last_from_the_producer(W):
             waits = [op for c in calls if c[0] == FLAGS for op in c[1] if op.operation == 1]
             assert all(op.address == counters + 4 * sch.counter_slot(r, s) for op, s in zip(waits, range(len(waits)))), \
                 "the only stream waits are on our own consumer's counters"
-            assert not any(op.operation == 2 for c in calls if c[0] == FLAGS for op in c[1]), "no flag is set"
+            sets = [op.address for c in calls if c[0] == FLAGS for op in c[1] if op.operation == 2]
+            assert sets == flags, "the reduced flags, in split order, and no other"
 
 
 def _unbatched(calls: list) -> list:

@@ -105,8 +105,8 @@ class Plan:
     tiles: torch.Tensor  # schedule.tile_order() on the device
     split_rows: tuple[tuple[int, int], ...]  # rows [lo, hi) of a chunk that each split covers
     ready_on_arrival: bool  # the alignment step sets our `ready` on the peers (not AG's pull: its producer does)
-    kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch), and the
-    # matmul consumer's counter writes (memop batches)
+    kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch), the
+    # matmul consumer's counter writes (memop batches), and GEMM-AllReduce's split boundaries on the device
     bound: Bindings = field(default_factory=Bindings)
 
 
@@ -290,8 +290,9 @@ class Call:
         instead of some twenty driver calls, the host cost a fused call would otherwise add to a
         one-call-at-a-time (latency-bound) step. ``copied``: the addresses of the call's own tensors
         that the producer's copies read or write (those of its program). ``end``: kernels that
-        end the call once the consumer and the producer are done (GEMM-AllReduce's gather), launched
-        on the caller's stream behind both (on CPU: this thread, after the producer thread).
+        end the call once the consumer is done (GEMM-AllReduce's gather), launched on the caller's
+        stream behind it and beside the producer's last steps, which it must not touch (on CPU: this
+        thread, after the producer thread).
         """
         state = self.state
         if self.ws.is_cuda:
@@ -350,7 +351,9 @@ class Call:
         releases the producer) ends the call. A consumer of many launches (GEMM-RS's matmul
         consumer) takes the rest piece by piece as it enqueues them (:class:`producer.Feed`), since
         its own waits on the peers would otherwise sit in front of the producer's copies. ``end``
-        launches on this stream, behind the consumer and the producer stream's end.
+        launches on this stream behind the consumer and every producer step's enqueueing, but not
+        behind the producer stream's work: the stream joins it after ``end`` (GEMM-AllReduce's end
+        copies the peers' earlier splits while the producer's last copies are on their way).
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
@@ -379,9 +382,9 @@ class Call:
                 self.feed = None
         producer.enqueue_on_stream(after, side, events)
         cu.event_record(state.call_end.cuda_event, side)
-        cu.stream_wait_event(main, state.call_end.cuda_event)
-        if end is not None:  # behind the consumer and the producer stream, on the consumer's stream
+        if end is not None:  # behind the consumer on its stream; beside the producer's last steps
             end()
+        cu.stream_wait_event(main, state.call_end.cuda_event)
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
                 consume, end: Callable[[], None] | None = None) -> bool:

@@ -424,12 +424,12 @@ class FusedState:
                          signature=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device), parity=0,
                          rank=0, world_size=1, region=sch.region_slots(W), sig_at=sch.signature_slot(W, 0, 0),
                          ready_at=-1, timeout_s=self._timeout_s, cache=self._align_kernels)
-            # GEMM-AllReduce's gather end, likewise: alone, nothing to move, announce or wait for.
-            nothing = torch.zeros(16, dtype=torch.bfloat16, device=ws.device)
-            gather_end.launch(out=nothing, data_bases=alone, flag_bases=alone, counters=own, error=self.error,
-                              call=self.call_number, rank=0, world_size=1, start=0, stop=0, gathered=0, chunk=0,
-                              early=0, region=0, early_at=sch.early_slot(W, 0), finished_at=sch.finished_slot(W, 0),
-                              done_slot=0, timeout_s=self._timeout_s, programs=2, cache=self.gather_kernels)
+            # GEMM-AllReduce's gather end, likewise: alone, no split to wait for or move.
+            nothing = torch.zeros(1, 16, dtype=torch.bfloat16, device=ws.device)
+            gather_end.launch(out=nothing, data_bases=alone, flag_bases=alone, bounds=own[:1], error=self.error,
+                              call=self.call_number, rank=0, world_size=1, gathered=0, chunk_rows=1, region=0,
+                              reduced_at=sch.reduced_slot(W, 0, 0), timeout_s=self._timeout_s, programs=2,
+                              cache=self.gather_kernels)
             # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
                               error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),

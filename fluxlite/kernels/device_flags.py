@@ -50,8 +50,8 @@ ERR_MISMATCH = 4
 ERR_TIMEOUT_ALIGN = 8
 """A peer never arrived at a parity-alignment (null) call (:mod:`fluxlite.kernels.align`)."""
 ERR_TIMEOUT_FINISHED = 16
-"""A wait for a peer's ``early`` or ``finished`` flag timed out (:mod:`fluxlite.kernels.gather_end`):
-the peer's reduced rows of a GEMM-AllReduce never became readable."""
+"""A wait for a peer's ``reduced`` flag of a split timed out (:mod:`fluxlite.kernels.gather_end`):
+the peer's reduced rows of a GEMM-AllReduce never landed."""
 RECORD_WORDS = 16
 MIRROR_WORD = 6
 """Words ``6`` (low) and ``7`` (high) of the record: its mirror's device address (int64)."""

@@ -31,28 +31,23 @@ chunks. ``recv: [W, mc, N]`` and ``gathered: [W, mc, N]`` are symmetric (data ha
               blocks of our chunk: wait for every peer's (p, s);
                                    out[our rows] = scale * (A @ W.T + sum_p recv[p]) + b; counter (r, s) += 1
     producer: for d in r+1, r+2, ...: for s: wait counter (d, s); d.recv[r] <- partial[d] rows of s; d.flag (r, s) = 1
-              for s but the last: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s
-    end:      (behind the consumer and the producer; one kernel on CUDA, its programs in two roles)
-              pushers:  every peer p: p.early[r] = 1
-                        every peer p: p.gathered[r] <- out[our rows] of the last split
-                        every peer p: p.finished[r] = 1
-              pullers:  wait early[p] of every peer p (bounded: a kernel's wait on CUDA, not a stream wait)
-                        for every peer p: out[p's rows] <- gathered[p], its splits but the last
-                        wait finished[p] of every peer p (bounded)
-                        for every peer p: out[p's rows] <- gathered[p], its last split
+              for s: wait counter (r, s); every peer p: p.gathered[r] <- out[our rows] of s; p.reduced[r][s] = 1
+    end:      (behind the consumer, beside the producer's last copies; one kernel on CUDA)
+              for s: wait reduced[p][s] of every peer p (bounded: a kernel's wait on CUDA, not a stream wait)
+                     for every peer p: out[p's rows] <- gathered[p], its split s
 
 The reduced rows leave split by split while the consumer still computes the rest of our chunk, so
-most of the gather overlaps the GEMM; what remains after it is the end: the last split's copy, the
-flags and the waits, and the copy of the peers' rows within this GPU, most of it beside that last
-split's copy. Hence finer splits than
+most of the gather overlaps the GEMM; what remains after it is the end: the copy engines' backlog
+(the last split's copy, and on calls short of compute the earlier ones too), the flags and the
+waits, and the copy of the peers' last split within this GPU; the peers' earlier splits are copied
+out beside that backlog. Hence finer splits than
 GEMM-RS's (:meth:`GemmAllReduce.schedule`): the last one's copy is not hidden. The matmul consumer
 (one cuBLAS GEMM per split) has few splits, each GEMM a few waves; where the last eighth of a chunk
 still fills about a wave (:data:`TAPER_MIN_TILES`) its splits are tapered, a half, three eighths
 and an eighth (:data:`fluxlite.schedule.TAPER`): the last copy an eighth of the chunk's rows, each
-earlier one beside the next split's GEMM. The earlier splits'
-copies are the copy engine's, beside the GEMM; the end is one kernel on the consumer's stream
-(:meth:`GemmAllReduce.second_shot_end`), which starts right behind its last GEMM, where a copy-engine
-copy would start 7-13 us later.
+earlier one beside the next split's GEMM. Every split's copy is the copy engine's; the end is one
+kernel on the consumer's stream (:meth:`GemmAllReduce.second_shot_end`), which starts right behind
+its last GEMM and copies each of the peers' splits out as soon as it lands.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
 peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
 """
@@ -70,8 +65,8 @@ from ..epilogue import PLAIN
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call, FusedState, Plan
 from ..fused.call import CPU_BLOCK_M
-from ..fused.producer import COPY, WAIT
-from ..host_flags import EARLY_ROWS, REDUCED_ROWS, host_store, host_wait
+from ..fused.producer import COPY, SIGNAL, WAIT
+from ..host_flags import REDUCED_ROWS, host_store, host_wait
 from ..kernels import gather_end, gemm_core
 from ..kernels import gemm_ar as kernel
 from ..kernels.gemm_core import GemmConfig
@@ -287,69 +282,59 @@ class GemmAllReduce(GemmReduceScatter):
         return out.narrow(0, start, min(chunk_rows, out.shape[0] - start))
 
     def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather's first part (module docstring), in the producer program: each reduced split but
-        the last pushed from ``out`` to every peer once the consumer has counted it (the copy engine's
-        copies, beside the GEMM). The rest: :meth:`second_shot_end`."""
+        """The gather's producer part (module docstring): each reduced split pushed from ``out`` to
+        every peer once the consumer has counted it (the copy engine's copies, beside the GEMM but
+        for the last), each followed by our ``reduced`` flag of that split on every peer. The copy
+        out of the peers' rows: :meth:`second_shot_end`."""
         ws, plan, parity = call.ws, call.plan, call.parity
+        W = ws.world_size
         g = _Gather.of(call, out)
         counters = call.state.counters.data_ptr()
         steps = []
-        for s, (lo, hi) in enumerate(plan.split_rows[:-1]):
+        for s, (lo, hi) in enumerate(plan.split_rows):
             steps.append((WAIT, counters + 4 * sch.counter_slot(g.rank, s), plan.sched.split_tiles(s, plan.num_n),
                           dict(what="reduced tiles", peer=g.rank, chunk=g.rank, split=s)))
             hi = min(hi, g.rows_of(g.rank))  # a last chunk cut short: only its rows travel
             if hi > lo:
                 steps += [(COPY, g.in_gathered(ws, p, parity, g.rank, lo), g.red + lo * g.row, (hi - lo) * g.row)
                           for p in g.peers]
+            steps += [(SIGNAL, call.flag_addr(p, sch.reduced_slot(W, g.rank, s)), sch.SET) for p in g.peers]
         return steps
 
     def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
-        """The gather's end, once the consumer and the producer are done: our ``early`` flag on every
-        peer (our earlier splits are in their ``gathered``), the last split pushed to every peer, then
-        our ``finished`` flag on every peer; the peers' earlier splits copied from our ``gathered``
-        into their rows of ``out`` once their ``early`` flags are set, and their last splits once
-        their ``finished`` flags are (bounded waits).
+        """The gather's end, behind the consumer: every peer's reduced splits copied from our
+        ``gathered`` into their rows of ``out``, each once its ``reduced`` flag is set (bounded waits).
 
         On CUDA (and with the CPU's kernel consumer, interpreted) one kernel on the consumer's stream
-        (:mod:`fluxlite.kernels.gather_end`), whose programs push the last split while others copy the
-        earlier ones within this GPU; as many programs as the one-shot reduction's
+        (:mod:`fluxlite.kernels.gather_end`), as many programs as the one-shot reduction's
         (:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`). It starts a microsecond or two behind the
-        GEMM where a copy-engine copy started 7-13 us behind it, and the flags, the waits and the
-        copies within this GPU cost no launch gaps of their own. On CPU otherwise, the same moves,
-        stores and bounded waits on this thread, one after another."""
+        last GEMM and does not wait for our producer (:meth:`fluxlite.fused.Call.run`): it copies
+        the peers' earlier splits while the copy engines still push the last ones. On CPU otherwise,
+        after the producer thread, the same waits and copies on this thread, one after another."""
         g = _Gather.of(call, out)
         state, plan, ws = call.state, call.plan, call.ws
         W, r, parity = ws.world_size, g.rank, call.parity
-        last, hi = plan.split_rows[-1]
-        hi = min(hi, g.rows_of(r))
-        lo = min(last, hi)
         if ws.is_cuda or plan.consumer == "triton":
-            N, size = out.shape[1], out.element_size()
-            base = r * g.mc * N
+            bounds = plan.kernels.get(_BOUNDS)
+            if bounds is None:  # made with the plan's first call, which runs eagerly (fluxlite.fused.call.get_plan)
+                rows = [lo for lo, _ in plan.split_rows] + [g.mc]
+                bounds = plan.kernels[_BOUNDS] = torch.tensor(rows, dtype=torch.int32, device=out.device)
             gather_end.launch(out=out, data_bases=state.data_bases(parity), flag_bases=state.flag_bases(),
-                              counters=state.counters, error=state.error, call=state.call_number, rank=r, world_size=W,
-                              start=base + lo * N, stop=base + hi * N, gathered=g.gathered // size, chunk=g.mc * N,
-                              early=last * N, region=sch.region_start(W, parity), early_at=sch.early_slot(W, 0),
-                              finished_at=sch.finished_slot(W, 0), done_slot=sch.done_slot(W),
+                              bounds=bounds, error=state.error, call=state.call_number, rank=r, world_size=W,
+                              gathered=g.gathered // out.element_size(), chunk_rows=g.mc,
+                              region=sch.region_start(W, parity), reduced_at=sch.reduced_slot(W, 0, 0),
                               timeout_s=call.timeout_s,
                               programs=kernel.PROGRAMS_PER_SM * gemm_core.persistent_programs(plan.config, out.device),
                               cache=plan.kernels)
             return
-        for p in g.peers:  # our earlier splits were pushed by the producer, which has finished
-            host_store(call.flag_addr(p, sch.early_slot(W, r)), sch.SET)
-        for p in g.peers:
-            host_wait(call.flag_addr(r, sch.early_slot(W, p)), sch.SET, what=EARLY_ROWS, peer=p, chunk=p,
-                      **call.wait_info())
-            g.copy_out(out, ws, parity, p, 0, last)
-        if hi > lo:
+        for s, (lo, hi) in enumerate(plan.split_rows):
             for p in g.peers:
-                ctypes.memmove(g.in_gathered(ws, p, parity, r, lo), g.red + lo * g.row, (hi - lo) * g.row)
-        for p in g.peers:  # after the rows: x86 keeps the order of these stores (fluxlite.host_flags)
-            host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
-        for p in g.peers:
-            host_wait(call.flag_addr(r, sch.finished_slot(W, p)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
-                      **call.wait_info())
-            g.copy_out(out, ws, parity, p, last, g.mc)
+                host_wait(call.flag_addr(r, sch.reduced_slot(W, p, s)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
+                          split=s, **call.wait_info())
+                g.copy_out(out, ws, parity, p, lo, hi)
+
+
+_BOUNDS = "gather_bounds"  # the plan's cache entry (Plan.kernels) of the end's split boundaries on the device
 
 
 class _Gather(NamedTuple):
