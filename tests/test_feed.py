@@ -27,10 +27,11 @@ def _rs_program(rank: int, W: int, splits: int, second: bool = False) -> list:
         for s in range(splits):
             steps += [(WAIT, ("counter", rank, d, s), 1, {}), (COPY, ("recv", d, rank, s), ("partial", rank, d, s), 1),
                       (SIGNAL, ("flag", d, rank, s), 1)]
-    if second:  # the splits but the last (the last, the flags and the wait for the peers: the call's end)
-        for s in range(splits - 1):
+    if second:  # every reduced split, then its flag on every peer (the copy out of theirs: the call's end)
+        for s in range(splits):
             steps.append((WAIT, ("counter", rank, rank, s), 1, {}))
             steps += [(COPY, ("gathered", p, rank, s), ("out", rank, s), 1) for p in peers]
+            steps += [(SIGNAL, ("reduced", p, rank, s), 1) for p in peers]
     return steps
 
 
@@ -60,9 +61,8 @@ def _enqueue_order(rank: int, W: int, splits: int, feed: bool, monkeypatch, seco
                 f.counted(("counter", rank, rank, s), s)
     queue.append(("main", "end"))  # the consumer is done
     queue.extend(("side", step) for step in (f.rest() if feed else [c for _, _, calls in pieces for c in calls]))
-    if second:  # the call's end, on the consumer's stream behind the producer's (Call._enqueue): announce, wait
-        queue.extend(("main", "count", ("finished", p, rank)) for p in range(W) if p != rank)
-        queue.append(("main", "wait", [("finished", rank, p) for p in range(W) if p != rank]))
+    if second:  # the call's end, on the consumer's stream (Call._enqueue): a wait for every peer's split, in order
+        queue.extend(("main", "wait", [("reduced", rank, p, s) for p in range(W) if p != rank]) for s in range(splits))
     return queue
 
 
@@ -125,9 +125,9 @@ def test_signals_go_one_launch_after_their_copy(monkeypatch):
 
 def test_a_count_is_an_event_the_producer_waits_for(monkeypatch):
     """On CUDA a count records its counter's event on the consumer's stream, only where a producer
-    step waits on it (nothing does on GEMM-AllReduce's last reduced split, which leaves after the
-    join), and the producer stream waits for that event, then copies: no stream write or wait on the
-    counter itself."""
+    step waits on it (GEMM-AllReduce's every reduced split, the last too; a counter that no step of
+    the program waits on records nothing), and the producer stream waits for that event, then
+    copies: no stream write or wait on the counter itself."""
     calls = []
     monkeypatch.setattr(producer.cu, "event_record", lambda event, stream: calls.append(("record", event, stream)))
     monkeypatch.setattr(producer.cu, "stream_wait_event", lambda stream, event: calls.append(("wait", stream, event)))
@@ -139,13 +139,14 @@ def test_a_count_is_an_event_the_producer_waits_for(monkeypatch):
     steps = [(s[0], ids.setdefault(s[1], len(ids)), *s[2:]) if s[0] in (WAIT, COPY, SIGNAL) else s
              for s in _rs_program(0, W, splits, second=True)]
     counters = [s[1] for s in steps if s[0] == WAIT]
-    own_last = ids.setdefault(("counter", 0, 0, splits - 1), len(ids))  # counted by the consumer, awaited by no step
-    events = {address: 100 + i for i, address in enumerate(counters + [own_last])}
+    assert ids[("counter", 0, 0, splits - 1)] in counters, "the last reduced split leaves from the producer too"
+    unawaited = ids.setdefault(("counter", 0, 0, splits), len(ids))  # a count that no step waits on
+    events = {address: 100 + i for i, address in enumerate(counters + [unawaited])}
     f = producer.Feed(producer.pieces(steps), side, main, events)
-    for address in counters + [own_last]:
+    for address in counters + [unawaited]:
         calls.clear()
         f.counted(address, 0)
-        if address == own_last:
+        if address == unawaited:
             assert not any(c[0] == "record" for c in calls)
             continue
         assert calls[0] == ("record", events[address], main)

@@ -353,7 +353,8 @@ class Call:
         its own waits on the peers would otherwise sit in front of the producer's copies. ``end``
         launches on this stream behind the consumer and every producer step's enqueueing, but not
         behind the producer stream's work: the stream joins it after ``end`` (GEMM-AllReduce's end
-        copies the peers' earlier splits while the producer's last copies are on their way).
+        copies the peers' earlier splits while the producer's last copies are on their way), except
+        where ranks share a GPU, where it launches after the join.
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
@@ -382,9 +383,15 @@ class Call:
                 self.feed = None
         producer.enqueue_on_stream(after, side, events)
         cu.event_record(state.call_end.cuda_event, side)
-        if end is not None:  # behind the consumer on its stream; beside the producer's last steps
+        # The end beside the producer's last steps, except where ranks share a GPU: a copy to a peer
+        # on this GPU may run as a copy kernel (the driver picks), which the end's programs, spinning
+        # on the peers' flags and holding every SM's registers, would starve until the timeout.
+        beside = end is not None and not self.ws.shares_gpu
+        if beside:
             end()
         cu.stream_wait_event(main, state.call_end.cuda_event)
+        if end is not None and not beside:
+            end()
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
                 consume, end: Callable[[], None] | None = None) -> bool:
