@@ -17,9 +17,10 @@ of this kernel takes a share of the tiles of every split::
         tiles of every peer's  [p * mc * N + bounds[s] * N, min(p * mc + bounds[s + 1], M) * N),
         round robin:  out[i] = gathered[i]
 
-The launch does not wait for this rank's producer, whose last copies may still be on their way:
-the copies of the peers' earlier splits (within this GPU) run beside the copy engine's push of the
-last ones (over NVLink), and only the last split's rows are copied after it has landed. Tiles
+The launch does not wait for this rank's producer, whose last copies may still be on their way
+(except where ranks share a GPU: :meth:`fluxlite.fused.Call._enqueue`): the copies of the peers'
+earlier splits (within this GPU) run beside the copy engine's push of the last ones (over NVLink),
+and only the last split's rows are copied after it has landed. Tiles
 hold ``BLOCK`` elements; whole tiles are unmasked (16-byte vectors where a run starts on a
 multiple of 8 elements), a run's last tile masked. A program waits for itself
 (:func:`~fluxlite.kernels.device_flags.wait_set`: an acquire by one thread, then a CTA barrier) and

@@ -308,8 +308,9 @@ class GemmAllReduce(GemmReduceScatter):
         On CUDA (and with the CPU's kernel consumer, interpreted) one kernel on the consumer's stream
         (:mod:`fluxlite.kernels.gather_end`), as many programs as the one-shot reduction's
         (:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`). It starts a microsecond or two behind the
-        last GEMM and does not wait for our producer (:meth:`fluxlite.fused.Call.run`): it copies
-        the peers' earlier splits while the copy engines still push the last ones. On CPU otherwise,
+        last GEMM and, but where ranks share a GPU, does not wait for our producer
+        (:meth:`fluxlite.fused.Call.run`): it copies the peers' earlier splits while the copy engines
+        still push the last ones. On CPU otherwise,
         after the producer thread, the same waits and copies on this thread, one after another."""
         g = _Gather.of(call, out)
         state, plan, ws = call.state, call.plan, call.ws
