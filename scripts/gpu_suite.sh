@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU suite for the lent 2xH200 (or any 2+ GPU box): GPU-marked tests, then the benchmarks.
-#   [NPROC=N] scripts/gpu_suite.sh [env|tests|profile|gemm|bench|layers|mlp|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|limit-rs|models|allreduce|norm|graphs|trace|all ...]  (default: all)
+#   [NPROC=N] scripts/gpu_suite.sh [env|tests|shared|profile|gemm|bench|layers|mlp|gpt|gpt-nosp|inference|overlap|limit|limit-unaligned|limit-rs|models|allreduce|norm|graphs|trace|all ...]  (default: all)
 # The world size (TP) is NPROC, by default every GPU torch sees: each torchrun part runs NPROC ranks,
 # the profiler profiles at TP=NPROC, and the GPU tests that work at any size run on NPROC GPUs
 # (FLUXLITE_GPU_RANKS; tests/test_world_sizes.py runs them when it is over 2); the others keep their 2.
 # overlap: fluxlite-profile of the llama3-70b preset at TP=NPROC (8192 tokens), with --tune: table, JSON,
 # CSV and PNG in $OUT/overlap_llama3_70b/, and the dispatch cache it filled in $OUT/dispatch_cache/.
 # On a one-GPU machine, FLUXLITE_GPU_SHARE=1 runs the 2-rank GPU tests with both ranks on that GPU
-# (CUDA IPC; correctness only, timings mean nothing; docs/testing.md).
+# (CUDA IPC; correctness only, timings mean nothing; docs/testing.md). shared: the ops' GPU tests at
+# twice NPROC ranks, two on each GPU.
 # Each part is bounded; `tests` runs one bounded pytest per GPU test file (GPU_TEST_FILE_S, default
 # 420 s): in shared mode on one H100 the files took about 15 minutes in all, more
 # than one device call allows, so give a device call a subset: GPU_TESTS="tests/test_gpu_fused.py ...".
@@ -57,6 +58,16 @@ if want tests; then
     rc=${PIPESTATUS[0]}
     [[ $rc == 5 ]] || status=$((status | rc))  # 5: pytest selected no test in the file
   done
+fi
+if want shared; then
+  # Twice as many ranks as GPUs, two on each (CUDA IPC between the ranks of one GPU): the ops' GPU tests
+  # that run at any world size (tests/test_world_sizes.py), where a copy between two ranks of one GPU
+  # may run on its SMs, which the spinning kernels of a fused call must leave it.
+  FLUXLITE_GPU_SHARE=1 FLUXLITE_GPU_RANKS=$((2 * NPROC)) timeout "${GPU_TEST_FILE_S:-420}" \
+    python3 -m pytest -m gpu -q -p no:cacheprovider --durations=3 tests/test_world_sizes.py \
+    -k "at_every_gpu and (fused_shapes or gemm_ar or missing_peer)" 2>&1 \
+    | tee "$OUT/gpu_tests_shared.log" | tail -4
+  status=$((status | PIPESTATUS[0]))
 fi
 if want profile; then
   timeout 180 torchrun --standalone --nproc-per-node "$NPROC" scripts/profile_host.py --top 18 2>&1 | tee "$OUT/profile_host.log" \
