@@ -9,7 +9,8 @@ raise its ``FluxliteError`` before anything is built or communicated, on every r
 A call with a warmed shape goes through, and marks the workspace as captured. On GPUs the same rules
 are tested under real capture (tests/test_gpu_graphs.py).
 
-Also GEMM-RS's partials in the state's kept scratch buffer, which a pretended capture must not grow.
+Also GEMM-RS's partials in the state's kept scratch buffer, which a pretended capture must not grow,
+and, with the driver stood in for, the eager replay's rule and where a call's end is enqueued.
 """
 
 from __future__ import annotations
@@ -154,3 +155,38 @@ def _kept_partials(rank, W):
 
 def test_gemm_rs_partials_are_kept_grown_and_retired():
     run_ranks(_kept_partials, 2)
+
+
+@pytest.mark.parametrize("shares_gpu", [False, True])
+def test_the_calls_end_goes_beside_the_producer_only_where_no_rank_shares_its_gpu(shares_gpu, monkeypatch):
+    """``Call._enqueue``'s order, with the driver stood in for: the producer's steps after the
+    consumer, its end event, then the end (GEMM-AllReduce's gather end) before the caller's stream
+    joins the producer's, so that it copies the peers' earlier splits while the producer's last copies
+    travel; where ranks share a GPU the end comes after the join, since a copy between two ranks of
+    one GPU may be a copy kernel that the end's spinning programs would leave no SM to run on."""
+    from types import SimpleNamespace
+
+    from fluxlite import _cuda_driver as cu
+    from fluxlite.fused import call as call_module
+    from fluxlite.fused import producer
+    from fluxlite.fused.call import Call
+
+    order = []
+    main, side = 5, 6
+    monkeypatch.setattr(call_module.torch._C, "_cuda_getCurrentRawStream", lambda index: main, raising=False)
+    monkeypatch.setattr(cu, "event_record", lambda event, stream: order.append(("record", event, stream)))
+    monkeypatch.setattr(cu, "stream_wait_event", lambda stream, event: order.append(("wait", stream, event)))
+    monkeypatch.setattr(cu, "memcpy_async", lambda stream, dst, src, n: order.append(("stage", stream)))
+    monkeypatch.setattr(producer, "enqueue_on_stream",
+                        lambda calls, stream, *a: order.append(("producer", stream, calls)))
+    state = SimpleNamespace(producer_handle=side, call_start=SimpleNamespace(cuda_event="start"),
+                            call_end=SimpleNamespace(cuda_event="end"))
+    call = SimpleNamespace(state=state, ws=SimpleNamespace(device=SimpleNamespace(index=0), shares_gpu=shares_gpu),
+                           plan=SimpleNamespace(consumer="triton"), align=lambda: order.append(("align",)))
+    program = SimpleNamespace(steps=["a step"], staged=[], on_stream=(["before"], ["after"]))
+    Call._enqueue(call, program, lambda: order.append(("consumer",)), lambda: order.append(("end",)))
+    join = ("wait", main, "end")
+    assert order[:6] == [("align",), ("record", "start", main), ("wait", side, "start"),
+                         ("producer", side, ["before"]), ("consumer",), ("producer", side, ["after"])]
+    assert order[6] == ("record", "end", side)
+    assert order[7:] == ([join, ("end",)] if shares_gpu else [("end",), join])
