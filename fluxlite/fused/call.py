@@ -386,11 +386,11 @@ class Call:
         # The end beside the producer's last steps, except where ranks share a GPU: a copy to a peer
         # on this GPU may run as a copy kernel (the driver picks), which the end's programs, spinning
         # on the peers' flags and holding every SM's registers, would starve until the timeout.
-        beside = end is not None and not self.ws.shares_gpu
-        if beside:
+        if end is not None and not self.ws.shares_gpu:
             end()
+            end = None
         cu.stream_wait_event(main, state.call_end.cuda_event)
-        if end is not None and not beside:
+        if end is not None:
             end()
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],

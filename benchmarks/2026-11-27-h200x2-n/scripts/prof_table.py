@@ -1,7 +1,8 @@
 """The fused call over the limit and over sequential (throughput, latency) per shape and process, from
-the profile.json files under a run folder (prof_<i>_<code>/).
+the profile.json files under a run folder (<prefix>_<i>_<tag>/, prefix ``prof`` unless given).
 
     python3 prof_table.py benchmarks/2026-11-27-h200x2-n/run1
+    python3 prof_table.py benchmarks/2026-11-27-h200x2-o/run3 taper
 """
 import glob
 import json
@@ -9,7 +10,7 @@ import os
 import sys
 
 table, tags = {}, []
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "prof_*", "profile.json"))):
+for path in sorted(glob.glob(os.path.join(sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "prof") + "_*", "profile.json"))):
     tag = os.path.basename(os.path.dirname(path))
     tags.append(tag)
     for row in json.load(open(path))["rows"]:
