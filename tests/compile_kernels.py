@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import struct
 import sys
 
 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -21,9 +22,11 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gather_end, gemm_ar, gemm_core, gemm_rs, split_wait  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, gather_end, gemm_ar, gemm_core, gemm_rs, launch, split_wait  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
+EIATTR_REGCOUNT = 0x2F  # a cubin's .nv.info attributes: (function's symbol, registers per thread)
+EIATTR_FRAME_SIZE = 0x11  # (function's symbol, bytes of local memory per thread: spilled registers)
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
 RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot",
            "reduced_counters")
@@ -31,10 +34,12 @@ ONE_SHOT_INTS = ("M", "N", "rank", "world_size", "sig_base", "finished_at", "sig
 TMA_STORE = "async_tma_copy_local_to_global"
 
 
-def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None):
+def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, num_warps: int | None = None,
+                   programs_per_sm: int | None = None):
     """Compile ``fn`` for sm_90. ``types``: the runtime arguments' types, ``(type, 16)`` for one whose
     value or address divides by 16 (as Triton specialises a launch on it), a list of types for a tuple
-    argument; ``consts``: the constexprs (an argument given as ``None`` is a constexpr ``None``)."""
+    argument; ``consts``: the constexprs (an argument given as ``None`` is a constexpr ``None``);
+    ``programs_per_sm``: as :func:`fluxlite.kernels.launch.launch` takes it."""
     names = fn.arg_names
 
     def typed(t):
@@ -44,8 +49,33 @@ def compile_kernel(fn, types: dict, consts: dict, config: gemm_core.GemmConfig, 
     constexprs = {(names.index(k),): v for k, v in consts.items()}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items() if isinstance(t, tuple)}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=num_warps or config.num_warps, num_stages=config.num_stages))
+    options = dict(num_warps=num_warps or config.num_warps, num_stages=config.num_stages)
+    if programs_per_sm is not None:
+        options["maxnreg"] = launch.max_registers(options["num_warps"], programs_per_sm)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def function_attributes(cubin: bytes) -> dict[int, int]:
+    """The per-function attributes of the one function in ``cubin`` (an ELF64 file) that its
+    ``.nv.info`` section holds as (symbol, value) pairs: :data:`EIATTR_REGCOUNT` and
+    :data:`EIATTR_FRAME_SIZE` among them (what ``ptxas -v`` prints as "Used N registers" and "N bytes
+    stack frame")."""
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    entsize, count, names_at = struct.unpack_from("<HHH", cubin, 0x3A)
+    # Elf64_Shdr: name, type, flags, addr, offset, size, link, info, addralign, entsize
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize) for i in range(count)]
+    names = sections[names_at][4]
+    found = {}
+    for sec in sections:
+        if cubin[names + sec[0]:cubin.index(0, names + sec[0])] != b".nv.info":
+            continue
+        info, at = cubin[sec[4]:sec[4] + sec[5]], 0
+        while at + 4 <= len(info):  # entries: format, attribute, then a u16 value or a u16 size and that many bytes
+            fmt, attr, size = info[at], info[at + 1], struct.unpack_from("<H", info, at + 2)[0]
+            if fmt == 4 and size == 8:
+                found[attr] = struct.unpack_from("<II", info, at + 4)[1]
+            at += 4 + size if fmt == 4 else 4 if fmt in (2, 3) else 2
+    return found
 
 
 def pipelined_tile_loops(ttgir: str) -> int:
@@ -152,7 +182,10 @@ def main() -> None:
                 # the one-shot reduction and the gather's end launch with one stage
                 one_stage = fn is gemm_ar.one_shot_kernel or fn in gather
                 stages = dataclasses.replace(config, num_stages=1) if one_stage else config
-                kernel = compile_kernel(fn, types, consts, stages, warps)
+                # the two launched PROGRAMS_PER_SM to an SM, round robin (fluxlite.kernels.launch.max_registers)
+                per_sm = {gemm_ar.one_shot_kernel: gemm_ar.PROGRAMS_PER_SM,
+                          gather_end.gather_end_kernel: gather_end.PROGRAMS_PER_SM}.get(fn)
+                kernel = compile_kernel(fn, types, consts, stages, warps, per_sm)
             except Exception as exc:  # report every variant that fails, then exit non-zero
                 failed += 1
                 print(f"FAIL {dtype} {name}: {type(exc).__name__}: {str(exc)[-3000:]}", flush=True)
@@ -166,11 +199,19 @@ def main() -> None:
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
                       else None)
             vector_ok = vector is None or vector
-            ok = shared <= SHARED_LIMIT and pipelined >= loops and vector_ok
+            # A kernel that shares out its work round robin over several programs per SM needs them all
+            # resident: one that is not runs its share after the others have finished theirs.
+            attrs = function_attributes(kernel.asm["cubin"])
+            regs, frame, per_sm = attrs.get(EIATTR_REGCOUNT, 0), attrs.get(EIATTR_FRAME_SIZE, 0), per_sm or 1
+            resident = launch.REGISTERS_PER_SM // max(1, -(-regs // 8) * 8 * 32 * kernel.metadata.num_warps)
+            # and capped registers must not spill: a copy that went through local memory would be slower
+            ok = (shared <= SHARED_LIMIT and pipelined >= loops and vector_ok and 0 < regs and per_sm <= resident
+                  and not (per_sm > 1 and frame))
             failed += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {dtype} {name}: {shared} bytes of shared memory, {pipelined} "
-                  f"pipelined tile loops (expected {loops})" + ("" if vector is None else f", vector loads {vector}"),
-                  flush=True)
+            print(f"{'ok  ' if ok else 'FAIL'} {dtype} {name}: {shared} bytes of shared memory, {regs} registers, "
+                  f"{frame} bytes of stack frame "
+                  f"({resident} programs per SM, {per_sm} launched), {pipelined} pipelined tile loops "
+                  f"(expected {loops})" + ("" if vector is None else f", vector loads {vector}"), flush=True)
     sys.exit(1 if failed else 0)
 
 

@@ -306,12 +306,12 @@ class _EndCase:
         """Peer ``p``'s split ``split`` has landed: its ``reduced`` flag set in our array."""
         self.flags[self.r][_slot(self.W, self.epoch, sch.reduced_slot(self.W, p, split))] = sch.SET
 
-    def launch(self, timeout_s=1.0, programs=5):
+    def launch(self, timeout_s=1.0, sms=2):
         gather_end_kern.launch(out=self.out, data_bases=self.bases, flag_bases=self.flag_bases,
                                bounds=torch.tensor(self.bounds, dtype=torch.int32), error=self.error,
                                call=torch.tensor([self.epoch], dtype=torch.int32), rank=self.r, world_size=self.W,
                                gathered=self.at, chunk_rows=self.mc, region=sch.region_start(self.W, self.epoch % 2),
-                               reduced_at=sch.reduced_slot(self.W, 0, 0), timeout_s=timeout_s, programs=programs,
+                               reduced_at=sch.reduced_slot(self.W, 0, 0), timeout_s=timeout_s, sms=sms,
                                cache={})
 
     def gathered(self):

@@ -384,8 +384,8 @@ class Call:
         producer.enqueue_on_stream(after, side, events)
         cu.event_record(state.call_end.cuda_event, side)
         # The end beside the producer's last steps, except where ranks share a GPU: a copy to a peer
-        # on this GPU may run as a copy kernel (the driver picks), which the end's programs, spinning
-        # on the peers' flags and holding every SM's registers, would starve until the timeout.
+        # on this GPU may run as a copy kernel (the driver picks), for which the end's programs, spinning
+        # on the peers' flags on every SM, may leave no room until the timeout.
         if end is not None and not self.ws.shares_gpu:
             end()
             end = None

@@ -428,7 +428,7 @@ class FusedState:
             nothing = torch.zeros(1, 16, dtype=torch.bfloat16, device=ws.device)
             gather_end.launch(out=nothing, data_bases=alone, flag_bases=alone, bounds=own[:1], error=self.error,
                               call=self.call_number, rank=0, world_size=1, gathered=0, chunk_rows=1, region=0,
-                              reduced_at=sch.reduced_slot(W, 0, 0), timeout_s=self._timeout_s, programs=2,
+                              reduced_at=sch.reduced_slot(W, 0, 0), timeout_s=self._timeout_s, sms=1,
                               cache=self.gather_kernels)
             # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),

@@ -52,6 +52,14 @@ from .device_flags import TIMEOUT_FINISHED, wait_set
 BLOCK = 4096
 """Elements of a tile: 32 bytes of bf16 per thread of 8 warps."""
 NUM_WARPS = 8
+PROGRAMS_PER_SM = 2
+"""Programs per SM, compiled to fit an SM together (:func:`fluxlite.kernels.launch.max_registers`):
+the programs take tiles round robin, and one that waited outside the SM's register file until the
+others left would copy its share of every split last. Two, not the one-shot reduction's four
+(:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`): this kernel copies while the copy engines still
+move the call's last splits, and on two H200s a call whose transfers outlast its GEMMs
+(12001x1000->7880) took 630 us with two resident programs per SM, 662 us with three and 777 us with
+four, each copying the peers' earlier splits harder beside the copy engines (BENCHMARKS.md)."""
 PEER_STRIDE = tl.constexpr(sch.MAX_SPLITS)  # schedule.reduced_slot: peer p's flags are p * MAX_SPLITS further
 
 
@@ -61,12 +69,13 @@ def _copy_run(dst, src, lo, stop, first, step, BLOCK: tl.constexpr):
     lanes = tl.arange(0, BLOCK)
     full = tl.maximum(stop - lo, 0) // BLOCK
     for tile in range(first, full + 1, step):
-        at = lo + tile * BLOCK + lanes
+        start = lo + tile * BLOCK  # int64 (full is): a scalar, the lanes' offsets from it stay 32-bit
+        d, s_ = dst + start, src + start
         if tile < full:
-            tl.store(dst + at, tl.load(src + at, cache_modifier=".cg"))
+            tl.store(d + lanes, tl.load(s_ + lanes, cache_modifier=".cg"))
         else:
-            mask = at < stop
-            tl.store(dst + at, tl.load(src + at, mask=mask, cache_modifier=".cg"), mask=mask)
+            mask = lanes < stop - start
+            tl.store(d + lanes, tl.load(s_ + lanes, mask=mask, cache_modifier=".cg"), mask=mask)
 
 
 @triton.jit(do_not_specialize=["rank", "world_size", "splits", "total", "region", "reduced_at", "timeout_ns"])
@@ -108,16 +117,16 @@ def gather_end_kernel(
 
 def launch(*, out: torch.Tensor, data_bases: torch.Tensor, flag_bases: torch.Tensor, bounds: torch.Tensor,
            error: torch.Tensor, call: torch.Tensor, rank: int, world_size: int, gathered: int, chunk_rows: int,
-           region: int, reduced_at: int, timeout_s: float, programs: int, cache: dict) -> None:
+           region: int, reduced_at: int, timeout_s: float, sms: int, cache: dict) -> None:
     """Launch :func:`gather_end_kernel` on the current stream. ``out: [M, N]`` contiguous; ``bounds``:
     int32 ``[splits + 1]`` on the device, a chunk's split boundaries in rows (``splits`` may be 0:
     nothing moves); ``gathered``: elements from a data half's start to ``gathered``; ``chunk_rows``:
     ``mc``; ``data_bases``, ``flag_bases``: int64 ``[W]``, every rank's data half of the call's parity
     and flag array; ``region``: the call's region's first slot; ``reduced_at``: the region offset of
     peer 0's split-0 flag; ``error``, ``call``: the fused state's error record and call count.
-    ``programs``: the launch's size, about that many tiles' worth of work each."""
+    ``sms``: the SMs to spread over, :data:`PROGRAMS_PER_SM` programs on each."""
     N = out.shape[1]
-    direct.launch(gather_end_kernel, cache, max(1, programs),
+    direct.launch(gather_end_kernel, cache, PROGRAMS_PER_SM * max(1, sms),
                   (out, data_bases, flag_bases, bounds, error, call, rank, world_size, bounds.numel() - 1, gathered,
                    chunk_rows * N, N, out.numel(), region, reduced_at, int(timeout_s * 1e9)),
-                  dict(BLOCK=BLOCK), num_warps=NUM_WARPS, num_stages=1)
+                  dict(BLOCK=BLOCK), num_warps=NUM_WARPS, num_stages=1, programs_per_sm=PROGRAMS_PER_SM)

@@ -54,33 +54,38 @@ PROGRAMS_PER_SM = 4
 """Programs per SM (at most one per tile): more loads from the peers in flight than one program of 8
 warps keeps. Reading a peer's partial over NVLink from 8 MiB up, four reached 259-302 GiB/s on two
 H200s, one or two programs 0-3% less, and tiles of one row by 4096 columns (one program per SM)
-233-295 GiB/s (BENCHMARKS.md, "GEMM-AllReduce's one-shot reduction read as one run")."""
+233-295 GiB/s (BENCHMARKS.md, "GEMM-AllReduce's one-shot reduction read as one run"). Compiled to
+fit an SM together (:func:`fluxlite.kernels.launch.max_registers`): a program outside the SM's
+register file would take its round-robin share of the tiles after the others had finished."""
 PEER_LANES = tl.constexpr(8)
 """Peers whose flags a program sets at once (one lane each, so the remote stores go out together
 rather than one round trip after another); a larger group takes more rounds."""
 
 
 @triton.jit
-def _reduce_tile(partials_ptr, out, bias_ptr, at, mask, N, rank, world_size, err, scale, BLOCK: tl.constexpr):
-    """``out[at] = epilogue(sum_q P_q[at])`` for the flat indices ``at`` (``[BLOCK]``), ``q`` in rank order;
-    a peer's partial only while no wait failed (``err == 0``)."""
+def _reduce_tile(partials_ptr, out, bias_ptr, start, rest, N, rank, world_size, err, scale, BLOCK: tl.constexpr):
+    """``out[i] = epilogue(sum_q P_q[i])`` for the flat indices ``i`` in ``[start, start + BLOCK)``, all of
+    them (``rest`` None) or those below ``start + rest``, ``q`` in rank order; a peer's partial only
+    while no wait failed (``err == 0``). ``start`` is a scalar: the lanes' offsets from it, and their
+    columns, stay 32-bit (fewer registers than 64-bit indices per element)."""
     out_dtype = out.dtype.element_ty
+    lanes = tl.arange(0, BLOCK)
     acc = tl.zeros((BLOCK,), tl.float32)
     for q in range(0, world_size):  # rank order on every rank
         if (err == 0) | (q == rank):
             # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): a tile's loads are vectors.
-            partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16)
-            if mask is None:
-                acc += tl.load(partial + at, cache_modifier=".cg").to(tl.float32)
+            partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16) + start
+            if rest is None:
+                acc += tl.load(partial + lanes, cache_modifier=".cg").to(tl.float32)
             else:
-                acc += tl.load(partial + at, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-    col = at % N
+                acc += tl.load(partial + lanes, mask=lanes < rest, other=0.0, cache_modifier=".cg").to(tl.float32)
+    col = ((start % N).to(tl.int32) + lanes) % N
     y = core.epilogue(acc[None, :], scale, None, tl.arange(0, 1), tl.arange(0, 1) < 1, bias_ptr, col, col < N, 0, 1,
                       BLOCK)
-    if mask is None:
-        tl.store(out + at[None, :], y.to(out_dtype))
+    if rest is None:
+        tl.store(out + start + lanes[None, :], y.to(out_dtype))
     else:
-        tl.store(out + at[None, :], y.to(out_dtype), mask=mask[None, :])
+        tl.store(out + start + lanes[None, :], y.to(out_dtype), mask=(lanes < rest)[None, :])
 
 
 @triton.jit(do_not_specialize=["M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot",
@@ -112,14 +117,13 @@ def one_shot_kernel(
             err = wait_peer(sync, finished_at + p, sig_base, timeout_ns, TIMEOUT_RS, p, -1)
     total = M.to(tl.int64) * N
     full = total // BLOCK
-    lanes = tl.arange(0, BLOCK)
     # Whole tiles without a mask (a mask of unknown alignment would split the vector loads), then the
     # last program takes the rest of the run.
     for tile in range(tl.program_id(0), full, tl.num_programs(0)):
-        _reduce_tile(partials_ptr, out, bias_ptr, tile * BLOCK + lanes, None, N, rank, world_size, err, scale, BLOCK)
+        _reduce_tile(partials_ptr, out, bias_ptr, tile * BLOCK, None, N, rank, world_size, err, scale, BLOCK)
     if tl.program_id(0) == tl.num_programs(0) - 1:
-        at = full * BLOCK + lanes
-        _reduce_tile(partials_ptr, out, bias_ptr, at, at < total, N, rank, world_size, err, scale, BLOCK)
+        _reduce_tile(partials_ptr, out, bias_ptr, full * BLOCK, (total - full * BLOCK).to(tl.int32), N, rank,
+                     world_size, err, scale, BLOCK)
 
 
 def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, flag_bases: torch.Tensor,
@@ -142,4 +146,4 @@ def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | No
          sch.finished_slot(W, 0), sch.region_start(W, parity) + sch.finished_slot(W, rank), sch.claim_slot(W),
          int(timeout_s * 1e9), ep.scale),
         dict(BLOCK=BLOCK),
-        num_warps=NUM_WARPS, num_stages=1)
+        num_warps=NUM_WARPS, num_stages=1, programs_per_sm=PROGRAMS_PER_SM)

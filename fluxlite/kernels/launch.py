@@ -59,21 +59,38 @@ def _hooks_set() -> bool:
     return any(_hook_set(getattr(runtime, name, None)) for name in ("launch_enter_hook", "launch_exit_hook"))
 
 
-def launch(fn, cache: dict, grid: int, args: tuple, constexprs: dict, *, num_warps: int, num_stages: int) -> None:
+REGISTERS_PER_SM = 65536
+"""32-bit registers of an SM's register file (sm_80 to sm_90)."""
+
+
+def max_registers(num_warps: int, programs_per_sm: int) -> int:
+    """Registers per thread (a multiple of 8, the allocation's unit) at which ``programs_per_sm``
+    programs of ``num_warps`` warps fit one SM."""
+    return REGISTERS_PER_SM // (programs_per_sm * num_warps * 32) // 8 * 8
+
+
+def launch(fn, cache: dict, grid: int, args: tuple, constexprs: dict, *, num_warps: int, num_stages: int,
+           programs_per_sm: int | None = None) -> None:
     """Launch ``fn`` on ``grid`` programs of the current stream with positional ``args`` (in the
     kernel's argument order) and keyword ``constexprs`` (the remaining arguments, in order).
 
+    ``programs_per_sm``: compile ``fn`` with few enough registers per thread that so many of its
+    programs fit an SM's register file together (:func:`max_registers`), for a kernel whose programs
+    share out work round robin, where a program not yet resident would do its share last.
     ``cache`` keeps the compiled kernels of this caller (e.g. a call plan)."""
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if programs_per_sm is not None and not interpreting():
+        options["maxnreg"] = max_registers(num_warps, programs_per_sm)
     if interpreting() or _hooks_set():
-        fn[(grid,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        fn[(grid,)](*args, **constexprs, **options)
         return
-    key = (tuple(map(_spec, args, _specialized(fn, len(args)))), tuple(constexprs.items()), num_warps, num_stages)
+    key = (tuple(map(_spec, args, _specialized(fn, len(args)))), tuple(constexprs.items()), *options.values())
     kernel = cache.get(key)
     if kernel is None:
         names = fn.arg_names[len(args):]
         if list(constexprs) != list(names):
             raise TypeError(f"{fn.__name__}: constexprs must be {names} in order, got {list(constexprs)}")
-        cache[key] = fn[(grid,)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        cache[key] = fn[(grid,)](*args, **constexprs, **options)
         return
     stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
     kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None, None, *args,

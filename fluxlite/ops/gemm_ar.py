@@ -306,8 +306,7 @@ class GemmAllReduce(GemmReduceScatter):
         ``gathered`` into their rows of ``out``, each once its ``reduced`` flag is set (bounded waits).
 
         On CUDA (and with the CPU's kernel consumer, interpreted) one kernel on the consumer's stream
-        (:mod:`fluxlite.kernels.gather_end`), as many programs as the one-shot reduction's
-        (:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`). It starts a microsecond or two behind the
+        (:mod:`fluxlite.kernels.gather_end`), :data:`~fluxlite.kernels.gather_end.PROGRAMS_PER_SM` programs per SM. It starts a microsecond or two behind the
         last GEMM and, but where ranks share a GPU, does not wait for our producer
         (:meth:`fluxlite.fused.Call.run`): it copies the peers' earlier splits while the copy engines
         still push the last ones. On CPU otherwise,
@@ -325,7 +324,7 @@ class GemmAllReduce(GemmReduceScatter):
                               gathered=g.gathered // out.element_size(), chunk_rows=g.mc,
                               region=sch.region_start(W, parity), reduced_at=sch.reduced_slot(W, 0, 0),
                               timeout_s=call.timeout_s,
-                              programs=kernel.PROGRAMS_PER_SM * gemm_core.persistent_programs(plan.config, out.device),
+                              sms=gemm_core.persistent_programs(plan.config, out.device),
                               cache=plan.kernels)
             return
         for s, (lo, hi) in enumerate(plan.split_rows):
