@@ -306,7 +306,8 @@ class GemmAllReduce(GemmReduceScatter):
         ``gathered`` into their rows of ``out``, each once its ``reduced`` flag is set (bounded waits).
 
         On CUDA (and with the CPU's kernel consumer, interpreted) one kernel on the consumer's stream
-        (:mod:`fluxlite.kernels.gather_end`), :data:`~fluxlite.kernels.gather_end.PROGRAMS_PER_SM` programs per SM. It starts a microsecond or two behind the
+        (:mod:`fluxlite.kernels.gather_end`), :data:`~fluxlite.kernels.gather_end.PROGRAMS_PER_SM`
+        programs per SM. It starts a microsecond or two behind the
         last GEMM and, but where ranks share a GPU, does not wait for our producer
         (:meth:`fluxlite.fused.Call.run`): it copies the peers' earlier splits while the copy engines
         still push the last ones. On CPU otherwise,
