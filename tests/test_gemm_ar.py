@@ -3,7 +3,8 @@ shapes (one row, rows not divisible by the ranks, odd K and N), with a bias and 
 poisoned first (deterministic mode fills every ``torch.empty`` with NaN, and half the calls pass a
 NaN-filled ``out=``); both fused paths, the one-shot (decode sizes: M = 1 to 255) and the two-shot
 (the one-shot turned off, ``ONE_SHOT_MAX_BYTES = 0``), each with the interpreted Triton kernel as its
-consumer too, and the two-shot with tapered splits; its input checks; the custom op's fake and
+consumer too (the two-shot also at shapes drawn at random, marked slow), and the two-shot with
+tapered splits; its input checks; the custom op's fake and
 autograd against float64 autograd. Tolerances: tests/numerics.py (bf16: every rank's partial is
 rounded to bf16 before the reduction). A mismatched call and a missing peer are tests/test_safety_cpu.py's."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import random
 
 import pytest
 import torch
@@ -95,6 +97,21 @@ def test_gemm_ar_one_shot_with_the_kernel_as_consumer(world_size):
     whole tile and a masked rest."""
     run_ranks(_cases, world_size, (torch.float32,), ("fused",), ONE_SHOT_SHAPES, True,
               env={"FLUXLITE_CPU_CONSUMER": "triton"})
+
+
+def _random_shapes(rank: int, W: int, seed: int) -> None:
+    """Two shots with the interpreted kernels at shapes drawn from ``seed`` (the same on every rank):
+    up to 700 rows (chunks of one to several splits, the last chunk cut short or empty), odd K and N."""
+    rng = random.Random(seed)
+    shapes = [(rng.randint(1, 700), rng.randint(1, 40), rng.randint(1, 60)) for _ in range(5)]
+    _cases(rank, W, (torch.float32,), ("fused",), shapes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size,seed", [(3, 11), (4, 12)])
+def test_gemm_ar_fused_with_the_kernel_as_consumer_at_random_shapes(world_size, seed):
+    """:func:`test_gemm_ar_fused_with_the_kernel_as_consumer` at five shapes drawn from ``seed``."""
+    run_ranks(_random_shapes, world_size, seed, env={"FLUXLITE_CPU_CONSUMER": "triton"})
 
 
 TAPERED_SHAPES = {2: (1100, 7, 9), 3: (1700, 5, 11), 4: (2300, 6, 5)}  # chunks of 9 row blocks; M % W != 0 at 3, 4
