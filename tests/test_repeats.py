@@ -116,6 +116,17 @@ def _repeats(rank: int, W: int) -> None:
         fluxlite.ag_gemm(a, weight, impl="fused", out=torch.empty(W * m, N, dtype=torch.float64))
     with pytest.raises(ValueError, match="out must have shape"):
         fluxlite.ag_gemm(a, weight, impl="fused", out=torch.empty(W * m, N + 1))
+    # A tensor on another device that get_device() reads alike (-1 for CPU and meta) is checked too,
+    # before any communication: the workspace is not poisoned, and the next call is right.
+    for op, rows in ((fluxlite.ag_gemm, m), (fluxlite.gemm_rs, W * m), (fluxlite.gemm_ar, m)):
+        op(randn(gen, rows, K, dtype=F32), weight, impl="fused")
+        with pytest.raises(ValueError, match="weight must be on a's device"):
+            op(randn(gen, rows, K, dtype=F32).to("meta"), weight, impl="fused")
+        with pytest.raises(ValueError, match="weight must be on a's device"):
+            op(randn(gen, rows, K, dtype=F32), weight.to("meta"), impl="fused")
+    _ag(gen, rank, W, m, K, N, failures, "ag after the device checks")
+    _rs(gen, rank, W, m, K, N, failures, "rs after the device checks")
+    assert not failures, failures
 
 
 def _poisoned_then_released(rank: int, W: int) -> None:

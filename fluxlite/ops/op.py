@@ -447,7 +447,8 @@ def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
-    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.get_device())
+    # The device, not get_device(): that is -1 for a CPU tensor and a meta one alike.
+    return None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
 
 
 def empty_gemm(args: Args) -> bool:
