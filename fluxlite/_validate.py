@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .group import TPGroup
+from .host_flags import timeout_problem
 
 IMPLS = ("sequential", "decomposed", "fused", "auto")
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -80,8 +81,9 @@ def check_rows_divisible(op: str, rows: int, world_size: int) -> None:
 
 
 def check_timeout(timeout) -> None:
-    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0):
-        raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
+    problem = None if timeout is None else timeout_problem(timeout)
+    if problem:
+        raise ValueError(f"timeout must be None or {problem}, got {timeout!r}")
 
 
 def check_out(op: str, out, shape: tuple[int, ...], like: torch.Tensor) -> None:

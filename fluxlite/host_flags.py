@@ -30,10 +30,25 @@ timeout names it (with the split): the CPU end's host wait and the GPU's record
 (:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_FINISHED`) alike."""
 
 
+MAX_TIMEOUT_S = 9.2e9
+"""The longest timeout in seconds: the kernels' bounded waits count it in int64 nanoseconds."""
+
+
+def timeout_problem(value) -> str | None:
+    """What ``value`` must be as a timeout in seconds, if it is not that; else None. Infinity is not
+    a timeout: every wait is bounded."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        return "a positive number of seconds"
+    if not value <= MAX_TIMEOUT_S:
+        return f"a finite number of seconds, at most {MAX_TIMEOUT_S:g} (every wait is bounded)"
+    return None
+
+
 def set_default_timeout(seconds: float | None) -> None:
     """Set the process-wide default flag timeout (``None`` goes back to env/default)."""
-    if seconds is not None and not seconds > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {seconds}")
+    problem = None if seconds is None else timeout_problem(seconds)
+    if problem:
+        raise ValueError(f"timeout must be None or {problem}, got {seconds!r}")
     PROCESS.timeout_override = seconds
 
 
@@ -49,10 +64,12 @@ def resolve_timeout(timeout: float | None) -> float:
             timeout = float(env)
         except ValueError:
             timeout = None
-        if timeout is None or not timeout > 0:
-            raise ValueError(f"FLUXLITE_TIMEOUT_S must be a positive number of seconds, got {env!r}")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        problem = timeout_problem(timeout)
+        if problem:
+            raise ValueError(f"FLUXLITE_TIMEOUT_S must be {problem}, got {env!r}")
+    problem = timeout_problem(timeout)
+    if problem:
+        raise ValueError(f"timeout must be {problem}, got {timeout!r}")
     return float(timeout)
 
 

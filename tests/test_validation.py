@@ -9,7 +9,6 @@ raise the documented error. It also covers M not divisible by W, which needs W >
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import timedelta
 
@@ -62,6 +61,7 @@ def _cases(world_size: int):
             (f"{op}-impl-none", op, (x, w), {"impl": None}, ValueError, ["impl", "None"]),
             (f"{op}-timeout-negative", op, (x, w), {"timeout": -1}, ValueError, ["timeout", "-1"]),
             (f"{op}-timeout-str", op, (x, w), {"timeout": "5"}, ValueError, ["timeout", "'5'"]),
+            (f"{op}-timeout-inf", op, (x, w), {"timeout": float("inf")}, ValueError, ["timeout", "finite", "inf"]),
             (f"{op}-group-not-a-group", op, (x, w), {"group": "world"}, TypeError, ["group", "ProcessGroup", "str"]),
         ]
     if W > 1:
@@ -130,7 +130,14 @@ def test_timeout_resolution_order(monkeypatch):
     assert resolve_timeout(None) == 7.5
     with pytest.raises(ValueError, match="timeout"):
         fluxlite.set_default_timeout(0)
-    assert math.isinf(resolve_timeout(float("inf")))
+    for value in (float("inf"), 1e10):  # every wait is bounded, in int64 nanoseconds on the GPU
+        with pytest.raises(ValueError, match="a finite number of seconds"):
+            resolve_timeout(value)
+        with pytest.raises(ValueError, match="a finite number of seconds"):
+            fluxlite.set_default_timeout(value)
+    monkeypatch.setenv("FLUXLITE_TIMEOUT_S", "inf")
+    with pytest.raises(ValueError, match="FLUXLITE_TIMEOUT_S must be a finite number of seconds"):
+        resolve_timeout(None)
 
 
 def test_non_contiguous_and_world_size_one_are_served(one_rank_group):
