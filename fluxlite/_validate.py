@@ -100,3 +100,30 @@ def check_out(op: str, out, shape: tuple[int, ...], like: torch.Tensor) -> None:
         raise ValueError(f"{op}: out must be on {like.device}, got {out.device}")
     if not out.is_contiguous():
         raise ValueError(f"{op}: out must be contiguous")
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """``[first, last + 1)`` byte addresses that ``t``'s elements may occupy (empty for no elements)."""
+    start, count = t.data_ptr(), t.numel()
+    if count == 0:
+        return start, start
+    if not t.is_contiguous():
+        count = 1 + sum([(size - 1) * stride for size, stride in zip(t.shape, t.stride())])
+    return start, start + count * t.element_size()
+
+
+def check_disjoint(op: str, out: torch.Tensor, inputs: dict) -> None:
+    """``out`` shares no memory with any of ``inputs`` (name: tensor or None; all checked to be on
+    ``out``'s device, whose addresses are unique in the process). Every impl reads its inputs while it
+    writes ``out`` (a fused call's tiles, a matmul's output), so an ``out`` that is also an input gives
+    a wrong answer, not an error: refused here. Spans are compared, so a view interleaved with
+    ``out`` without sharing an element is refused too."""
+    lo, hi = _byte_span(out)
+    if lo == hi:
+        return
+    for name, t in inputs.items():
+        if t is not None:
+            t_lo, t_hi = _byte_span(t)
+            if t_lo < hi and lo < t_hi:
+                raise ValueError(f"{op}: out must not share memory with {name} (bytes {lo:#x}-{hi:#x} and "
+                                 f"{t_lo:#x}-{t_hi:#x}); pass a separate out, or none")

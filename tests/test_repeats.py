@@ -124,6 +124,12 @@ def _repeats(rank: int, W: int) -> None:
             op(randn(gen, rows, K, dtype=F32).to("meta"), weight, impl="fused")
         with pytest.raises(ValueError, match="weight must be on a's device"):
             op(randn(gen, rows, K, dtype=F32), weight.to("meta"), impl="fused")
+    # An out that shares memory with an input: the key holds no addresses, the repeat checks it.
+    buffer = randn(gen, W * m * max(K, N), dtype=F32)
+    a_in, out_in = buffer[:m * K].view(m, K), buffer[:W * m * N].view(W * m, N)
+    fluxlite.ag_gemm(randn(gen, m, K, dtype=F32), weight, impl="fused", out=torch.empty(W * m, N))
+    with pytest.raises(ValueError, match="out must not share memory with a"):
+        fluxlite.ag_gemm(a_in, weight, impl="fused", out=out_in)
     _ag(gen, rank, W, m, K, N, failures, "ag after the device checks")
     _rs(gen, rank, W, m, K, N, failures, "rs after the device checks")
     assert not failures, failures

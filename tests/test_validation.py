@@ -43,6 +43,20 @@ def _cases(world_size: int):
             (f"{op}-out-non-contiguous", op, (x, w), {"out": _t(N, rows).t()}, ValueError, ["out", "contiguous"]),
             (f"{op}-out-not-tensor", op, (x, w), {"out": [0.0]}, TypeError, ["out", "list"]),
         ]
+        # An out that shares memory with an input: every impl would read what it overwrites.
+        n_out = out_shape[0] * N
+        x_over = _t(max(x.numel(), n_out))
+        x_view = x_over[:x.numel()].view(x.shape)
+        w_over = _t(max(w.numel(), n_out))
+        b_over = _t(n_out + N)
+        cases += [
+            (f"{op}-out-overlaps-a", op, (x_view, w), {"out": x_over[:n_out].view(out_shape)}, ValueError,
+             ["out must not share memory with a"]),
+            (f"{op}-out-overlaps-weight", op, (x, w_over[:w.numel()].view(w.shape)),
+             {"out": w_over[:n_out].view(out_shape)}, ValueError, ["out must not share memory with weight"]),
+            (f"{op}-out-overlaps-bias", op, (x, w, b_over[n_out - 1:n_out - 1 + N]),
+             {"out": b_over[:n_out].view(out_shape)}, ValueError, ["out must not share memory with bias"]),
+        ]
         cases += [
             (f"{op}-K-mismatch", op, (x, _t(N, K + 3)), {}, ValueError, ["weight", f"== {K}", f"got {K + 3}"]),
             (f"{op}-a-3d", op, (x.reshape(1, *x.shape), w), {}, ValueError, ["a must be 2-D", "3-D"]),

@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from .. import dispatch, epilogue, fused
 from .. import schedule as sch
-from .._validate import check_impl, check_operands, check_out, check_timeout, operands_as_used
+from .._validate import check_disjoint, check_impl, check_operands, check_out, check_timeout, operands_as_used
 from ..dispatch import GPU_FUSED_DTYPES, Choice
 from ..host_flags import resolve_timeout
 from ..kernels.gemm_core import GemmConfig
@@ -241,6 +241,8 @@ class Op:
         options = {**self.option_defaults, **options}
         key, repeat, known = self._repeat(group, timeout, impl, options, (a, weight, bias, out), forced)
         if repeat is not None:
+            if out is not None:  # the key holds no addresses
+                check_disjoint(self.name, out, self.inputs(a, weight, bias, options))
             args = self.as_used(repeat, a, weight, bias, out, options)
             grad = torch.is_grad_enabled()
             torch._C._set_grad_enabled(False)  # torch.no_grad()'s effect, for a fraction of its host time
@@ -278,6 +280,10 @@ class Op:
         args = self.check(a, weight, bias, group=group, impl=impl, timeout=timeout, out=None, **options)
         run = self._candidate(a, weight, bias, group, timeout, None, options)
         return impl_of(self.choose(impl, args, run)[0], args)
+
+    def inputs(self, a, weight, bias, options: dict) -> dict:
+        """The call's input tensors by name (``None`` where not given): what ``out`` must not overlap."""
+        return {"a": a, "weight": weight, "bias": bias, **{k: options.get(k) for k in self.tensor_options}}
 
     def as_used(self, repeat: Repeat, a, weight, bias, out, options: dict) -> Args:
         """The arguments of a repeated call as the op uses them (their checks passed before)."""
@@ -481,8 +487,11 @@ def check_common(op: Op, a, weight, bias, group, impl, timeout) -> TPGroup:
 
 
 def finish_args(op: Op, tp: TPGroup, a, weight, bias, out, ep, timeout, options: dict) -> Args:
-    """The checked call's :class:`Args`, ``out`` checked against the op's shape."""
+    """The checked call's :class:`Args`, ``out`` checked against the op's shape and the inputs."""
+    given = op.inputs(a, weight, bias, options)
     a, weight, bias = operands_as_used(a, weight, bias, gated=ep.gated)
     args = Args(tp, a, weight, bias, out, ep, resolve_timeout(timeout), options)
     check_out(op.name, out, op.out_shape(args), a)
+    if out is not None:
+        check_disjoint(op.name, out, given)
     return args
