@@ -60,6 +60,10 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
     if group is None:
         group = dist.group.WORLD
     if not isinstance(group, dist.ProcessGroup):
+        if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group() returns on a rank it leaves out
+            raise ValueError(f"group: this rank (global rank {dist.get_rank()}) is not a member of the group "
+                             "(torch.distributed.new_group returned GroupMember.NON_GROUP_MEMBER here); call "
+                             "the op only on the group's ranks")
         raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
     # By name, not id(): Dynamo traces a group's name (the layers resolve groups inside compiled
     # forwards) but not id() of it. A name comes back after destroy_process_group: hence the identity check.

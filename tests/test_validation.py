@@ -179,6 +179,12 @@ def _two_ranks(rank: int, world_size: int) -> None:
             store.set(f"validation-done-{turn}", "1")
         else:
             store.wait([f"validation-done-{turn}"], timedelta(seconds=60))
+    # A group that leaves this rank out: new_group() hands back a marker, not a group.
+    alone = dist.new_group([0], backend="gloo")
+    if rank != 0:
+        for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+            _check_raises((f"{op}-not-a-member", op, (_t(4, 8), _t(3, 8)), {"group": alone}, ValueError,
+                           ["group", f"global rank {rank}", "not a member"]))
     dist.barrier(group=group)
 
 
