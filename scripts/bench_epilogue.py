@@ -27,6 +27,7 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from fluxlite._cli import ArgumentParser  # noqa: E402
 from fluxlite import epilogue as E  # noqa: E402
 from fluxlite.kernels.ag_gemm import gemm  # noqa: E402
 
@@ -65,7 +66,7 @@ def _time(fn, rounds: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--out", default=None)

@@ -18,6 +18,7 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from fluxlite._cli import ArgumentParser  # noqa: E402
 from fluxlite.kernels.ag_gemm import gemm  # noqa: E402
 from fluxlite.dispatch import GPU_CONFIGS  # noqa: E402
 from fluxlite.kernels.gemm_core import GemmConfig  # noqa: E402
@@ -43,7 +44,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--shapes", nargs="+", type=parse_shape, default=SHAPES, metavar="M,K,N")
     args = parser.parse_args()

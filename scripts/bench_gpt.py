@@ -53,6 +53,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from fluxlite._cli import ArgumentParser
 import fluxlite
 from bench_layers import (NORM_EPS, _device_name, _megatron_parallel_state, _peak_gib, _sync, add_step_args, all_ranks,
                           interleaved_timings, rel_err)
@@ -62,7 +63,7 @@ from fluxlite.parallel import allreduce_sequence_parallel_grads
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_step_args(p, modes="megatron,fused,auto", dtypes=("bf16", "fp32"), warmup=3, iters=10, rounds=3, steps=3)
     p.add_argument("--layers", type=int, default=2, help="transformer layers (Llama-3-70B has 80)")
     p.add_argument("--vocab", type=int, default=32768)

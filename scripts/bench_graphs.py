@@ -24,6 +24,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fluxlite  # noqa: E402
+from fluxlite._cli import ArgumentParser  # noqa: E402
 from fluxlite.timing import Timer, time_rounds  # noqa: E402
 
 # (op, tokens M, K, N) per rank at TP=2: BENCHMARKS.md's llama-70b shapes, then random ragged ones.
@@ -50,7 +51,7 @@ def _calls(op: str, M: int, K: int, N: int, world: int, impl: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=10, help="fused calls per captured graph")
     parser.add_argument("--seed", type=int, default=7)

@@ -55,6 +55,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fluxlite._cli import ArgumentParser
 import fluxlite
 from fluxlite.demo import Timer
 from fluxlite.parallel import (
@@ -96,7 +97,7 @@ def add_step_args(p: argparse.ArgumentParser, *, modes: str, dtypes: tuple, warm
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_step_args(p, modes="sequential,fused", dtypes=("bf16", "fp16", "fp32"), warmup=5, iters=20, rounds=5, steps=4)
     p.add_argument("--block", choices=("transformer", "mlp"), default="transformer",
                    help="the whole block (attention and MLP) or its MLP half alone")

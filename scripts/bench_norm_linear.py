@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from fluxlite._cli import ArgumentParser
 import fluxlite
 from fluxlite._sequential import all_gather_rows
 from fluxlite.parallel.norm_linear import NormOptions, fold, row_stats
@@ -30,7 +31,7 @@ from fluxlite.timing import Timer, run_each_once, time_rounds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=None, help="all ranks' rows (default 8192 GPU, 64 CPU)")
     parser.add_argument("--hidden", type=int, default=None, help="default 8192 GPU, 32 CPU")
     parser.add_argument("--ffn-local", type=int, default=None, help="SwiGLU output columns per rank (14336 GPU, 24 CPU)")

@@ -7,6 +7,7 @@ test runs the llama3-70b preset on 2 GPUs."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import math
@@ -340,6 +341,19 @@ def test_bad_arguments_under_torchrun_give_one_line(tmp_path):
         "torch_symm_mem, auto, got 'nope'"], run.stderr
     # no rank's traceback: only torchrun's own report of the failed worker follows (rank 0, status 2)
     assert "exitcode  : 2" in run.stderr and run.stderr.count("Traceback") == 1 and "fluxlite/" not in run.stderr
+
+
+def test_every_script_parses_with_the_one_line_parser():
+    """The scripts' command lines, like the profiler's, answer bad arguments with one line, once under
+    torchrun (fluxlite._cli.ArgumentParser): none builds a plain argparse parser, whose error is a usage
+    block on every rank."""
+    plain = []
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        plain += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "ArgumentParser" and getattr(node.func.value, "id", None) == "argparse"]
+    assert not plain, f"argparse.ArgumentParser built at {plain}; use fluxlite._cli.ArgumentParser"
 
 
 def test_a_long_cpu_run_is_refused_with_what_fits(capsys, monkeypatch):
