@@ -61,12 +61,13 @@ def resolve_timeout(timeout: float | None) -> float:
         if not env:
             return DEFAULT_TIMEOUT_S
         try:
-            timeout = float(env)
+            value = float(env)
         except ValueError:
-            timeout = None
-        problem = timeout_problem(timeout)
+            value = None
+        problem = timeout_problem(value)
         if problem:
             raise ValueError(f"FLUXLITE_TIMEOUT_S must be {problem}, got {env!r}")
+        return value
     problem = timeout_problem(timeout)
     if problem:
         raise ValueError(f"timeout must be {problem}, got {timeout!r}")

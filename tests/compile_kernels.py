@@ -175,6 +175,9 @@ def main() -> None:
     # launched as one program of one warp
     one_warp = (align.align_kernel, split_wait.split_wait_kernel)
     gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS}
+    # the two launched PROGRAMS_PER_SM to an SM, round robin (fluxlite.kernels.launch.max_registers)
+    programs_per_sm = {gemm_ar.one_shot_kernel: gemm_ar.PROGRAMS_PER_SM,
+                       gather_end.gather_end_kernel: gather_end.PROGRAMS_PER_SM}
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:
@@ -182,9 +185,7 @@ def main() -> None:
                 # the one-shot reduction and the gather's end launch with one stage
                 one_stage = fn is gemm_ar.one_shot_kernel or fn in gather
                 stages = dataclasses.replace(config, num_stages=1) if one_stage else config
-                # the two launched PROGRAMS_PER_SM to an SM, round robin (fluxlite.kernels.launch.max_registers)
-                per_sm = {gemm_ar.one_shot_kernel: gemm_ar.PROGRAMS_PER_SM,
-                          gather_end.gather_end_kernel: gather_end.PROGRAMS_PER_SM}.get(fn)
+                per_sm = programs_per_sm.get(fn)
                 kernel = compile_kernel(fn, types, consts, stages, warps, per_sm)
             except Exception as exc:  # report every variant that fails, then exit non-zero
                 failed += 1

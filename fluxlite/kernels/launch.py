@@ -69,6 +69,14 @@ def max_registers(num_warps: int, programs_per_sm: int) -> int:
     return REGISTERS_PER_SM // (programs_per_sm * num_warps * 32) // 8 * 8
 
 
+def _options(num_warps: int, num_stages: int, programs_per_sm: int | None) -> dict:
+    """The compile options of a launch (:func:`launch`'s ``programs_per_sm`` as ``maxnreg``)."""
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if programs_per_sm is not None and not interpreting():
+        options["maxnreg"] = max_registers(num_warps, programs_per_sm)
+    return options
+
+
 def launch(fn, cache: dict, grid: int, args: tuple, constexprs: dict, *, num_warps: int, num_stages: int,
            programs_per_sm: int | None = None) -> None:
     """Launch ``fn`` on ``grid`` programs of the current stream with positional ``args`` (in the
@@ -78,19 +86,17 @@ def launch(fn, cache: dict, grid: int, args: tuple, constexprs: dict, *, num_war
     programs fit an SM's register file together (:func:`max_registers`), for a kernel whose programs
     share out work round robin, where a program not yet resident would do its share last.
     ``cache`` keeps the compiled kernels of this caller (e.g. a call plan)."""
-    options = dict(num_warps=num_warps, num_stages=num_stages)
-    if programs_per_sm is not None and not interpreting():
-        options["maxnreg"] = max_registers(num_warps, programs_per_sm)
     if interpreting() or _hooks_set():
-        fn[(grid,)](*args, **constexprs, **options)
+        fn[(grid,)](*args, **constexprs, **_options(num_warps, num_stages, programs_per_sm))
         return
-    key = (tuple(map(_spec, args, _specialized(fn, len(args)))), tuple(constexprs.items()), *options.values())
+    key = (tuple(map(_spec, args, _specialized(fn, len(args)))), tuple(constexprs.items()), num_warps, num_stages,
+           programs_per_sm)
     kernel = cache.get(key)
     if kernel is None:
         names = fn.arg_names[len(args):]
         if list(constexprs) != list(names):
             raise TypeError(f"{fn.__name__}: constexprs must be {names} in order, got {list(constexprs)}")
-        cache[key] = fn[(grid,)](*args, **constexprs, **options)
+        cache[key] = fn[(grid,)](*args, **constexprs, **_options(num_warps, num_stages, programs_per_sm))
         return
     stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
     kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None, None, *args,
