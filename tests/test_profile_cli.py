@@ -51,6 +51,9 @@ def _check_row(row: dict, impls: set[str]) -> None:
     g, seq, lim = t["gemm"]["throughput"], t["sequential"]["throughput"], t["limit"]["throughput"]
     assert row["limit_ms"] == lim
     assert set(row["efficiency"]) == set(row["vs_limit"]) == impls & OVERLAPPED
+    assert set(row["bound"]) == {"throughput", "latency"}  # what the limit itself reaches over sequential
+    for mode, bound in row["bound"].items():
+        assert math.isclose(bound, t["sequential"][mode] / t["limit"][mode], rel_tol=1e-9)
     for impl in impls & OVERLAPPED:
         f = t[impl]["throughput"]
         eff = limit.efficiency(seq, f, lim)
@@ -165,6 +168,8 @@ def test_profile_two_cpu_ranks_end_to_end(profiled):
             row["auto_vs_best"][m] for m in ("throughput", "latency", "eager")]
         assert float(ln["limit_ms"]) == row["limit_ms"] and float(ln["efficiency"]) == row["efficiency"]["fused"]
         assert math.isfinite(float(ln["efficiency"])) and float(ln["vs_limit"]) == row["vs_limit"]["fused"]
+        assert [float(ln[f"bound_{m}"]) for m in ("throughput", "latency")] == [
+            row["bound"][m] for m in ("throughput", "latency")]
     assert (profiled / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -182,9 +187,13 @@ def test_redraw_from_the_json_and_from_older_schema_files(profiled, tmp_path):
         for by_mode in (r["speedup_vs_sequential"], {"auto": r["auto_vs_best"]}, {"auto": r["auto_vs_best_bounds"]}):
             for v in by_mode.values():
                 v.pop("eager", None)
+        del r["bound"]  # written before the bound was a figure: read_json takes it from the times
     (tmp_path / "v2.json").write_text(json.dumps(data))
     meta, rows = report.read_json(tmp_path / "v2.json")
     assert "AG 64x32->48" in report.format_table(meta, rows)
+    for r in rows:
+        t = r["times_ms"]
+        assert r["bound"] == {m: t["sequential"][m] / t["limit"][m] for m in ("throughput", "latency")}
     assert cli.main(["--from-json", str(tmp_path / "v2.json"), "--out", str(tmp_path / "v2")]) == 0
 
     data["schema"] = "fluxlite-profile/1"  # as fluxlite-profile/1 wrote it: no limit either
@@ -196,6 +205,7 @@ def test_redraw_from_the_json_and_from_older_schema_files(profiled, tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(data))
     meta, rows = report.read_json(tmp_path / "old.json")
     assert all(math.isnan(r["limit_ms"]) and r["efficiency"] == {} and "overlap_efficiency" not in r for r in rows)
+    assert all(math.isnan(v) for r in rows for v in r["bound"].values())  # no limit timed: no bound
     assert "AG 64x32->48" in report.format_table(meta, rows)
 
 

@@ -6,8 +6,9 @@ command, the timing settings, and ``stopped`` (why the run ended early, or null;
 the shapes finished before, of ``shapes`` planned). Each row: ``op, M, K, N, names, flops``;
 ``times_ms[impl][mode]`` (modes of :data:`fluxlite.timing.MODES`); ``limit_ms`` (the
 overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequential[impl][mode]``,
-``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]`` (the figures of
-:mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
+``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]``, and ``bound[mode]``
+(sequential over the limit, throughput and latency mode: the most speedup over sequential an
+overlapped implementation can reach there) (the figures of :mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
 ``auto_vs_best[mode]`` (``auto`` over the fastest of sequential, decomposed and fused, throughput
 and latency mode and eager calls back to back: :data:`fluxlite.profile.run.AUTO_MODES`) and
 ``auto_vs_best_bounds[mode]`` (``[low, median, high]`` of the same ratio taken round by round, the
@@ -16,7 +17,7 @@ bounds of its median at 95%; null where too few rounds bound it);
 source; ``modes``: its choice's label per declared mode, where measured). NaN (and an infinity)
 is written as ``null``.
 :func:`read_json` also reads the earlier ``fluxlite-profile/2`` files (no eager mode: NaN) and
-``fluxlite-profile/1`` files (no limit either).
+``fluxlite-profile/1`` files (no limit either); a file without ``bound`` gets it from its times.
 
 CSV (``profile.csv``): one line per row and implementation, with the same figures; the row's
 figures (``limit_ms``, ``auto_vs_best_*``, ``auto``) on each of its lines.
@@ -35,18 +36,21 @@ import warnings
 from pathlib import Path
 
 from .presets import SHORT
-from .run import AUTO_MODES, IMPLS, REPORTED_MODES
+from .run import AUTO_MODES, BOUND_MODES, IMPLS, REPORTED_MODES
 
 SCHEMA = "fluxlite-profile/3"
 READABLE = (SCHEMA, "fluxlite-profile/2", "fluxlite-profile/1")
 PER_IMPL = ("exposed_comm_ms", "efficiency", "vs_limit")  # the row's {impl: figure} fields
 CSV_FIELDS = ("op", "M", "K", "N", "names", "impl", *(f"{m}_ms" for m in REPORTED_MODES),
               *(f"speedup_{m}" for m in REPORTED_MODES), "exposed_comm_ms", "limit_ms", "efficiency", "vs_limit",
-              *(f"auto_vs_best_{m}" for m in AUTO_MODES), "auto")
+              *(f"bound_{m}" for m in BOUND_MODES), *(f"auto_vs_best_{m}" for m in AUTO_MODES), "auto")
 CHART_IMPLS = ("sequential", "decomposed", "fused", "torch_symm_mem")
 EFFICIENCY_TEXT = ("efficiency = (T_seq - T_impl) / (T_seq - T_limit): the share of the communication the hardware "
                    "lets an overlapped op hide that it hides (1: all, 0: none, as sequential; '-': nothing to hide)")
 LIMIT_TEXT = "limit: the GEMM alone while the copy engine moves the op's bytes beside it, the best an overlapped op can do"
+BOUND_TEXT = ("bound tp / lat: sequential over the limit in throughput / latency mode, the most speedup over sequential "
+              "an overlapped op can reach there (in latency mode a long GEMM starts on an idle device and runs slower; "
+              "on calls of some 0.1 ms the limit's own copy launch can cost more than a fused call's reduction)")
 UNDER_LIMIT = 0.03
 """How far under the limit (relative) a fused time is marked as under it, past the rounds' spread."""
 UNDER_LIMIT_TEXT = ("!: fused ran under the limit, which is then no floor: torch.matmul, which the GEMM, the limit "
@@ -91,6 +95,11 @@ def read_json(path: Path) -> tuple[dict, list[dict]]:
         r = dict(r, times_ms=back(r["times_ms"]), speedup_vs_sequential=back(r["speedup_vs_sequential"]),
                  limit_ms=back(r.get("limit_ms")), **{k: back(r.get(k, {})) for k in PER_IMPL})
         r.pop("overlap_efficiency", None)  # schema 1's figure, replaced by the efficiency against the limit
+        if "bound" not in r:  # files written before the bound was a figure: the same ratio of their times
+            times = r["times_ms"]
+            r["bound"] = {m: times.get("sequential", {}).get(m, nan) / times.get("limit", {}).get(m, nan)
+                          for m in BOUND_MODES}
+        r["bound"] = back(r["bound"])
         rows.append(r)
     return data["meta"], rows
 
@@ -107,6 +116,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                               *(t.get(m, "") for m in REPORTED_MODES), *(s.get(m, "") for m in REPORTED_MODES),
                               r["exposed_comm_ms"].get(impl, ""), r["limit_ms"], r["efficiency"].get(impl, ""),
                               r["vs_limit"].get(impl, ""),
+                              *("" if math.isnan(v) else v for v in (r["bound"].get(m, math.nan) for m in BOUND_MODES)),
                               *("" if math.isnan(v) else v for v in (_auto_vs_best(r, m) for m in AUTO_MODES)),
                               r["auto"]["label"]])
 
@@ -115,6 +125,14 @@ def _auto_vs_best(row: dict, mode: str) -> float:
     """``auto_vs_best[mode]`` of ``row``; NaN where ``auto`` or its candidates were not timed."""
     v = row.get("auto_vs_best", {}).get(mode)
     return math.nan if v is None else v
+
+
+def bound_cell(row: dict) -> str:
+    """``bound`` in throughput and latency mode, ``1.16/1.06x``; ``-`` for a mode not timed."""
+    cells = [row.get("bound", {}).get(m, math.nan) for m in BOUND_MODES]
+    if all(math.isnan(v) for v in cells):
+        return "-"
+    return "/".join("-" if math.isnan(v) else f"{v:.2f}" for v in cells) + "x"
 
 
 def auto_vs_best_cell(row: dict) -> str:
@@ -205,13 +223,13 @@ def chart(meta: dict, rows: list[dict]):
 
 def format_table(meta: dict, rows: list[dict]) -> str:
     """The terminal table: throughput ms of each implementation and of the limit, the speedups of
-    fused over sequential, its efficiency against the limit, ``auto`` over the best candidate
-    (:func:`auto_vs_best_cell`), and what auto chooses. The passes
+    fused over sequential, the most the limit allows (:func:`bound_cell`), fused's efficiency against
+    the limit, ``auto`` over the best candidate (:func:`auto_vs_best_cell`), and what auto chooses. The passes
     column (the model's layer passes a shape serves) is shown only when some row has them."""
     passes = any(r["names"] for r in rows)
     head = ("op, M x K -> N", *(("passes",) if passes else ()), "GEMM", "comm", "copy", "limit", "seq", "decomp",
-            "fused", "torch", "fused tp", "fused lat", "fused eff", "auto/best", "auto")
-    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 16, 24)
+            "fused", "torch", "fused tp", "fused lat", "bound tp/lat", "fused eff", "auto/best", "auto")
+    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 12, 9, 16, 24)
     lines = [f"{title(meta)}; ms are throughput medians over {meta['rounds']} rounds, max over ranks; "
              f"torch {meta['torch']}, triton {meta['triton']}",
              " ".join(f"{h:>{w}}" for h, w in zip(head, widths))]
@@ -233,10 +251,10 @@ def format_table(meta: dict, rows: list[dict]) -> str:
                  *(ms(r, i) for i in ("gemm", "comm", "copy", "limit", "sequential", "decomposed", "fused",
                                       "torch_symm_mem")),
                  num(sp.get("throughput", math.nan), "{:.2f}x"), num(sp.get("latency", math.nan), "{:.2f}x"),
-                 eff, auto_vs_best_cell(r), auto_cell(r["auto"]))
+                 bound_cell(r), eff, auto_vs_best_cell(r), auto_cell(r["auto"]))
         lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     lines += ["copy: the op's bytes moved by the copy engine alone; " + LIMIT_TEXT,
-              "fused tp / lat: speedup of fused over sequential in throughput / latency mode; "
+              "fused tp / lat: speedup of fused over sequential in throughput / latency mode; " + BOUND_TEXT,
               "fused eff: its " + EFFICIENCY_TEXT,
               "auto/best: auto's time over the fastest of sequential, decomposed and fused, throughput/latency/"
               "eager (eager calls back to back, where auto runs an undeclared call's choice) "

@@ -14,6 +14,13 @@ and ``auto``, timed in each mode as a call that declares that mode (the timer de
     exposed     = T_impl - T_gemm                               (the communication left visible)
     efficiency  = (T_sequential - T_impl) / (T_sequential - T_limit)
     vs_limit    = T_impl / T_limit
+    bound       = T_sequential / T_limit                        (per mode: throughput, latency)
+
+``bound`` is the speedup over sequential that the limit itself reaches in that mode: an overlapped
+implementation whose GEMM runs as fast as ``torch.matmul``'s can beat sequential by no more. In
+latency mode a call starts on a device that idled through the barrier before it, and a long GEMM
+then takes longer than queued behind others (on two H200s a GEMM of 4.9-5.1 ms queued took 5.6-5.8 ms so), while
+the all-reduce does not stretch alike: the latency bound can be far below the throughput one.
 
 An efficiency of 1 hides all the communication that the hardware lets an overlapped op hide, 0
 hides none (sequential); it is NaN where sequential is within noise of the limit (nothing to hide).
@@ -42,6 +49,8 @@ REFERENCES = ("gemm", "comm", "copy", "limit", "sequential")  # always timed: th
 OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover
 REPORTED_MODES = ("throughput", "latency", "eager", "host")
 AUTO_MODES = (*dispatch.MEASURED_MODES, dispatch.EAGER)
+BOUND_MODES = ("throughput", "latency")
+"""The modes of ``bound`` (sequential over the limit): where the limit is timed as the calls are."""
 """The modes of ``auto_vs_best``: throughput and latency, where ``auto`` runs a declared mode's choice,
 and eager calls back to back, where it runs an undeclared call's (:mod:`fluxlite.timing`)."""
 TIMEOUT_S = 60
@@ -125,6 +134,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
     """The figures of a row from ``times[impl][mode]`` (ms; see the module docstring): ``limit_ms``
     and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
     (per mode), the exposed communication (ms), the efficiency against the limit and ``vs_limit``;
+    ``bound[mode]``: sequential over the limit, per mode of :data:`BOUND_MODES`;
     ``auto_vs_best[mode]``: ``auto`` over the fastest of what it chooses among
     (:data:`fluxlite.dispatch.MEASURED_IMPLS`) that was timed, per mode of :data:`AUTO_MODES`; and, from
     ``rounds_ms[impl][mode]`` (each round's ms, the max over the ranks: :func:`fluxlite.timing.per_round`),
@@ -148,6 +158,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
         exposed_comm_ms={i: t(i) - g for i in timed},
         efficiency={i: limits.efficiency(seq, t(i), lim) for i in timed},
         vs_limit={i: t(i) / lim for i in timed},
+        bound={m: t("sequential", m) / t("limit", m) for m in BOUND_MODES},
         auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in AUTO_MODES}
         if "auto" in times and candidates else {},
         auto_vs_best_bounds={m: auto_bounds(m) for m in AUTO_MODES if m in rounds_ms["auto"]}
