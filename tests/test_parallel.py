@@ -440,6 +440,23 @@ def _api(rank, W, seed):
     with pytest.raises(ValueError, match="divisible"):  # SP reduce-scatters the sequence dim
         RowParallelLinear(4 * W, 8, config=cfg, init_method=init, bias=False, input_is_parallel=True,
                           skip_bias_add=False)(torch.randn(W + 1, 2, 4, dtype=torch.float64))
+    # a bad input is named by the layer before any GEMM or collective, with and without sequence
+    # parallelism (without it the Column forward is a local GEMM that torch would reject in its own words)
+    plain = ModelParallelConfig(sequence_parallel=False, params_dtype=torch.float64)
+    for config in (cfg, plain):
+        c = ColumnParallelLinear(8, 4 * W, config=config, init_method=init, bias=True)
+        r = RowParallelLinear(4 * W, 8, config=config, init_method=init, bias=True, input_is_parallel=True,
+                              skip_bias_add=False)
+        for layer, k in ((c, 8), (r, 4)):
+            name = type(layer).__name__
+            with pytest.raises(TypeError, match=f"{name} expects input of its weight's dtype .*float64.*float32"):
+                layer(torch.randn(2 * W, 2, k, dtype=torch.float32))
+            with pytest.raises(ValueError, match=f"{name} expects input on its weight's device .*cpu.*meta"):
+                layer(torch.randn(2 * W, 2, k, dtype=torch.float64, device="meta"))
+            with pytest.raises(ValueError, match=rf"{name} expects input \[\.\.\., {k}\] \(at least 2-D\)"):
+                layer(torch.randn(k, dtype=torch.float64))
+            with pytest.raises(TypeError, match=f"{name} expects a torch.Tensor"):
+                layer([[0.0] * k])
 
 
 # ---- the tests -----------------------------------------------------------------------------------

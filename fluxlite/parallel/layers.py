@@ -103,6 +103,20 @@ class _ParallelLinear(torch.nn.Module):
             lambda state_dict, prefix, *args, **kw: state_dict.setdefault(f"{prefix}_extra_state")
         )
 
+    def _check_input(self, input_, features: int, weight: torch.Tensor) -> None:
+        """A bad input, before any GEMM or collective, named by the layer: a tensor of at least 2 dims
+        ``[..., features]`` on ``weight``'s device, of ``weight``'s dtype (unless autocast is on for
+        that device, which casts the layer's own GEMMs)."""
+        name = type(self).__name__
+        if not isinstance(input_, torch.Tensor):
+            raise TypeError(f"{name} expects a torch.Tensor input [..., {features}], got {type(input_).__name__}")
+        if input_.dim() < 2 or input_.shape[-1] != features:
+            raise ValueError(f"{name} expects input [..., {features}] (at least 2-D), got {tuple(input_.shape)}")
+        if input_.device != weight.device:
+            raise ValueError(f"{name} expects input on its weight's device ({weight.device}), got {input_.device}")
+        if input_.dtype != weight.dtype and not torch.is_autocast_enabled(input_.device.type):
+            raise TypeError(f"{name} expects input of its weight's dtype ({weight.dtype}), got {input_.dtype}")
+
     def _set_activation(self, activation: Optional[str]) -> None:
         """Check and keep a Column layer's ``activation`` (after ``output_size_per_partition`` is set)."""
         if activation not in ACTIVATIONS:
@@ -246,8 +260,7 @@ class ColumnParallelLinear(_ParallelLinear):
             expected = (self.output_size_per_partition, self.input_size)
             if tuple(weight.shape) != expected:
                 raise RuntimeError(f"supplied weight's shape is {tuple(weight.shape)}, not {expected} as expected")
-        if input_.shape[-1] != self.input_size:
-            raise ValueError(f"ColumnParallelLinear expects input [..., {self.input_size}], got {tuple(input_.shape)}")
+        self._check_input(input_, self.input_size, weight)
         bias = self.bias if not self.skip_bias_add else None
         options = self._options(allreduce_dgrad=self.allreduce_dgrad, activation=self.activation)
         output = column_parallel_linear(input_, weight, bias, options)
@@ -312,8 +325,7 @@ class RowParallelLinear(_ParallelLinear):
 
     def forward(self, input_: torch.Tensor):
         expected = self.input_size_per_partition if self.input_is_parallel else self.input_size
-        if input_.shape[-1] != expected:
-            raise ValueError(f"RowParallelLinear expects input [..., {expected}], got {tuple(input_.shape)}")
+        self._check_input(input_, expected, self.weight)
         x = input_ if self.input_is_parallel else scatter_to_tensor_model_parallel_region(input_, group=self.tp_group)
         bias = self.bias if not self.skip_bias_add else None
         output = row_parallel_linear(x, self.weight, bias, self._options())

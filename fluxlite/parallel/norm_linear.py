@@ -259,9 +259,7 @@ class LayerNormColumnParallelLinear(_ParallelLinear):
         return self._folded[1]
 
     def forward(self, input_: torch.Tensor):
-        if input_.shape[-1] != self.input_size:
-            raise ValueError(f"LayerNormColumnParallelLinear expects input [..., {self.input_size}], "
-                             f"got {tuple(input_.shape)}")
+        self._check_input(input_, self.input_size, self.weight)
         bias = self.bias if not self.skip_bias_add else None
         folded = self._fold(bias) if self.norm.deferred else None
         stats = (None, None)  # the unfused path normalises inside the function
