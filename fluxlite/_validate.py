@@ -26,8 +26,8 @@ def check_matrix(name: str, t, layout: str) -> None:
 
 def check_operands(op: str, tp: TPGroup, a, weight, bias, a_layout: str, w_layout: str) -> None:
     """Check ``a``, ``weight``, ``bias`` of ``op`` against each other and the group."""
-    check_matrix("a", a, a_layout)
-    check_matrix("weight", weight, w_layout)
+    check_matrix(f"{op}: a", a, a_layout)
+    check_matrix(f"{op}: weight", weight, w_layout)
     if a.shape[1] != weight.shape[1]:
         raise ValueError(
             f"{op}: a and weight must share K (the last dim): a is {tuple(a.shape)} {a_layout}, "
@@ -99,7 +99,7 @@ def check_out(op: str, out, shape: tuple[int, ...], like: torch.Tensor) -> None:
     if out.device != like.device:
         raise ValueError(f"{op}: out must be on {like.device}, got {out.device}")
     if not out.is_contiguous():
-        raise ValueError(f"{op}: out must be contiguous")
+        raise ValueError(f"{op}: out must be contiguous, got strides {out.stride()} for shape {tuple(out.shape)}")
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:
