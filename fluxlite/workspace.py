@@ -410,7 +410,9 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
         # an arrival.
         n = PROCESS.workspace_builds.get((tp.name, device.type), 0)
         PROCESS.workspace_builds[(tp.name, device.type)] = n + 1
-        ws = SymmetricWorkspace(tp, device, f"rel{PROCESS.workspace_releases}/{device.type}/w{n}", resolve_timeout(timeout))
+        with torch.inference_mode(False), torch.no_grad():  # normal tensors: calls in any mode update them in place
+            ws = SymmetricWorkspace(tp, device, f"rel{PROCESS.workspace_releases}/{device.type}/w{n}",
+                                    resolve_timeout(timeout))
         PROCESS.workspaces[key] = ws
     return ws
 

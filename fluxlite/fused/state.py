@@ -247,11 +247,13 @@ class FusedState:
                 return torch.empty(shape, dtype=dtype, device=self.ws.device)
             if self.captured and self._scratch is not None:
                 self._retired_scratch.append(self._scratch)
-            self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.ws.device)
+            with torch.inference_mode(False):  # kept for later calls in any mode (Op.run)
+                self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.ws.device)
             self._scratch_views.clear()
         if len(self._scratch_views) >= MAX_SCRATCH_VIEWS:  # calls of ever new shapes (varying M)
             self._scratch_views.clear()
-        view = self._scratch_views[key] = self._scratch[:nbytes].view(dtype).view(shape)
+        with torch.inference_mode(False):  # a dtype view made in inference mode is an inference tensor
+            view = self._scratch_views[key] = self._scratch[:nbytes].view(dtype).view(shape)
         return view
 
     def region(self, parity: int) -> torch.Tensor:

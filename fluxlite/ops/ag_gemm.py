@@ -264,12 +264,13 @@ class AllGatherGemm(Op):
         is enqueued. A collective, like the op; its call signature is AG-GEMM's with ``N = 0``.
         With ``arrived`` the call is not replayed from a graph (what it enqueues is not known here)."""
         a = a.contiguous()
-        state = state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
-        state.check()
-        ws, (m, K) = state.ws, a.shape
-        W, r, row = ws.world_size, ws.rank, K * a.element_size()
-        plan = get_plan(state, self, m, K, 0, a.dtype, GATHER, consumer="torch", splits=1 if ws.is_cuda else None)
-        state.reserve(_scales_offset(W * m, row), timeout_s=timeout_s, signature=plan.signature)
+        with torch.inference_mode(False), torch.no_grad():  # what outlives the call: normal tensors (Op.run)
+            state = state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
+            state.check()
+            ws, (m, K) = state.ws, a.shape
+            W, r, row = ws.world_size, ws.rank, K * a.element_size()
+            plan = get_plan(state, self, m, K, 0, a.dtype, GATHER, consumer="torch", splits=1 if ws.is_cuda else None)
+            state.reserve(_scales_offset(W * m, row), timeout_s=timeout_s, signature=plan.signature)
         call = Call(state, self.name, plan, timeout_s)
         gathered = call.views(lambda: ws.data(r, call.parity, (W * m, K), a.dtype))
         copied = (a.data_ptr(),)

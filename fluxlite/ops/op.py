@@ -327,10 +327,15 @@ class Op:
             if impl != "fused":
                 value = getattr(self, impl)(args)
             else:
-                state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s),
-                                       args.timeout_s)
-                args = self.kernel_operands(state, args)
-                plan = self.prepare(state, args, choice.config)
+                # The workspace, the fused state and the plan outlive this call, and later calls update
+                # them in place: made under torch.inference_mode() they would be inference tensors,
+                # which no call outside it may update. The call itself runs in the caller's mode, which
+                # an inference-mode out= needs. (inference_mode(False) turns grad mode back on.)
+                with torch.inference_mode(False), torch.no_grad():
+                    state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s),
+                                           args.timeout_s)
+                    args = self.kernel_operands(state, args)
+                    plan = self.prepare(state, args, choice.config)
                 value = self.fused(state, plan, args)
         if remember is not None:
             self._remember(*remember, choice, impl, args, state, plan)
