@@ -7,8 +7,9 @@ the shapes finished before, of ``shapes`` planned). Each row: ``op, M, K, N, nam
 ``times_ms[impl][mode]`` (modes of :data:`fluxlite.timing.MODES`); ``limit_ms`` (the
 overlap limit, throughput mode); per overlapped implementation ``speedup_vs_sequential[impl][mode]``,
 ``exposed_comm_ms[impl]``, ``efficiency[impl]`` and ``vs_limit[impl]``, and ``bound[mode]``
-(sequential over the limit, throughput and latency mode: the most speedup over sequential an
-overlapped implementation can reach there) (the figures of :mod:`fluxlite.profile.run`); ``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
+(sequential over the limit in throughput and latency mode: the most speedup over sequential an
+overlapped implementation can reach there; the figures of :mod:`fluxlite.profile.run`);
+``rel_err[impl]`` (against sequential); ``failed[impl]`` (why);
 ``auto_vs_best[mode]`` (``auto`` over the fastest of sequential, decomposed and fused, throughput
 and latency mode and eager calls back to back: :data:`fluxlite.profile.run.AUTO_MODES`) and
 ``auto_vs_best_bounds[mode]`` (``[low, median, high]`` of the same ratio taken round by round, the
@@ -20,7 +21,7 @@ is written as ``null``.
 ``fluxlite-profile/1`` files (no limit either); a file without ``bound`` gets it from its times.
 
 CSV (``profile.csv``): one line per row and implementation, with the same figures; the row's
-figures (``limit_ms``, ``auto_vs_best_*``, ``auto``) on each of its lines.
+figures (``limit_ms``, ``bound_*``, ``auto_vs_best_*``, ``auto``) on each of its lines.
 
 PNG (``profile.png``, needs matplotlib): per shape, a bar per implementation, stacked: the GEMM
 alone, then the exposed communication on top (none where the implementation beat the GEMM alone);
@@ -48,9 +49,10 @@ CHART_IMPLS = ("sequential", "decomposed", "fused", "torch_symm_mem")
 EFFICIENCY_TEXT = ("efficiency = (T_seq - T_impl) / (T_seq - T_limit): the share of the communication the hardware "
                    "lets an overlapped op hide that it hides (1: all, 0: none, as sequential; '-': nothing to hide)")
 LIMIT_TEXT = "limit: the GEMM alone while the copy engine moves the op's bytes beside it, the best an overlapped op can do"
-BOUND_TEXT = ("bound tp / lat: sequential over the limit in throughput / latency mode, the most speedup over sequential "
-              "an overlapped op can reach there (in latency mode a long GEMM starts on an idle device and runs slower; "
-              "on calls of some 0.1 ms the limit's own copy launch can cost more than a fused call's reduction)")
+BOUND_TEXT = ("bound tp / lat: sequential over the limit in throughput / latency mode, the most speedup over "
+              "sequential an overlapped op can reach there (in latency mode a long GEMM starts on an idle device "
+              "and runs slower; on calls of some 0.1 ms the limit's own copy launch can cost more than a fused "
+              "call's reduction)")
 UNDER_LIMIT = 0.03
 """How far under the limit (relative) a fused time is marked as under it, past the rounds' spread."""
 UNDER_LIMIT_TEXT = ("!: fused ran under the limit, which is then no floor: torch.matmul, which the GEMM, the limit "

@@ -19,8 +19,9 @@ and ``auto``, timed in each mode as a call that declares that mode (the timer de
 ``bound`` is the speedup over sequential that the limit itself reaches in that mode: an overlapped
 implementation whose GEMM runs as fast as ``torch.matmul``'s can beat sequential by no more. In
 latency mode a call starts on a device that idled through the barrier before it, and a long GEMM
-then takes longer than queued behind others (on two H200s a GEMM of 4.9-5.1 ms queued took 5.6-5.8 ms so), while
-the all-reduce does not stretch alike: the latency bound can be far below the throughput one.
+then takes longer than queued behind others (on two H200s a GEMM of 4.9-5.1 ms queued took
+5.6-5.8 ms so), while the all-reduce does not stretch alike: the latency bound can be far below the
+throughput one.
 
 An efficiency of 1 hides all the communication that the hardware lets an overlapped op hide, 0
 hides none (sequential); it is NaN where sequential is within noise of the limit (nothing to hide).
