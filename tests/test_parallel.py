@@ -485,3 +485,58 @@ def _single_rank_worker(rank, W, seed):
     x = torch.randn(5, 2, 8, dtype=torch.float64)
     out, _ = layer(x)
     _close(out, x @ layer.master_weight.t(), "TP=1 output", {})
+
+
+# ---- second derivatives ----------------------------------------------------------------------------
+
+def _second_derivative(rank, W, seed):
+    """``d/dA ||d(||Row(Column(x))||²)/dx||²`` for the Column weight ``A`` against float64 on the full
+    weights; without sequence parallelism at several ranks the layers refuse ``create_graph``."""
+    import torch.distributed as dist
+
+    from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear
+    from tests.test_norm_linear import _layer
+
+    s = 2 * W
+    for sp in (True, False) if W > 1 else (False,):
+        cfg = ModelParallelConfig(sequence_parallel=sp, params_dtype=torch.float64)
+        col = ColumnParallelLinear(16, 4 * W, config=cfg, init_method=_init(seed), bias=False, overlap="fused")
+        row = RowParallelLinear(4 * W, 16, config=cfg, init_method=_init(seed + 1), bias=False, input_is_parallel=True,
+                                skip_bias_add=False, overlap="fused")
+        x_full = torch.randn(s, 3, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 2))
+        rows = slice(rank * s // W, (rank + 1) * s // W) if sp else slice(None)
+        x = x_full[rows].clone().requires_grad_()
+        y = row(col(x)[0])[0]
+        if W > 1 and not sp:  # refused where the graph would be built, before any collective
+            with pytest.raises(NotImplementedError, match="create_graph=True"):
+                torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+            y.sum().backward()  # a plain backward on the same graph still runs
+            assert col.weight.grad is not None and torch.isfinite(col.weight.grad).all()
+            continue
+        (g,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+        (got,) = torch.autograd.grad(g.pow(2).sum(), col.weight)
+        A = [torch.empty_like(col.weight) for _ in range(W)]
+        dist.all_gather(A, col.weight.detach())
+        B = [torch.empty_like(row.weight) for _ in range(W)]
+        dist.all_gather(B, row.weight.detach().contiguous())
+        A, B = torch.cat(A).requires_grad_(), torch.cat(B, dim=1)
+        xr = x_full.clone().requires_grad_()
+        (gr,) = torch.autograd.grad(((xr @ A.t()) @ B.t()).pow(2).sum(), xr, create_graph=True)
+        (want,) = torch.autograd.grad(gr.pow(2).sum(), A)  # every rank's rows of g, summed over the ranks
+        n = col.weight.shape[0]
+        torch.testing.assert_close(got, want[rank * n : (rank + 1) * n], **TOL, msg=lambda m: f"sp={sp} {m} {_seed_msg()}")
+    # the deferred norm's backward recomputes from detached tensors: it refuses a second derivative
+    norm = _layer(W, "RMSNorm", W > 1, True, "fused" if W > 1 else "sequential", torch.float32, False)
+    xn = torch.randn(2 * W, 3, norm.input_size, requires_grad=True)
+    (gn,) = torch.autograd.grad(norm(xn[rank * 2 : (rank + 1) * 2] if W > 1 else xn)[0].pow(2).sum(), xn,
+                                create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gn.pow(2).sum().backward()
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_second_derivatives_are_exact_or_refused(world_size):
+    """``create_graph=True`` through the layers: the sequence-parallel custom ops differentiate their
+    collectives (exact against float64 at two ranks), the all-reduces of the path without sequence
+    parallelism are not, so at several ranks it raises instead of answering wrong; one rank is exact."""
+    run_ranks(_second_derivative, world_size, SEED)

@@ -197,6 +197,18 @@ def _save(ctx, options: LinearOptions, x: torch.Tensor, weight: torch.Tensor, bi
     ctx.save_for_backward(wgrad_input if ctx.needs_input_grad[1] or act else None, weight, bias if act else None)
 
 
+def _once_across_ranks(layer: str, opt: LinearOptions) -> None:
+    """Refuse a backward that builds a graph (``create_graph=True``, a second derivative) over
+    several ranks: the backward's all-reduce is not differentiated, so the second derivative would
+    miss the other ranks' terms (at two ranks it was off by 60% against float64). The
+    sequence-parallel custom ops differentiate their collectives and take it."""
+    if torch.is_grad_enabled() and opt.tp.world_size > 1:
+        raise NotImplementedError(
+            f"fluxlite.parallel.{layer}: backward with create_graph=True (a second derivative) is not supported at "
+            f"{opt.tp.world_size} ranks without sequence parallelism or with gradient_accumulation_fusion; "
+            "with sequence_parallel=True and no gradient_accumulation_fusion it is")
+
+
 def _input_grad(ctx, grad_x: torch.Tensor | None) -> torch.Tensor | None:
     return None if grad_x is None else grad_x.view(ctx.in_shape)
 
@@ -276,6 +288,7 @@ class ColumnParallelLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        _once_across_ranks("ColumnParallelLinear", ctx.options)
         wgrad_input, weight, bias = ctx.saved_tensors
         opt = ctx.options
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise
@@ -306,6 +319,7 @@ class RowParallelLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        _once_across_ranks("RowParallelLinear", ctx.options)
         x2, weight, _ = ctx.saved_tensors
         opt = ctx.options
         weight_grad = _weight_grad_to(ctx, weight)  # before any communication: it may raise

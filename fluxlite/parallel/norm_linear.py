@@ -43,6 +43,7 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.nn import Parameter
 
 from .. import epilogue, ops
@@ -144,6 +145,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         return out  # the rows: the module views them (a view made here could not be modified in place)
 
     @staticmethod
+    @once_differentiable  # it recomputes the norm's grads from detached tensors: no graph to differentiate again
     def backward(ctx, grad_out):
         x2, weight, gamma, beta, bias = ctx.saved_tensors
         opt, norm = ctx.options, ctx.norm
