@@ -457,6 +457,24 @@ def _api(rank, W, seed):
                 layer(torch.randn(k, dtype=torch.float64))
             with pytest.raises(TypeError, match=f"{name} expects a torch.Tensor"):
                 layer([[0.0] * k])
+    # copy.deepcopy (an EMA or reference model): parameters of its own with Megatron's TP attributes,
+    # the process group and config shared; the copy computes the same and trains apart from the original
+    import copy
+
+    for config in (cfg, plain):
+        pair = torch.nn.ModuleList([
+            ColumnParallelLinear(8, 4 * W, config=config, init_method=init, bias=True),
+            RowParallelLinear(4 * W, 8, config=config, init_method=init, bias=True, input_is_parallel=True,
+                              skip_bias_add=False)])
+        twin = copy.deepcopy(pair)
+        x = torch.randn(2 * W, 2, 8, dtype=torch.float64)
+        for a, b in zip(pair.parameters(), twin.parameters()):
+            assert a is not b and a.data_ptr() != b.data_ptr() and torch.equal(a, b)
+            assert {k: v for k, v in vars(a).items() if not isinstance(v, torch.Tensor)} == vars(b)
+        assert twin[0].tp_group is pair[0].tp_group and twin[1].config is pair[1].config
+        _close(twin[1](twin[0](x)[0])[0], pair[1](pair[0](x)[0])[0].detach(), "deep copy output", {})
+        twin[1](twin[0](x)[0])[0].sum().backward()
+        assert all(p.grad is None for p in pair.parameters()) and all(p.grad is not None for p in twin.parameters())
 
 
 # ---- the tests -----------------------------------------------------------------------------------

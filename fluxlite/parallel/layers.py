@@ -27,6 +27,7 @@ and the backward raises ``ValueError`` if ``main_grad`` is missing. Parameter at
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Optional
 
 import torch
@@ -102,6 +103,26 @@ class _ParallelLinear(torch.nn.Module):
         self._register_load_state_dict_pre_hook(
             lambda state_dict, prefix, *args, **kw: state_dict.setdefault(f"{prefix}_extra_state")
         )
+
+    def __deepcopy__(self, memo: dict) -> "_ParallelLinear":
+        """A copy with parameters of its own (an EMA or reference model), sharing the process group
+        and the config: a group is a handle to the ranks' communicator (``copy.deepcopy`` of one
+        fails), and every layer of a model reads one config. torch's copy of a ``Parameter`` keeps
+        its data and ``requires_grad`` only, so the TP attributes that Megatron's optimizer and
+        checkpointing read (``tensor_model_parallel``, ``partition_dim``, ...) are copied over; a
+        tensor attribute (Megatron's ``main_grad``) belongs to the original's buffers and is not."""
+        for shared in (self.tp_group, self._tp, self.config):
+            memo.setdefault(id(shared), shared)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        for name, param in self.named_parameters(recurse=False):
+            twin = getattr(new, name)
+            for key, value in vars(param).items():
+                if not isinstance(value, torch.Tensor):
+                    setattr(twin, key, copy.deepcopy(value, memo))
+        return new
 
     def _check_input(self, input_, features: int, weight: torch.Tensor) -> None:
         """A bad input, before any GEMM or collective, named by the layer: a tensor of at least 2 dims
