@@ -457,6 +457,9 @@ def _api(rank, W, seed):
                 layer(torch.randn(k, dtype=torch.float64))
             with pytest.raises(TypeError, match=f"{name} expects a torch.Tensor"):
                 layer([[0.0] * k])
+    # the repr says what the layer computes: its activation where it has one
+    gelu = ColumnParallelLinear(8, 4 * W, config=cfg, init_method=init, bias=True, activation="gelu")
+    assert "activation='gelu'" in repr(gelu) and "activation" not in repr(col), (repr(gelu), repr(col))
     # copy.deepcopy (an EMA or reference model): parameters of its own with Megatron's TP attributes,
     # the process group and config shared; the copy computes the same and trains apart from the original
     import copy

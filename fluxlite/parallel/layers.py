@@ -200,7 +200,7 @@ class _ParallelLinear(torch.nn.Module):
         return (
             f"in_features={self.input_size}, out_features={self.output_size}, bias={self.bias is not None}, "
             f"TP={self._tp.world_size}, sequence_parallel={self.sequence_parallel}, overlap={self.overlap!r}"
-        )
+        ) + (f", activation={self.activation!r}" if getattr(self, "activation", None) else "")
 
 
 class ColumnParallelLinear(_ParallelLinear):
