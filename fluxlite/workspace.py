@@ -384,6 +384,17 @@ def _check_device(tp: TPGroup, device) -> torch.device:
     return device
 
 
+@contextlib.contextmanager
+def lasting():
+    """The context in which fluxlite makes what outlives a call: the workspace, the fused state, the
+    plans, the scratch buffer and the views it keeps of them. Later calls update them in place, in
+    whatever mode they run; made under ``torch.inference_mode()`` they would be inference tensors,
+    which no call outside it may update (a dtype view made there is one too). ``inference_mode(False)``
+    turns grad mode back on, so ``no_grad`` follows it."""
+    with torch.inference_mode(False), torch.no_grad():
+        yield
+
+
 def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device | str | None = None,
                   *, timeout: float | None = None) -> SymmetricWorkspace:
     """The cached workspace of (group, device); created (collectively, bounded by ``timeout``) on
@@ -410,7 +421,7 @@ def get_workspace(group: dist.ProcessGroup | None = None, device: torch.device |
         # an arrival.
         n = PROCESS.workspace_builds.get((tp.name, device.type), 0)
         PROCESS.workspace_builds[(tp.name, device.type)] = n + 1
-        with torch.inference_mode(False), torch.no_grad():  # normal tensors: calls in any mode update them in place
+        with lasting():
             ws = SymmetricWorkspace(tp, device, f"rel{PROCESS.workspace_releases}/{device.type}/w{n}",
                                     resolve_timeout(timeout))
         PROCESS.workspaces[key] = ws

@@ -195,8 +195,8 @@ class Call:
         bound = self._bindings()
         views = bound.views.get(self.parity)
         if views is None:
-            with torch.inference_mode(False):  # kept for calls in any mode: a dtype view made in inference
-                views = bound.views[self.parity] = make()  # mode would be an inference tensor
+            with _workspace.lasting():  # kept for the calls to come
+                views = bound.views[self.parity] = make()
         return views
 
     def program(self, addresses: tuple[int, ...], build: Callable[[], list]) -> producer.Program:

@@ -247,12 +247,12 @@ class FusedState:
                 return torch.empty(shape, dtype=dtype, device=self.ws.device)
             if self.captured and self._scratch is not None:
                 self._retired_scratch.append(self._scratch)
-            with torch.inference_mode(False):  # kept for later calls in any mode (Op.run)
+            with _workspace.lasting():
                 self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.ws.device)
             self._scratch_views.clear()
         if len(self._scratch_views) >= MAX_SCRATCH_VIEWS:  # calls of ever new shapes (varying M)
             self._scratch_views.clear()
-        with torch.inference_mode(False):  # a dtype view made in inference mode is an inference tensor
+        with _workspace.lasting():  # a dtype view kept for later calls
             view = self._scratch_views[key] = self._scratch[:nbytes].view(dtype).view(shape)
         return view
 

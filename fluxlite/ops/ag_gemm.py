@@ -59,7 +59,7 @@ from ..kernels import gemm_core
 from ..kernels.device_flags import ERR_TIMEOUT_AG
 from ..kernels.gemm_core import GemmConfig
 from ..group import TPGroup
-from ..workspace import get_workspace, view_offset
+from ..workspace import get_workspace, lasting, view_offset
 from .op import Args, Op, check_common, finish_args
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
@@ -264,7 +264,7 @@ class AllGatherGemm(Op):
         is enqueued. A collective, like the op; its call signature is AG-GEMM's with ``N = 0``.
         With ``arrived`` the call is not replayed from a graph (what it enqueues is not known here)."""
         a = a.contiguous()
-        with torch.inference_mode(False), torch.no_grad():  # what outlives the call: normal tensors (Op.run)
+        with lasting():  # the state and the plan outlive the call
             state = state_of(get_workspace(tp.group, a.device, timeout=timeout_s), timeout_s)
             state.check()
             ws, (m, K) = state.ws, a.shape

@@ -42,7 +42,7 @@ from ..host_flags import resolve_timeout
 from ..kernels.gemm_core import GemmConfig
 from ..process import PROCESS
 from ..group import TPGroup, resolve_group
-from ..workspace import capturing, get_workspace
+from ..workspace import capturing, get_workspace, lasting
 
 
 OPS: dict[str, "Op"] = {}
@@ -327,11 +327,9 @@ class Op:
             if impl != "fused":
                 value = getattr(self, impl)(args)
             else:
-                # The workspace, the fused state and the plan outlive this call, and later calls update
-                # them in place: made under torch.inference_mode() they would be inference tensors,
-                # which no call outside it may update. The call itself runs in the caller's mode, which
-                # an inference-mode out= needs. (inference_mode(False) turns grad mode back on.)
-                with torch.inference_mode(False), torch.no_grad():
+                # The state and the plan outlive this call (workspace.lasting); the call itself runs in
+                # the caller's mode, which an out= made under torch.inference_mode() needs.
+                with lasting():
                     state = fused.state_of(get_workspace(args.tp.group, args.a.device, timeout=args.timeout_s),
                                            args.timeout_s)
                     args = self.kernel_operands(state, args)

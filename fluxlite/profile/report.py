@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 
 from .presets import SHORT
-from .run import AUTO_MODES, BOUND_MODES, IMPLS, REPORTED_MODES
+from .run import AUTO_MODES, BOUND_MODES, IMPLS, REPORTED_MODES, bound
 
 SCHEMA = "fluxlite-profile/3"
 READABLE = (SCHEMA, "fluxlite-profile/2", "fluxlite-profile/1")
@@ -97,11 +97,8 @@ def read_json(path: Path) -> tuple[dict, list[dict]]:
         r = dict(r, times_ms=back(r["times_ms"]), speedup_vs_sequential=back(r["speedup_vs_sequential"]),
                  limit_ms=back(r.get("limit_ms")), **{k: back(r.get(k, {})) for k in PER_IMPL})
         r.pop("overlap_efficiency", None)  # schema 1's figure, replaced by the efficiency against the limit
-        if "bound" not in r:  # files written before the bound was a figure: the same ratio of their times
-            times = r["times_ms"]
-            r["bound"] = {m: times.get("sequential", {}).get(m, nan) / times.get("limit", {}).get(m, nan)
-                          for m in BOUND_MODES}
-        r["bound"] = back(r["bound"])
+        # files written before the bound was a figure: the same ratio of their times
+        r["bound"] = back(r["bound"]) if "bound" in r else bound(r["times_ms"])
         rows.append(r)
     return data["meta"], rows
 

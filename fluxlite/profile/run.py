@@ -131,6 +131,14 @@ def all_reduce_rows(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     return out
 
 
+def bound(times: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``T_sequential / T_limit`` per mode of :data:`BOUND_MODES` from ``times[impl][mode]`` (ms;
+    NaN where either is missing)."""
+    def t(impl, mode):
+        return times.get(impl, {}).get(mode, math.nan)
+    return {m: t("sequential", m) / t("limit", m) for m in BOUND_MODES}
+
+
 def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, list[float]]] | None = None) -> dict:
     """The figures of a row from ``times[impl][mode]`` (ms; see the module docstring): ``limit_ms``
     and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
@@ -159,7 +167,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
         exposed_comm_ms={i: t(i) - g for i in timed},
         efficiency={i: limits.efficiency(seq, t(i), lim) for i in timed},
         vs_limit={i: t(i) / lim for i in timed},
-        bound={m: t("sequential", m) / t("limit", m) for m in BOUND_MODES},
+        bound=bound(times),
         auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in AUTO_MODES}
         if "auto" in times and candidates else {},
         auto_vs_best_bounds={m: auto_bounds(m) for m in AUTO_MODES if m in rounds_ms["auto"]}
