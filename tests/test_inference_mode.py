@@ -105,3 +105,55 @@ def test_a_serving_step_then_a_training_step_on_the_same_layers():
     """Column then Row layers (sequence parallel, fused) run under inference mode, then forward and
     backward outside it: the same output, finite grads."""
     run_ranks(_layers, 2, int(torch.randint(2**31, ()).item()))
+
+
+def _gpu_modes(rank: int, W: int, seed: int) -> None:
+    """Every op on GPU ranks, fused and ``auto``, five calls of one shape alternating between
+    inference mode and grad mode (inference mode first): the first builds the plan and state, the
+    second captures the eager replay's graph, the later ones replay it; each against float32."""
+    from .gpu_utils import dev, rel_err
+
+    dtype, failures = torch.bfloat16, []
+    cases = [("ag_gemm", 1000, 1000, 3000), ("gemm_rs", 2 * 999, 1000, 3000),
+             ("gemm_ar", 2048, 1000, 3000), ("gemm_ar", 7, 1000, 3000)]  # the last: GEMM-AllReduce's one-shot
+    for op, M, K, N in cases:
+        for impl in ("fused", "auto"):
+            for step in range(5):
+                gen = torch.Generator(device=dev()).manual_seed(seed + step)
+                w_full = (torch.randn(N, W * K, generator=gen, device=dev()) / (W * K) ** 0.5).to(dtype)
+                bias = torch.randn(N, generator=gen, device=dev()).to(dtype)
+                name = f"{op} {impl} M={M} call {step} ({'inference mode' if step % 2 == 0 else 'grad mode'})"
+                try:
+                    with torch.inference_mode(step % 2 == 0):
+                        if op == "ag_gemm":
+                            a_full = torch.randn(W * M, K, generator=gen, device=dev()).to(dtype)
+                            ref = a_full.float() @ w_full[:, :K].float().t() + bias.float()
+                            out = torch.full((W * M, N), float("nan"), device=dev(), dtype=dtype)
+                            fluxlite.ag_gemm(a_full[rank * M:(rank + 1) * M], w_full[:, :K].contiguous(), bias,
+                                             impl=impl, out=out)
+                        else:
+                            a_full = torch.randn(M, W * K, generator=gen, device=dev()).to(dtype)
+                            full = a_full.float() @ w_full.float().t() + bias.float()
+                            rows = M // W if op == "gemm_rs" else M
+                            ref = full[rank * rows:(rank + 1) * rows] if op == "gemm_rs" else full
+                            out = torch.full((rows, N), float("nan"), device=dev(), dtype=dtype)
+                            cols = slice(rank * K, (rank + 1) * K)
+                            getattr(fluxlite, op)(a_full[:, cols].contiguous(), w_full[:, cols].contiguous(),
+                                                  bias, impl=impl, out=out)
+                        fluxlite.synchronize()
+                    err = rel_err(out, ref)
+                    if not err < 2e-2:
+                        failures.append(f"{name}: rel err {err:.3g}")
+                except Exception as exc:  # noqa: BLE001 - reported with the case's name
+                    failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    fluxlite.release_workspaces()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_gpu_calls_in_and_out_of_inference_mode_replay_alike():
+    """On GPU ranks (bf16 against float32, 2e-2 norm-relative): the eager replay's graph captured under
+    one mode replays under the other, for every op, fused and ``auto``."""
+    from .gpu_utils import run_gpu_ranks
+
+    run_gpu_ranks(_gpu_modes, 2, int(torch.randint(2**31, ()).item()))
