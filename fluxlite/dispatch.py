@@ -430,12 +430,17 @@ def fused_supported(device: torch.device, dtype: torch.dtype) -> bool:
 _RULE = {impl: Choice(impl, source="rule") for impl in MEASURED_IMPLS}
 
 
-def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype, rows: int = 0) -> Choice:
+def rule(world_size: int, flops: float, device: torch.device, dtype: torch.dtype, rows: int = 0,
+         min_flops_beyond_two: float = 0.0) -> Choice:
     """The documented rule: sequential on CPU, for a world of one and for GEMMs under
     :data:`RULE_MIN_FLOPS` per rank (``flops``), or under :data:`RULE_MIN_FLOPS_AT_MIN_ROWS` where
-    the call has at least :data:`RULE_MIN_ROWS` rows (``rows``: the key's, AG's gathered); above
-    them on GPU (bf16/fp16) fused, or decomposed where the workspace is unavailable."""
+    the call has at least :data:`RULE_MIN_ROWS` rows (``rows``: the key's, AG's gathered), or, at
+    more than two ranks, under the op's own ``min_flops_beyond_two``
+    (:attr:`fluxlite.ops.op.Op.rule_min_flops_beyond_two`); above them on GPU (bf16/fp16) fused, or
+    decomposed where the workspace is unavailable."""
     min_flops = RULE_MIN_FLOPS_AT_MIN_ROWS if rows >= RULE_MIN_ROWS else RULE_MIN_FLOPS
+    if world_size > 2:
+        min_flops = max(min_flops, min_flops_beyond_two)
     if world_size == 1 or device.type != "cuda" or dtype not in GPU_FUSED_DTYPES or flops < min_flops:
         return _RULE["sequential"]
     return _RULE["fused"] if fused_supported(device, dtype) else _RULE["decomposed"]
@@ -799,10 +804,14 @@ def remembered(key: Key) -> Choice | None:
     return known.for_call(key.torch_device)
 
 
-def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype) -> Choice:
-    """The choice ``auto`` makes for ``key`` now, without measuring: this process's, else the rule."""
+def describe(key: Key, flops: float, device: torch.device, dtype: torch.dtype,
+             min_flops_beyond_two: float = 0.0) -> Choice:
+    """The choice ``auto`` makes for ``key`` now, without measuring: this process's, else the rule
+    (``min_flops_beyond_two``: the op's, :func:`rule`)."""
     known = _MEMORY.get(key)
-    return known.for_call(device) if known is not None else rule(key.world_size, flops, device, dtype, key.rows)
+    if known is not None:
+        return known.for_call(device)
+    return rule(key.world_size, flops, device, dtype, key.rows, min_flops_beyond_two)
 
 
 def describe_modes(key: Key) -> dict[str, Choice] | None:
@@ -819,11 +828,12 @@ EXPLICIT = {impl: Choice(impl, source="explicit") for impl in MEASURED_IMPLS}
 
 
 def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[Choice], object],
-           timeout_s: float, configs: Callable[[], Sequence[GemmConfig]] = lambda: GPU_CONFIGS) -> Choice:
+           timeout_s: float, configs: Callable[[], Sequence[GemmConfig]] = lambda: GPU_CONFIGS,
+           min_flops_beyond_two: float = 0.0) -> Choice:
     """What ``impl="auto"`` runs for a call (see the module docstring). ``run(choice)`` calls the op
     on this call's operands with that choice (used to measure); ``flops``: the GEMM's per rank;
     ``configs()``: the kernel configs its fused path can run (:func:`candidates`), asked only
-    when the call is measured."""
+    when the call is measured; ``min_flops_beyond_two``: the op's, where the rule decides (:func:`rule`)."""
     if key.world_size == 1 or a.shape[0] == 0:
         return _RULE["sequential"]
     tuned = _TUNING.get()
@@ -834,9 +844,9 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
             return known.both if known.uniform else _mode_choice(known, a)
         mode = _STATE.auto_mode()
         if mode == "off" or (mode == "on" and a.device.type != "cuda"):
-            return rule(key.world_size, flops, a.device, a.dtype, key.rows)
+            return rule(key.world_size, flops, a.device, a.dtype, key.rows, min_flops_beyond_two)
     if _workspace.capturing(a.device):
-        return describe(key, flops, a.device, a.dtype)
+        return describe(key, flops, a.device, a.dtype, min_flops_beyond_two)
     choices = _agree(key, tp, a, run, timeout_s, retune, configs)
     if tuned is not None:
         tuned.add(key)

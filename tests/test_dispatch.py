@@ -696,11 +696,43 @@ def test_rule(monkeypatch):
     assert dispatch.rule(2, 7e10, cuda, bf16, rows=4096).impl == "fused"
     assert dispatch.rule(2, 7e10, cuda, bf16, rows=2048).impl == "sequential"
     assert dispatch.rule(2, 5e10, cuda, bf16, rows=16384).impl == "sequential"
+    # At more than two ranks GEMM-RS and GEMM-AllReduce take fused only from their own floor (3e11)
+    from fluxlite.ops import AG, AR, RS
+
+    assert RS.rule_min_flops_beyond_two == AR.rule_min_flops_beyond_two == 3e11 and AG.rule_min_flops_beyond_two == 0
+    for world_size, flops, expected in [(4, 2.4e11, "sequential"), (3, 1e11, "sequential"), (4, 3.4e11, "fused"),
+                                        (2, 1e11, "fused")]:
+        for op in (RS, AR):
+            assert dispatch.rule(world_size, flops, cuda, bf16, rows=8192,
+                                 min_flops_beyond_two=op.rule_min_flops_beyond_two).impl == expected
+    assert dispatch.rule(4, 1e11, cuda, bf16, rows=8192, min_flops_beyond_two=AG.rule_min_flops_beyond_two).impl == "fused"
     monkeypatch.setenv("FLUXLITE_WORKSPACE", "off")  # as without symmetric memory
     assert dispatch.rule(2, 1e12, cuda, bf16).impl == "decomposed"
     monkeypatch.setenv("FLUXLITE_AUTO", "sometimes")
     with pytest.raises(ValueError, match="FLUXLITE_AUTO must be"):
         dispatch.auto_mode()
+
+
+def _rule_floors(rank: int, W: int) -> None:
+    seen = []
+    rule = dispatch.rule
+
+    def recording_rule(world_size, flops, device, dtype, rows=0, min_flops_beyond_two=0.0):
+        seen.append(min_flops_beyond_two)
+        return rule(world_size, flops, device, dtype, rows, min_flops_beyond_two)
+
+    dispatch.rule = recording_rule
+    gen = torch.Generator().manual_seed(rank)
+    a, w = randn(gen, 2 * W, K, dtype=torch.float32), randn(gen, N, K, dtype=torch.float32)
+    fluxlite.ag_gemm(a, w)
+    fluxlite.gemm_rs(a, w)
+    fluxlite.gemm_ar(a, w)
+    assert seen == [0.0, 3e11, 3e11], seen
+
+
+def test_each_op_hands_the_rule_its_own_floor_beyond_two_ranks():
+    """``auto`` without measuring (``FLUXLITE_AUTO=off``) asks the rule with the op's floor."""
+    run_ranks(_rule_floors, 3, env={"FLUXLITE_AUTO": "off"})
 
 
 def test_a_fused_path_without_the_gemm_kernel_is_one_candidate():

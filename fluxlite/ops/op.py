@@ -110,6 +110,7 @@ class Op:
     a_layout: ClassVar[str]  # how the docs write a and weight, for messages: "[m, K]"
     weight_layout: ClassVar[str]
     tensor_options: ClassVar[tuple[str, ...]] = ()  # options that are tensors (a repeat keys their layout)
+    rule_min_flops_beyond_two: ClassVar[float] = 0.0  # dispatch.rule's FLOPs floor at more than two ranks
 
     def __init__(self) -> None:
         # The op's own options and their defaults, from its check's keyword arguments: a call that
@@ -299,9 +300,11 @@ class Op:
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(args.options), args.tp, args.a, args.weight, rows)
         flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
+        floor = self.rule_min_flops_beyond_two
         if empty_gemm(args):  # nothing to measure: it runs as sequential whatever the choice (impl_of)
-            return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows), key
-        return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args)), key
+            return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows, floor), key
+        return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args),
+                               floor), key
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
