@@ -68,9 +68,9 @@ class GemmReduceScatter(Op):
     """Where ``auto`` measures nothing (``dispatch.rule``), the fused path from this many GEMM FLOPs per
     rank at more than two ranks. There each rank sends ``W - 1`` of its ``W`` partial chunks by the
     copy engine, which the GEMM of the other chunks hides only where ``K_local`` is large: at four
-    ranks on four H200s (three presets at 8192 tokens) fused lost to sequential in throughput mode at
-    GEMM-RS of 0.7-1.0e11 FLOPs (0.95-0.99x) and GEMM-AllReduce of 0.7-2.4e11 (0.63-0.91x), and won
-    at every shape from 3.4e11 (BENCHMARKS.md). GEMM-AllReduce takes it too."""
+    ranks on four H200s (three presets at 8192 tokens) fused took 1.01-1.05x sequential's time in
+    throughput mode at GEMM-RS of 0.7-1.0e11 FLOPs and 1.17-1.59x at GEMM-AllReduce of 0.7-2.4e11,
+    and won in both modes at every shape from 3.4e11 (BENCHMARKS.md). GEMM-AllReduce takes it too."""
 
     # ---- the call ----------------------------------------------------------------------------------
     def check(self, a, weight, bias, *, group, impl, timeout, out, scale=None) -> Args:
