@@ -487,6 +487,10 @@ def gemm_ar(a: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, group: 
     """:func:`fluxlite.gemm_ar` as a differentiable, traceable custom op (no ``out=``: the output is fresh).
 
     ``a: [M, K_local]``, ``weight: [N, K_local]``, ``bias: [N]`` -> ``[M, N]`` on every rank.
+
+    The backward takes the output's gradient to be the same on every rank, as it is where the output
+    feeds replicated computation (Megatron's convention for the all-reduce of a Row layer's forward):
+    it communicates nothing, and each rank's grads are those of its own loss.
     """
     timeout = _check_attributes(impl, timeout)
     return torch.ops.fluxlite.gemm_ar(a, weight, bias, group_name_of(group), impl, timeout, scale)
