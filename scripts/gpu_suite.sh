@@ -10,8 +10,9 @@
 # (CUDA IPC; correctness only, timings mean nothing; docs/testing.md). shared: the ops' GPU tests at
 # twice NPROC ranks, two on each GPU.
 # Each part is bounded; `tests` runs one bounded pytest per GPU test file (GPU_TEST_FILE_S, default
-# 420 s): in shared mode on one H100 the files took about 15 minutes in all, more
-# than one device call allows, so give a device call a subset: GPU_TESTS="tests/test_gpu_fused.py ...".
+# 420 s), from four GPUs on in lanes of two GPUs at once (logs: $OUT/tests/): in shared mode on one
+# H100 the files took about 15 minutes in all, more than one device call allows, so give a device
+# call a subset: GPU_TESTS="tests/test_gpu_fused.py ...".
 # The other parts take about 10 minutes on 2xH200 (at larger NPROC, run the parts one by one).
 # Carry megatron-core's cp312 wheel in .whl/ (device tool: carry [".whl"]) for the Megatron GPU tests
 # (MEGATRON_WHEELS=DIR takes the wheel from DIR instead, e.g. another megatron-core version's),
@@ -51,11 +52,40 @@ if want env; then
 fi
 if want tests; then
   # One bounded pytest per file: a slow or stuck file costs its own bound, not the rest of the run.
+  # From four GPUs on, the files run in lanes of two GPUs each, the lanes at once (their tests take
+  # two ranks), and tests/test_world_sizes.py, whose GPU cases take every GPU, alone after them.
+  mkdir -p "$OUT/tests"
+  files=(${GPU_TESTS:-$(grep -l "mark.gpu" tests/test_*.py)})
+  IFS=, read -ra gpu_ids <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((NPROC - 1)))}"
+  lanes=$(( NPROC >= 4 && ${#gpu_ids[@]} >= 4 ? ${#gpu_ids[@]} / 2 : 1 ))
+  paired=() whole=()
+  for file in "${files[@]}"; do
+    if (( lanes > 1 )) && [[ $file == tests/test_world_sizes.py ]]; then whole+=("$file"); else paired+=("$file"); fi
+  done
+  test_file() {  # FILE: its log in $OUT/tests/NAME.log, its exit status in NAME.rc, a line here
+    local name; name=$(basename "$1" .py)
+    timeout "${GPU_TEST_FILE_S:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=3 "$1" \
+      > "$OUT/tests/$name.log" 2>&1
+    echo $? > "$OUT/tests/$name.rc"
+    echo "$name: $(tail -1 "$OUT/tests/$name.log")"
+  }
+  pids=()
+  for ((lane = 0; lane < lanes; lane++)); do
+    (
+      if (( lanes > 1 )); then
+        export CUDA_VISIBLE_DEVICES="${gpu_ids[2 * lane]},${gpu_ids[2 * lane + 1]}" FLUXLITE_GPU_RANKS=2
+      fi
+      for ((i = lane; i < ${#paired[@]}; i += lanes)); do test_file "${paired[i]}"; done
+    ) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for file in "${whole[@]}"; do test_file "$file"; done
   : > "$OUT/gpu_tests.log"
-  for file in ${GPU_TESTS:-$(grep -l "mark.gpu" tests/test_*.py)}; do
-    timeout "${GPU_TEST_FILE_S:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=3 "$file" 2>&1 \
-      | tee -a "$OUT/gpu_tests.log" | tail -3
-    rc=${PIPESTATUS[0]}
+  for file in "${files[@]}"; do
+    name=$(basename "$file" .py)
+    cat "$OUT/tests/$name.log" >> "$OUT/gpu_tests.log"
+    rc=$(cat "$OUT/tests/$name.rc" 2>/dev/null || echo 1)
     [[ $rc == 5 ]] || status=$((status | rc))  # 5: pytest selected no test in the file
   done
 fi
