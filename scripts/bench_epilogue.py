@@ -14,7 +14,6 @@ then timed three ways (docs/benchmarking.md), medians over rounds:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random

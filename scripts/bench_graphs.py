@@ -12,7 +12,6 @@ times do not.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random

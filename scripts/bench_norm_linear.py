@@ -15,7 +15,6 @@ outputs checked against a float32 reference first. Default: Llama-70B's fc1 at T
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 

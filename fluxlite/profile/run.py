@@ -50,10 +50,10 @@ REFERENCES = ("gemm", "comm", "copy", "limit", "sequential")  # always timed: th
 OVERLAPPED = ("sequential", "decomposed", "fused", "torch_symm_mem", "auto")  # what the derived figures cover
 REPORTED_MODES = ("throughput", "latency", "eager", "host")
 AUTO_MODES = (*dispatch.MEASURED_MODES, dispatch.EAGER)
-BOUND_MODES = ("throughput", "latency")
-"""The modes of ``bound`` (sequential over the limit): where the limit is timed as the calls are."""
 """The modes of ``auto_vs_best``: throughput and latency, where ``auto`` runs a declared mode's choice,
 and eager calls back to back, where it runs an undeclared call's (:mod:`fluxlite.timing`)."""
+BOUND_MODES = ("throughput", "latency")
+"""The modes of ``bound`` (sequential over the limit): where the limit is timed as the calls are."""
 TIMEOUT_S = 60
 
 
