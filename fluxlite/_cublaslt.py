@@ -1,5 +1,5 @@
-"""One cuBLASLt call: ``D = alpha * A @ W.T (+ C)`` with ``C`` and ``D`` in different buffers, and no
-workspace.
+"""One cuBLASLt call: ``D = alpha * A @ W.T (+ C) (+ bias)`` with ``C`` and ``D`` in different buffers,
+and no workspace.
 
 ``torch.addmm(c, a, w.t(), out=d)`` cannot do this: cuBLAS's GEMM reads ``C`` from the buffer it
 writes, so torch first copies ``c`` into ``d`` (a pass over ``[M, N]`` before every GEMM). cuBLASLt
@@ -12,7 +12,9 @@ No workspace is offered. With one, the heuristic's Hopper kernels schedule their
 and cuBLAS clears the scheduler's counters with a memset before every GEMM: a node of its own in
 each fused call's graph, and a gap between two GEMMs. Without one they schedule statically, as fast
 on the matmul consumers' GEMMs (BENCHMARKS.md, "cuBLASLt without a workspace"), with nothing before
-the GEMM. :func:`linear_into` (no ``C``: ``beta = 0``) is every matmul consumer's GEMM.
+the GEMM. :func:`linear_into` (no ``C``: ``beta = 0``) is every matmul consumer's GEMM; a bias rides
+on cuBLASLt's epilogue there too, where torch's ``addmm`` would take a GEMM with a workspace (with a
+bias the matmul consumer of AG-GEMM took 4-9% longer per call that way on two H200s, BENCHMARKS.md).
 
 Of the heuristic's candidates the first is taken. A caller may ask for ``rows_256``: then, where
 the heuristic's first two are one kernel's 256x128 and 128x256 tiles (in cuBLASLt's column-major
@@ -37,7 +39,8 @@ Row-major operands map onto cuBLASLt's column-major ones as transposes::
 along either dimension (``nn.Linear``'s ``[N, K]``, or a backward's ``W.t()`` view of ``[K, N]``).
 :func:`addmm_into` returns ``False`` (and does nothing) for anything else, or where no cuBLASLt is
 loaded, so that the caller can fall back to torch. Handles, descriptors and the chosen algorithm are
-cached per shape, strides, dtype, pointer alignment and ``rows_256``.
+cached per shape, strides, dtype, pointer alignment, ``rows_256`` and whether a bias is added (its
+pointer is set on the plan's descriptor at each call).
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ from ._sequential import linear_into as torch_linear_into
 _P, _I32, _U64, _SZ = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t
 _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F
 _R_32F, _DTYPES = 0, {torch.float16: 2, torch.bfloat16: 14}  # cudaDataType
-_DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
+_DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER = 3, 4, 7, 8  # cublasLtMatmulDescAttributes_t
+_EPILOGUE_BIAS = 4  # cublasLtEpilogue_t: D = alpha * A @ B + beta * C + bias, the bias over D's rows (our N)
 _PREF_MAX_WORKSPACE, _PREF_ALIGN_A, _PREF_ALIGN_B, _PREF_ALIGN_C, _PREF_ALIGN_D = 1, 5, 6, 7, 8
 _CAP_OUT_OF_PLACE = 4  # CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT
 _CONFIG_TILE_ID = 1  # CUBLASLT_ALGO_CONFIG_TILE_ID (uint32)
@@ -146,7 +150,7 @@ def _destroy(lt: dict, desc: int | None, layouts: list) -> None:
 def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
     """``(handle, desc, A, B, C, D layouts, algo)`` for one key, or ``None`` where cuBLASLt has no
     out-of-place algorithm for it."""
-    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns, rows_256 = key
+    dtype, M, N, K, lda, w_trans, ldw, ldc, ldd, aligns, rows_256, biased = key
     handle = _handles.get(device)
     if handle is None:
         h = _P()
@@ -156,7 +160,10 @@ def _plan(lt: dict, device: int, key: tuple) -> tuple | None:
     desc = _P()
     if not _ok(lt["cublasLtMatmulDescCreate"](ctypes.byref(desc), _COMPUTE_32F, _R_32F)):
         return None
-    for attr, value in ((_DESC_TRANSA, _OP_T if w_trans else _OP_N), (_DESC_TRANSB, _OP_N)):
+    attrs = [(_DESC_TRANSA, _OP_T if w_trans else _OP_N), (_DESC_TRANSB, _OP_N)]
+    if biased:  # the heuristic then offers only algorithms whose epilogue adds it
+        attrs.append((_DESC_EPILOGUE, _EPILOGUE_BIAS))
+    for attr, value in attrs:
         v = _I32(value)
         lt["cublasLtMatmulDescSetAttribute"](desc, attr, ctypes.byref(v), 4)
     # op(A) is N x K: W^T stored K x N (ld = ldw) for nn.Linear's [N, K], or W stored N x K otherwise
@@ -228,15 +235,21 @@ def _candidates(lt: dict, handle: int, desc: int, layouts: list, aligns: tuple) 
 
 
 def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, alpha: float,
-               rows_256: bool = False) -> bool:
-    """``d = alpha * a @ w.T + c`` (``c`` ``None``: ``d = alpha * a @ w.T``) on the current stream,
-    ``c`` left as it is; ``False`` (nothing enqueued) where this call does not apply (module
-    docstring). ``rows_256``: the 128x256 tile where the heuristic ranks it second behind 256x128
-    (module docstring).
+               rows_256: bool = False, bias: torch.Tensor | None = None) -> bool:
+    """``d = alpha * a @ w.T + c + bias`` (``c`` ``None``: no ``c``; ``bias`` ``None``: no bias) on the
+    current stream, ``c`` left as it is; ``False`` (nothing enqueued) where this call does not apply
+    (module docstring; a bias must be contiguous, 16-byte aligned and of ``a``'s dtype). ``rows_256``:
+    the 128x256 tile where the heuristic ranks it second behind 256x128 (module docstring). The bias
+    rides on cuBLASLt's epilogue (``CUBLASLT_EPILOGUE_BIAS``), as torch's ``addmm`` adds it, with no
+    workspace.
 
-    Shapes: ``a: [M, K]``, ``w: [N, K]``, ``c, d: [M, N]``, all of one dtype (fp16/bf16), on one GPU.
+    Shapes: ``a: [M, K]``, ``w: [N, K]``, ``c, d: [M, N]``, ``bias: [N]``, all of one dtype
+    (fp16/bf16), on one GPU.
     """
     if a.dtype not in _DTYPES or not a.is_cuda or not (a.dtype == w.dtype == d.dtype):
+        return False
+    if bias is not None and (bias.dtype != a.dtype or bias.shape != (w.shape[0],) or bias.stride(0) != 1
+                             or bias.data_ptr() % 16 or bias.device != a.device):
         return False
     beta = 1.0
     if c is None:
@@ -263,7 +276,8 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torc
         return False
     ptrs = (w.data_ptr(), a.data_ptr(), c.data_ptr(), d.data_ptr())
     device = a.device.index
-    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)), rows_256)
+    key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)), rows_256,
+           bias is not None)
     with _lock:
         plan = _plans.get((device, key), False)
         if plan is False:
@@ -278,19 +292,23 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torc
         return False
     handle, desc, a_layout, b_layout, c_layout, d_layout, algo = plan
     alpha_, beta_ = ctypes.c_float(alpha), ctypes.c_float(beta)
-    rc = lt["cublasLtMatmul"](handle, desc, ctypes.byref(alpha_), ptrs[0], a_layout, ptrs[1], b_layout,
-                              ctypes.byref(beta_), ptrs[2], c_layout, ptrs[3], d_layout, ctypes.byref(algo),
-                              None, 0, torch._C._cuda_getCurrentRawStream(device))
+    with _lock:  # a plan's descriptor is shared: its bias pointer is set and read in one step
+        if bias is not None:
+            pointer = _P(bias.data_ptr())
+            lt["cublasLtMatmulDescSetAttribute"](desc, _DESC_BIAS_POINTER, ctypes.byref(pointer), ctypes.sizeof(pointer))
+        rc = lt["cublasLtMatmul"](handle, desc, ctypes.byref(alpha_), ptrs[0], a_layout, ptrs[1], b_layout,
+                                  ctypes.byref(beta_), ptrs[2], c_layout, ptrs[3], d_layout, ctypes.byref(algo),
+                                  None, 0, torch._C._cuda_getCurrentRawStream(device))
     return _ok(rc)
 
 
 def linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 alpha: float = 1.0, rows_256: bool = False) -> torch.Tensor:
     """``out = alpha * x @ weight.T (+ bias)``: the matmul consumers' GEMM. One cuBLASLt call without a
-    workspace where :func:`addmm_into` applies and there is no bias; else torch's
+    workspace, the bias in its epilogue, where :func:`addmm_into` applies; else torch's
     (:func:`fluxlite._sequential.linear_into`, the bias in cuBLAS's epilogue).
 
     Shapes: ``x: [M, K]``, ``weight: [N, K]``, ``bias: [N]``, ``out: [M, N]``."""
-    if bias is None and addmm_into(out, None, x, weight, alpha, rows_256):
+    if addmm_into(out, None, x, weight, alpha, rows_256, bias):
         return out
     return torch_linear_into(out, x, weight, bias, alpha)

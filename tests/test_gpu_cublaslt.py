@@ -1,9 +1,11 @@
-"""``fluxlite._cublaslt.addmm_into`` (``d = alpha * a @ w.T + c``, ``c`` and ``d`` apart, or no ``c``)
-against float32 torch, on one GPU, at random shapes and layouts: row views with a leading dimension
-over the width (the matmul consumer's splits of ``recv`` and ``out``), a weight as ``nn.Linear``
-keeps it or as a backward passes it (``W.t()``), odd sizes that cuBLASLt may refuse (then it must
-enqueue nothing and say so), and inside a CUDA graph; and no memset before the GEMM (no workspace). Tolerance: 1e-2 relative error of the norm (bf16/fp16
-products over K, as tests/test_gpu_fused.py); ``c`` must come back bit for bit.
+"""``fluxlite._cublaslt.addmm_into`` (``d = alpha * a @ w.T + c + bias``, ``c`` and ``d`` apart, or no
+``c``, with or without a bias) against float32 torch, on one GPU, at random shapes and layouts: row
+views with a leading dimension over the width (the matmul consumer's splits of ``recv`` and
+``out``), a weight as ``nn.Linear`` keeps it or as a backward passes it (``W.t()``), odd sizes that
+cuBLASLt may refuse and a bias off 16 bytes (then it must enqueue nothing and say so), and inside a
+CUDA graph, whose replay keeps the bias it was captured with; and no memset before the GEMM (no
+workspace). Tolerance: 1e-2 relative error of the norm (bf16/fp16 products over K, as
+tests/test_gpu_fused.py); ``c`` must come back bit for bit.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ def _case(rng: random.Random, gen: torch.Generator):
     c = torch.randn(2, M, N + pad, generator=gen, device="cuda").to(dtype)[1, :, :N]  # a recv[p] row view
     d = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
     alpha = rng.choice((1.0, 0.5, 2.0))
-    return a, w, c, d, alpha
+    bias = rng.choice((None, "aligned", "off 16 bytes"))
+    if bias is not None:  # a view one element in: 2 bytes off a 16-byte boundary
+        start = 0 if bias == "aligned" else 1
+        bias = torch.randn(N + 1, generator=gen, device="cuda").to(dtype)[start : start + N]
+    return a, w, c, d, alpha, bias
 
 
 def test_addmm_into_matches_float32_at_random_shapes_and_layouts():
@@ -43,22 +49,26 @@ def test_addmm_into_matches_float32_at_random_shapes_and_layouts():
     from fluxlite._cublaslt import addmm_into
 
     rng, gen = random.Random(7), torch.Generator(device="cuda").manual_seed(7)
-    ran = 0
-    for _ in range(60):
-        a, w, c, d, alpha = _case(rng, gen)
+    ran = biased = 0
+    for _ in range(80):
+        a, w, c, d, alpha, bias = _case(rng, gen)
         c_before = c.clone()
         with_c = rng.random() < 0.7
-        if not addmm_into(d, c if with_c else None, a, w, alpha):
+        took = addmm_into(d, c if with_c else None, a, w, alpha, bias=bias)
+        if bias is not None and bias.data_ptr() % 16:
+            assert not took, "a bias off 16 bytes was taken"
+        if not took:
             torch.cuda.synchronize()
             assert d.isnan().all(), "a refused call wrote its output"
             continue
         ran += 1
-        ref = alpha * (a.float() @ w.float().t()) + (c.float() if with_c else 0)
+        biased += bias is not None
+        ref = alpha * (a.float() @ w.float().t()) + (c.float() if with_c else 0) + (0 if bias is None else bias.float())
         torch.cuda.synchronize()
         assert torch.equal(c, c_before), "C was written"
         err = ((d.float() - ref).norm() / ref.norm()).item()
-        assert err < 1e-2, (a.shape, w.shape, w.stride(), c.stride(), alpha, err)
-    assert ran >= 40, f"cuBLASLt took only {ran} of 60 cases"
+        assert err < 1e-2, (a.shape, w.shape, w.stride(), c.stride(), alpha, bias is not None, err)
+    assert ran >= 40 and biased >= 10, f"cuBLASLt took only {ran} of 80 cases, {biased} with a bias"
 
 
 def test_addmm_into_replays_from_a_cuda_graph():
@@ -70,21 +80,26 @@ def test_addmm_into_replays_from_a_cuda_graph():
     w = (torch.randn(768, 1024, generator=gen, device="cuda") / 32).bfloat16()
     c = torch.randn(512, 768, generator=gen, device="cuda").bfloat16()
     d = torch.empty_like(c)
-    assert addmm_into(d, c, a, w, 1.0)
+    bias, other_bias = (torch.randn(768, generator=gen, device="cuda").bfloat16() for _ in range(2))
+    assert addmm_into(d, c, a, w, 1.0, bias=bias)
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         graph.capture_begin()
-        assert addmm_into(d, c, a, w, 0.5)
+        assert addmm_into(d, c, a, w, 0.5, bias=bias)
         graph.capture_end()
     torch.cuda.current_stream().wait_stream(stream)
+    scratch = torch.empty_like(d)
     for _ in range(2):
+        # The same plan with another bias, between capture and replay: the plan's descriptor now
+        # holds the other pointer, the captured kernel still its own
+        assert addmm_into(scratch, c, a, w, 0.5, bias=other_bias)
         a.copy_(torch.randn(512, 1024, generator=gen, device="cuda"))
         c.copy_(torch.randn(512, 768, generator=gen, device="cuda"))
         d.fill_(float("nan"))
         graph.replay()
-        ref = 0.5 * (a.float() @ w.float().t()) + c.float()
+        ref = 0.5 * (a.float() @ w.float().t()) + c.float() + bias.float()
         torch.cuda.synchronize()
         assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
 
@@ -102,15 +117,16 @@ def test_addmm_into_launches_nothing_but_the_gemm():
         a = torch.randn(M, K, generator=gen, device="cuda").bfloat16()
         w = (torch.randn(N, K, generator=gen, device="cuda") / K**0.5).bfloat16()
         d = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        assert addmm_into(d, None, a, w, 1.0)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            assert addmm_into(d, None, a, w, 1.0)
+        for bias in (None, torch.randn(N, generator=gen, device="cuda").bfloat16()):  # a bias: in the epilogue
+            assert addmm_into(d, None, a, w, 1.0, bias=bias)
             torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
-        assert len(names) == 1 and "Memset" not in names[0], (M, K, N, names)
-        ref = a.float() @ w.float().t()
-        assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                assert addmm_into(d, None, a, w, 1.0, bias=bias)
+                torch.cuda.synchronize()
+            names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+            assert len(names) == 1 and "Memset" not in names[0], (M, K, N, bias is not None, names)
+            ref = a.float() @ w.float().t() + (0 if bias is None else bias.float())
+            assert ((d.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 def test_a_plan_takes_the_candidate_that_preferred_names():
@@ -131,9 +147,9 @@ def test_a_plan_takes_the_candidate_that_preferred_names():
             d = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             assert lt.addmm_into(d, None, a, w, 1.0, rows_256)
             key, plan = next((key, p) for (dev, key), p in lt._plans.items()
-                             if key[1:4] == (M, N, K) and key[-1] == rows_256 and p is not None)
+                             if key[1:4] == (M, N, K) and key[-2] == rows_256 and not key[-1] and p is not None)
             handle, desc, *layouts, algo = plan
-            first_two = lt._candidates(lt._library(), handle, desc, layouts, key[-2])
+            first_two = lt._candidates(lt._library(), handle, desc, layouts, key[-3])
             tiles = [lt._tile(lt._library(), x) for x in first_two]
             assert tiles[0] is not None, "this cuBLASLt reports no tile"
             want = first_two[lt.preferred(tiles) if rows_256 else 0]
