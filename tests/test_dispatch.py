@@ -943,18 +943,20 @@ def test_the_warm_up_runs_every_input_in_each_mode():
     run_ranks(_warm_up_in_each_mode, 1)
 
 
-@pytest.mark.parametrize("M,K,N,dtype,expected", [
-    (8192, 4096, 8192, torch.bfloat16, "torch"),      # 5.5e11 flops: cuBLAS per split
-    (4096, 3072, 4096, torch.bfloat16, "triton"),     # 1.0e11: the kernel's one launch
-    (1024, 5000, 1024, torch.bfloat16, "torch"),      # K off a multiple of 64, however small
-    (6000, 5000, 3500, torch.bfloat16, "triton"),     # rows of 7000 bytes: cuBLAS is slow there
-    (6000, 5000, 3500, torch.float32, "torch"),       # rows of 14000 bytes: whole 16-byte units
+@pytest.mark.parametrize("M,K,N,dtype,expected,activated", [
+    (8192, 4096, 8192, torch.bfloat16, "torch", "triton"),    # 5.5e11 flops: cuBLAS per split
+    (4096, 3072, 4096, torch.bfloat16, "triton", "triton"),   # 1.0e11: the kernel's one launch
+    (1024, 5000, 1024, torch.bfloat16, "torch", "torch"),     # K off a multiple of 64, however small
+    (6000, 5000, 3500, torch.bfloat16, "triton", "triton"),   # rows of 7000 bytes: cuBLAS is slow there
+    (6000, 5000, 3500, torch.float32, "torch", "torch"),      # rows of 14000 bytes: whole 16-byte units
 ])
-def test_matmul_consumer_rule(M, K, N, dtype, expected):
-    """A forced fused GEMM-RS, or AG-GEMM with pushed rows and no activation or row scale, on CUDA runs
-    the matmul consumer where cuBLAS's rows are whole 16-byte units and K is off 64 or the GEMM is
-    large (AG counts the gathered rows: ``M`` here, ``M/2`` per rank); a named config always runs the
-    kernel; CPU runs the state's consumer. AG's other options run the kernel."""
+def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
+    """A forced fused GEMM-RS, or AG-GEMM with pushed rows and no row scale, on CUDA runs the matmul
+    consumer where cuBLAS's rows are whole 16-byte units and K is off 64 or (no activation) the GEMM
+    is large (AG counts the gathered rows: ``M`` here, ``M/2`` per rank). With GELU (``activated``)
+    the kernel, whose epilogue saves the activation's pass, unless K is off 64; SwiGLU always the
+    kernel. A named config always runs the kernel; CPU runs the state's consumer. AG's pulled rows and
+    row scales run the kernel."""
     from types import SimpleNamespace
 
     from fluxlite.epilogue import PLAIN, Epilogue
@@ -965,17 +967,26 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected):
     cuda = SimpleNamespace(ws=SimpleNamespace(is_cuda=True), consumer="triton")
     cpu = SimpleNamespace(ws=SimpleNamespace(is_cuda=False), consumer="torch")
     tp = SimpleNamespace(world_size=2)
+
+    def args_of(rows, ep=PLAIN, weight_rows=N, **options):
+        return SimpleNamespace(a=torch.empty(rows, K, dtype=dtype, device="meta"), tp=tp, ep=ep,
+                               weight=torch.empty(weight_rows, K, dtype=dtype, device="meta"),
+                               options=dict(dict(return_gathered=False, row_scale=None), **options))
+
     for op, rows in ((RS, M), (AG, M // 2)):
-        args = SimpleNamespace(a=torch.empty(rows, K, dtype=dtype, device="meta"), tp=tp, ep=PLAIN,
-                               weight=torch.empty(N, K, dtype=dtype, device="meta"),
-                               options=dict(return_gathered=False, row_scale=None))
+        args = args_of(rows)
         assert op.consumer_of(cuda, args, None) == expected, op.name
         assert op.consumer_of(cuda, args, GemmConfig()) == "triton"
         assert op.consumer_of(cpu, args, None) == "torch"
         assert op.kernel_configs(args)[0] is None, "auto measures the matmul consumer too"
-    for options, ep in ((dict(return_gathered=True), PLAIN), (dict(return_gathered=False), Epilogue("gelu")),
-                        (dict(return_gathered=False), Epilogue(None, True))):
-        args = SimpleNamespace(a=torch.empty(M // 2, K, dtype=dtype, device="meta"), tp=tp, ep=ep,
-                               weight=torch.empty(N, K, dtype=dtype, device="meta"), options=options)
-        assert AG.consumer_of(cuda, args, None) == "triton", (options, ep)
+    for act in ("gelu", "gelu_tanh", "silu"):
+        args = args_of(M // 2, Epilogue(act))
+        assert AG.consumer_of(cuda, args, None) == activated, act
+        assert AG.kernel_configs(args)[0] is None, "auto measures the matmul consumer with an activation too"
+    swiglu = args_of(M // 2, Epilogue("swiglu"), weight_rows=2 * N)
+    assert AG.consumer_of(cuda, swiglu, None) == "triton"
+    assert AG.kernel_configs(swiglu)[0] is None
+    for args in (args_of(M // 2, return_gathered=True), args_of(M // 2, Epilogue(None, True)),
+                 args_of(M // 2, Epilogue("gelu", True))):
+        assert AG.consumer_of(cuda, args, None) == "triton", (args.options, args.ep)
         assert None not in AG.kernel_configs(args)

@@ -24,9 +24,9 @@ peer's (chunk, split) flag is set::
 
 The consumer is one of two (:meth:`fluxlite.ops.op.Op.consumer_of`): the Triton kernel above, tile by
 tile, or the matmul consumer, the same protocol a chunk (split) at a time with cuBLAS on CUDA, for
-pushed rows with no activation or row scale::
+pushed rows with no row scale (an activation is a pass after each GEMM)::
 
-    consumer: out[our rows] = scale * a @ W.T + b                     (no wait: read in place)
+    consumer: out[our rows] = act(scale * a @ W.T + b)                (no wait: read in place)
               for each peer chunk p, split s: wait (bounded kernel) as above; out[p's rows of s] = ...
 
 With a row scale (the deferred norm's 1/sigma) each rank's ``[m]`` fp32 scales travel with its rows:
@@ -182,9 +182,9 @@ class AllGatherGemm(Op):
         return variant != PULL  # pulled rows: the producer announces them once they are staged
 
     def has_matmul_consumer(self, args: Args) -> bool:
-        """Pushed rows with an epilogue of a scale and a bias at most (cuBLAS's own): the matmul
-        consumer, :meth:`_consume_by_matmul`."""
-        return not args.options["return_gathered"] and args.ep.activation is None and not args.ep.row_scaled
+        """Pushed rows with no row scale: the matmul consumer, :meth:`_consume_by_matmul` (the scale
+        and the bias in cuBLAS's epilogue, an activation in one elementwise pass after each GEMM)."""
+        return not args.options["return_gathered"] and not args.ep.row_scaled
 
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
         state.check()  # a poisoned workspace raises before it could enter a collective growth
@@ -298,17 +298,22 @@ class AllGatherGemm(Op):
         ``gathered`` (a bounded wait: on CUDA a one-program kernel between the GEMMs,
         :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's). On CUDA each GEMM is one
         cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`;
-        :func:`fluxlite._cublaslt.linear_into`)."""
+        :func:`fluxlite._cublaslt.linear_into`), then an activation's elementwise pass where there is
+        one (:func:`fluxlite._sequential.epilogue_linear`)."""
         r = call.ws.rank
         a, weight, bias, ep = args.a, args.weight, args.bias, args.ep
         row_scale = args.options["row_scale"]
         m = a.shape[0]
 
         def product(dst: torch.Tensor, src: torch.Tensor, scales: torch.Tensor | None) -> None:
-            if ep.activation is None and not ep.row_scaled:  # one GEMM, the scale and bias in its epilogue
-                cublaslt.linear_into(dst, src, weight, bias, ep.scale)
-            else:  # CPU only: on CUDA this consumer runs plain epilogues (has_matmul_consumer)
+            if ep.row_scaled:  # CPU only (has_matmul_consumer)
                 epilogue_linear(dst, src, weight, bias, ep, scales)
+                return
+            # One GEMM, the scale and the bias in its epilogue; then an activation's pass, in place
+            # (SwiGLU: from the [rows, 2N] pre-activation into dst)
+            z = src.new_empty((src.shape[0], weight.shape[0])) if ep.gated else dst
+            cublaslt.linear_into(z, src, weight, bias, ep.scale)
+            epilogue.activate_into(dst if ep.gated else None, z, ep.activation)
 
         def arrived(rows: slice | None) -> None:
             if rows is None:

@@ -189,10 +189,17 @@ class Op:
         """What computes a fused call. On CPU: the state's consumer. On CUDA, a named kernel ``config``
         runs the Triton kernel; without one (a forced ``impl="fused"``, or the rule), the matmul
         consumer (``"torch"``, :meth:`has_matmul_consumer`) where cuBLAS's output rows are whole
-        16-byte units and either ``K`` is off a multiple of 64 (rows the Triton kernel's TMA loads
-        split across cache lines) or the GEMM has at least :data:`MATMUL_MIN_FLOPS`; else the Triton
-        kernel, whose one launch costs less on short GEMMs. ``auto`` measures both
-        (:meth:`kernel_configs`)."""
+        16-byte units and
+
+        - ``K`` is off a multiple of 64, with no activation or one that is not gated: rows the Triton
+          kernel's TMA loads split across cache lines. On one H100 its GEMM with GELU took 1.06-1.33x
+          the time of cuBLAS's GEMM and the activation's pass at 7 of 8 such shapes; on two H200s
+          the two tied (BENCHMARKS.md). SwiGLU's pass reads twice the columns it writes, and there
+          the Triton kernel was the faster on both;
+        - or, with no activation, the GEMM has at least :data:`MATMUL_MIN_FLOPS`;
+
+        else the Triton kernel, whose one launch costs less on short GEMMs and whose epilogue saves
+        an activation's pass over the output. ``auto`` measures both (:meth:`kernel_configs`)."""
         if not state.ws.is_cuda:
             return state.consumer
         if config is not None or not self.has_matmul_consumer(args):
@@ -200,8 +207,12 @@ class Op:
         K, N = args.a.shape[1], args.weight.shape[0]
         if args.ep.out_features(N) * args.a.element_size() % 16:
             return "triton"
+        if K % 64:
+            return "triton" if args.ep.gated else "torch"
+        if args.ep.activation is not None:
+            return "triton"
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
-        return "torch" if K % 64 or 2 * rows * K * N >= MATMUL_MIN_FLOPS else "triton"
+        return "torch" if 2 * rows * K * N >= MATMUL_MIN_FLOPS else "triton"
 
     def fused(self, state: fused.FusedState, plan: fused.Plan, args: Args):
         """The fused call by ``plan``: its producer program beside its consumer."""
