@@ -13,8 +13,9 @@ and cuBLAS clears the scheduler's counters with a memset before every GEMM: a no
 each fused call's graph, and a gap between two GEMMs. Without one they schedule statically, as fast
 on the matmul consumers' GEMMs (BENCHMARKS.md, "cuBLASLt without a workspace"), with nothing before
 the GEMM. :func:`linear_into` (no ``C``: ``beta = 0``) is every matmul consumer's GEMM; a bias rides
-on cuBLASLt's epilogue there too, where torch's ``addmm`` would take a GEMM with a workspace (with a
-bias the matmul consumer of AG-GEMM took 4-9% longer per call that way on two H200s, BENCHMARKS.md).
+on cuBLASLt's epilogue there too, where torch's ``addmm`` would take a GEMM with a workspace (on two
+H200s fused calls with a bias took 0.94-1.00x the time they took that way at seven AG-GEMM and
+GEMM-RS shapes; BENCHMARKS.md, "The bias in cuBLASLt's epilogue").
 
 Of the heuristic's candidates the first is taken. A caller may ask for ``rows_256``: then, where
 the heuristic's first two are one kernel's 256x128 and 128x256 tiles (in cuBLASLt's column-major
