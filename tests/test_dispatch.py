@@ -982,7 +982,7 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
     for act in ("gelu", "gelu_tanh", "silu"):
         args = args_of(M // 2, Epilogue(act))
         assert AG.consumer_of(cuda, args, None) == activated, act
-        assert AG.kernel_configs(args)[0] is None, "auto measures the matmul consumer with an activation too"
+        assert AG.kernel_configs(args)[0] is None, "auto measures what a forced fused call runs, with an activation too"
     swiglu = args_of(M // 2, Epilogue("swiglu"), weight_rows=2 * N)
     assert AG.consumer_of(cuda, swiglu, None) == "triton"
     assert AG.kernel_configs(swiglu)[0] is None
