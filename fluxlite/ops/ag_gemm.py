@@ -299,7 +299,7 @@ class AllGatherGemm(Op):
         :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's). On CUDA each GEMM is one
         cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`;
         :func:`fluxlite._cublaslt.linear_into`), then an activation's elementwise pass where there is
-        one (:func:`fluxlite._sequential.epilogue_linear`)."""
+        one (:func:`fluxlite.epilogue.activate_into`)."""
         r = call.ws.rank
         a, weight, bias, ep = args.a, args.weight, args.bias, args.ep
         row_scale = args.options["row_scale"]
