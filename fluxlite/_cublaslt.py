@@ -280,7 +280,8 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torc
     device = a.device.index
     key = (_DTYPES[a.dtype], M, N, K, lda, w_trans, ldw, ldc, ldd, tuple(map(_alignment, ptrs)), rows_256,
            bias is not None)
-    with _lock:
+    alpha_, beta_ = ctypes.c_float(alpha), ctypes.c_float(beta)
+    with _lock:  # the plans, and a plan's shared descriptor, whose bias pointer is set and read in one step
         plan = _plans.get((device, key), False)
         if plan is False:
             if len(_plans) >= MAX_PLANS:
@@ -290,11 +291,9 @@ def addmm_into(d: torch.Tensor, c: torch.Tensor | None, a: torch.Tensor, w: torc
                 _plans.clear()
             with torch.cuda.device(device):  # the handle and the heuristic are the device's
                 plan = _plans[(device, key)] = _plan(lt, device, key)
-    if plan is None:
-        return False
-    handle, desc, a_layout, b_layout, c_layout, d_layout, algo = plan
-    alpha_, beta_ = ctypes.c_float(alpha), ctypes.c_float(beta)
-    with _lock:  # a plan's descriptor is shared: its bias pointer is set and read in one step
+        if plan is None:
+            return False
+        handle, desc, a_layout, b_layout, c_layout, d_layout, algo = plan
         if bias is not None:
             pointer = _P(bias.data_ptr())
             lt["cublasLtMatmulDescSetAttribute"](desc, _DESC_BIAS_POINTER, ctypes.byref(pointer), ctypes.sizeof(pointer))
