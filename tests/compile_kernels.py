@@ -22,7 +22,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gather_end, gemm_ar, gemm_core, gemm_rs, launch, split_wait  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, gather_end, gemm_ar, gemm_core, gemm_rs, launch, push_rows, split_wait  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 EIATTR_REGCOUNT = 0x2F  # a cubin's .nv.info attributes: (function's symbol, registers per thread)
@@ -169,12 +169,16 @@ def main() -> None:
                        bounds_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
                        splits="i32", gathered=("i32", 16), chunk=("i32", 16), N=("i32", 16), total="i32",
                        region="i32", reduced_at="i32", timeout_ns="i64"), dict(BLOCK=gather_end.BLOCK), 0))
+    cases.append(("int32", "push_rows (AG-GEMM's small chunk pushed by the SMs)", push_rows.push_rows_kernel,
+                  dict(src="i64", data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16), count_ptr="*i32",
+                       dst_offset16="i32", words16="i32", rank="i32", to_self="i32", world_size="i32", region="i32",
+                       first_slot="i32", splits="i32"), dict(BLOCK=push_rows.BLOCK), 0))
     cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
                   dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", peer_lo="i32", peer_hi="i32", rank="i32",
                        chunk="i32", sig_base="i32", timeout_ns="i64", code="i32"), {}, 0))
     # launched as one program of one warp
     one_warp = (align.align_kernel, split_wait.split_wait_kernel)
-    gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS}
+    gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS, push_rows.push_rows_kernel: push_rows.NUM_WARPS}
     # the two launched PROGRAMS_PER_SM to an SM, round robin (fluxlite.kernels.launch.max_registers)
     programs_per_sm = {gemm_ar.one_shot_kernel: gemm_ar.PROGRAMS_PER_SM,
                        gather_end.gather_end_kernel: gather_end.PROGRAMS_PER_SM}
@@ -198,6 +202,7 @@ def main() -> None:
             ptx = kernel.asm["ptx"]
             vector = ("ld.global.cg.v4" in ptx if fn is gemm_ar.one_shot_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
+                      else "ld.global.v4" in ptx and "st.global.v4" in ptx if fn is push_rows.push_rows_kernel
                       else None)
             vector_ok = vector is None or vector
             # A kernel that shares out its work round robin over several programs per SM needs them all

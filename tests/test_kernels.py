@@ -27,6 +27,7 @@ from fluxlite.kernels import gather_end as gather_end_kern
 from fluxlite.kernels import gemm_ar as ar_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
+from fluxlite.kernels import push_rows as push_kern
 from fluxlite.kernels import split_wait as split_wait_kern
 from fluxlite.ops import AG, AR, RS
 from fluxlite.kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_FINISHED,
@@ -388,6 +389,52 @@ def test_gather_end_returns_at_once_after_an_earlier_failure():
     assert time.monotonic() - t0 < 5.0, "waited for the timeout after a failure was recorded"
     assert torch.equal(case.error, before), "the first failure stays the record"
     assert case.out[case.mc :].isnan().all()
+
+
+@pytest.mark.parametrize("W,r,words,sms,splits,to_self", [
+    (2, 0, 1, 4, 1, False), (3, 1, 4096 + 3, 2, 2, True), (4, 3, 3 * 4096, 2, 1, False), (3, 2, 2 * 4096 - 1, 5, 4, True)])
+def test_push_rows_lands_our_rows_in_every_peer_then_sets_their_flags(W, r, words, sms, splits, to_self):
+    """Rank ``r`` of ``W`` pushes ``words`` 16-byte words into every peer's data half (random) at our
+    offset: every peer holds them bit for bit there and is unchanged elsewhere, our own half is
+    untouched (``to_self``: holds them too), every peer's data flags of our chunk (``splits`` of them)
+    are set and no other flag,
+    and the programs' count is back to 0. Cases: one word, ragged tiles shared by fewer programs than
+    tiles, whole tiles, more programs than tiles."""
+    epoch = 5
+    g = torch.Generator().manual_seed(words)
+    rows = torch.randint(-2**31, 2**31 - 1, (4 * words,), generator=g, dtype=torch.int32)
+    offset = 48 + r * 16 * words  # bytes; after a 48-byte head that nothing writes
+    halves = [torch.randint(-2**31, 2**31 - 1, (12 + W * 4 * words,), generator=g, dtype=torch.int32)
+              for _ in range(W)]
+    before = [h.clone() for h in halves]
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    count = torch.zeros(1, dtype=torch.int32)
+    push_kern.launch(src=rows.data_ptr(), nbytes=16 * words,
+                     data_bases=torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64),
+                     flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64), count=count,
+                     dst_offset=offset, rank=r, world_size=W, region=sch.region_start(W, epoch % 2),
+                     first_slot=sch.data_slot(W, r, 0), splits=splits, sms=sms, cache={}, to_self=to_self)
+    at = slice(offset // 4, offset // 4 + 4 * words)
+    for p in range(W):
+        expected = before[p].clone()
+        if p != r or to_self:
+            expected[at] = rows
+        assert torch.equal(halves[p], expected), f"rank {p}'s data half"
+        set_slots = set(flags[p].nonzero().flatten().tolist())
+        wanted = set() if p == r else {_slot(W, epoch, sch.data_slot(W, r, s)) for s in range(splits)}
+        assert set_slots == wanted, f"rank {p}'s flags: {sorted(set_slots)}, expected {sorted(wanted)}"
+        assert set(flags[p][sorted(set_slots)].tolist()) <= {sch.SET}
+    assert count.item() == 0
+
+
+def test_push_rows_refuses_what_it_cannot_move_in_16_byte_words():
+    data = torch.zeros(8, dtype=torch.int32)
+    bases = torch.tensor([data.data_ptr()] * 2, dtype=torch.int64)
+    for src, nbytes, offset in ((data.data_ptr() + 4, 16, 0), (data.data_ptr(), 8, 0), (data.data_ptr(), 16, 4)):
+        with pytest.raises(ValueError, match="multiples of 16"):
+            push_kern.launch(src=src, nbytes=nbytes, data_bases=bases, flag_bases=bases,
+                             count=torch.zeros(1, dtype=torch.int32), dst_offset=offset, rank=0, world_size=2,
+                             region=0, first_slot=0, splits=1, sms=1, cache={})
 
 
 def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s, **kw):
