@@ -964,11 +964,11 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
     from fluxlite.ops.op import MATMUL_MIN_FLOPS
 
     assert 2 * 4096 * 3072 * 4096 < MATMUL_MIN_FLOPS <= 2 * 8192 * 4096 * 8192
-    cuda = SimpleNamespace(ws=SimpleNamespace(is_cuda=True), consumer="triton")
-    cpu = SimpleNamespace(ws=SimpleNamespace(is_cuda=False), consumer="torch")
+    cuda = SimpleNamespace(ws=SimpleNamespace(is_cuda=True, world_size=2), consumer="triton")
+    cpu = SimpleNamespace(ws=SimpleNamespace(is_cuda=False, world_size=2), consumer="torch")
     tp = SimpleNamespace(world_size=2)
 
-    def args_of(rows, ep=PLAIN, weight_rows=N, **options):
+    def args_of(rows, ep=PLAIN, weight_rows=N, K=K, **options):
         return SimpleNamespace(a=torch.empty(rows, K, dtype=dtype, device="meta"), tp=tp, ep=ep,
                                weight=torch.empty(weight_rows, K, dtype=dtype, device="meta"),
                                options=dict(dict(return_gathered=False, row_scale=None), **options))
@@ -990,3 +990,20 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
                  args_of(M // 2, Epilogue("gelu", True))):
         assert AG.consumer_of(cuda, args, None) == "triton", (args.options, args.ep)
         assert None not in AG.kernel_configs(args)
+    # AG-GEMM whose rows the SMs push (at most SM_PUSH_MAX_BYTES a rank): one cuBLAS GEMM after the
+    # gather, with any activation, where its output rows are whole 16-byte units; not with pulled
+    # rows, row scales, a named config, rows off whole 16-byte words or one rank
+    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES
+
+    size = torch.tensor([], dtype=dtype).element_size()
+    small = SM_PUSH_MAX_BYTES // (size * 64)  # rows of K = 64
+    whole_rows = N * size % 16 == 0
+    for ep, w_rows in ((PLAIN, N), (Epilogue("gelu"), N), (Epilogue("swiglu"), 2 * N)):
+        args = args_of(small, ep, weight_rows=w_rows, K=64)
+        assert AG.consumer_of(cuda, args, None) == ("torch" if whole_rows else "triton"), ep
+        assert AG.consumer_of(cuda, args, GemmConfig()) == "triton"
+        assert AG.consumer_of(SimpleNamespace(ws=SimpleNamespace(is_cuda=True, world_size=1), consumer="triton"),
+                              args, None) == AG.consumer_of(cuda, args_of(small + 1, ep, weight_rows=w_rows, K=64), None)
+    for args in (args_of(small, return_gathered=True, K=64), args_of(small, Epilogue(None, True), K=64)):
+        assert AG.consumer_of(cuda, args, None) == "triton"
+    assert not AG.pushes_by_sm(2, args_of(3, K=1001 if size == 2 else 1003))  # rows off 16-byte words

@@ -123,13 +123,66 @@ def _thousand_calls(rank, world_size):
     fluxlite.synchronize()
     state = fluxlite.fused.state_of(ws)
     assert state.epoch == 2000 + len(range(0, 1000, 7))
-    # Every plan launched its kernel directly after the first call (Triton's per-call binding skipped),
-    # one compiled kernel whichever parity's flag region it got.
-    assert all(len(plan.kernels) == 1 for plan in state.plans.values()), [len(p.kernels) for p in state.plans.values()]
+    # Every plan of the Triton kernel launched it directly after the first call (Triton's per-call
+    # binding skipped), one compiled kernel whichever parity's flag region it got. The small AG-GEMMs
+    # (rows pushed by the SMs, one cuBLAS GEMM) have no kernel of their own: the push and the wait are
+    # the state's.
+    kernels = {key: (plan.consumer, len(plan.kernels)) for key, plan in state.plans.items()}
+    assert all(n == 1 for consumer, n in kernels.values() if consumer == "triton"), kernels
+    assert any(consumer == "torch" and key[0] == "ag_gemm" for key, (consumer, _) in kernels.items()), kernels
+    assert len(state.push_kernels) == 1, "one compiled push kernel, warmed up when the state was made"
 
 
 def test_thousand_back_to_back_calls_with_varying_m():
     run_gpu_ranks(_thousand_calls, 2)
+
+
+def _small_chunks(rank, world_size):
+    """AG-GEMM's small chunks, whose rows the SMs push ahead of one cuBLAS GEMM (AllGatherGemm.pushes_by_sm),
+    at random shapes on both sides of SM_PUSH_MAX_BYTES: every activation, a bias or not, rows from a
+    view whose start is off 16 bytes (copied first) or not. Each case three times on the same tensors
+    with fresh data copied in and the output poisoned (eager, captured, replayed), against float32."""
+    import fluxlite
+    from fluxlite import epilogue
+    from fluxlite.ops import AG
+    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES
+
+    rng = random.Random(77)  # the same cases on every rank: the ops are collectives
+    gen = torch.Generator(device=_dev()).manual_seed(300 + rank)
+    pushed, expected = [], 0
+    push_by_sm = type(AG)._push_by_sm
+    type(AG)._push_by_sm = lambda self, call, a, **kw: (pushed.append(kw), push_by_sm(self, call, a, **kw))[1]
+    try:
+        for case in range(20):
+            m, K = rng.choice([1, 2, 7, 64, 129, 300, 1100]), 8 * rng.randint(1, 512)
+            N, act = rng.choice([8, 40, 1000, 2056]), rng.choice(epilogue.ACTIVATIONS)
+            ep = epilogue.Epilogue(act)
+            with_bias, offset = rng.random() < 0.5, rng.choice([0, 1])
+            w_rows = 2 * N if ep.gated else N
+            w = (torch.randn(w_rows, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+            dist.broadcast(w, 0)
+            b = torch.randn(w_rows, generator=gen, device=_dev()).to(BF16) if with_bias else None
+            base = torch.empty(m * K + offset, dtype=BF16, device=_dev())
+            a = base[offset:].view(m, K)
+            out = torch.empty(world_size * m, N, dtype=BF16, device=_dev())
+            expected += 3 * (m * K * 2 <= SM_PUSH_MAX_BYTES)
+            for call in range(3):
+                a.copy_(torch.randn(m, K, generator=gen, device=_dev()))
+                out.fill_(float("nan"))
+                res = fluxlite.ag_gemm(a, w, b, impl="fused", activation=act, out=out)
+                ref, _ = ag_epilogue_reference(a, w, b, None, ep)
+                err = rel_err(res, ref)
+                assert res is out and err < (2e-2 if ep.gated else TOL), \
+                    f"case {case} call {call}: m={m} K={K} N={N} {act} bias={with_bias} offset={offset}: {err:.3g}"
+    finally:
+        type(AG)._push_by_sm = push_by_sm
+    fluxlite.synchronize()
+    assert len(pushed) == expected and 0 < expected < 60, (len(pushed), expected)
+    assert all(kw["to_self"] for kw in pushed), "a forced fused call of a small chunk runs one GEMM over every row"
+
+
+def test_small_chunks_pushed_by_the_sms_at_random_shapes():
+    run_gpu_ranks(_small_chunks, 2)
 
 
 def _recurring_calls(rank, world_size):

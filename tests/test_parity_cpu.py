@@ -4,7 +4,8 @@ A graph replays its calls with the parities they had at capture, so on the devic
 calls may share a parity. The host emulates that here by skipping a parity on every rank
 (``state.epoch += 1``, as after a replay the host never saw). The parity-alignment step must then
 insert a null call exactly when two consecutive calls share a parity, every result must match
-float64, and after every call each rank's flag regions must hold exactly what that call's protocol
+float64 (AG-GEMM's pushed rows by the producer or, for small chunks, by the pushing rank itself ahead of its
+consumer: both, at random), and after every call each rank's flag regions must hold exactly what that call's protocol
 sets: the call's own region the flags the schedule names (each peer's ``ready``, and its data flags
 per split, or for AG with ``return_gathered`` our producer's pulled flags), the other region
 nothing (the owner clears a call's flags when its next call starts: nothing depends on a call's
@@ -13,6 +14,7 @@ number any more).
 
 from __future__ import annotations
 
+import importlib
 import random
 
 import pytest
@@ -26,6 +28,8 @@ from fluxlite.ops import AG
 from fluxlite.ops.gemm_rs import MATMUL_SPLITS
 
 from .dist_utils import run_ranks
+
+ag_op = importlib.import_module("fluxlite.ops.ag_gemm")  # the module (fluxlite.ops.ag_gemm is the function)
 from .numerics import ag_reference, check, poison_workspace, randn, rs_reference
 
 STEPS = 120
@@ -52,11 +56,16 @@ def _sequence(rank, W):
     state = fluxlite.fused.state_of(ws)
     expected_null_calls, device_next = 0, (state.epoch + 1) % 2
     R = sch.region_slots(W)
+    pushes, expected_pushes = [], 0  # chunks pushed ahead of the consumer (AllGatherGemm.pushes_by_sm)
+    push_by_sm = type(AG)._push_by_sm
+    type(AG)._push_by_sm = lambda self, call, a, **kw: (pushes.append(a.shape), push_by_sm(self, call, a, **kw))[1]
     for step in range(STEPS):
         if state_rng.random() < 0.4:
             state.epoch += 1  # a replay moved the device: the host's next parity repeats the last one
-        m, K, N = state_rng.choice([(1, 8, 8), (37, 24, 16), (130, 16, 40), (300, 64, 96)])
+        m, K, N = state_rng.choice([(1, 8, 8), (37, 24, 16), (130, 16, 40), (300, 64, 96), (700, 16, 24)])  # 700: 2 splits
         op = state_rng.choice(["ag_push", "ag_pull", "rs"])
+        ag_op.SM_PUSH_MAX_BYTES = state_rng.choice([0, 1 << 20])  # small chunks by the producer, or not
+        expected_pushes += op == "ag_push" and ag_op.SM_PUSH_MAX_BYTES > 0
         parity = (state.epoch + 1) % 2
         if parity != device_next:
             expected_null_calls += 1
@@ -90,6 +99,8 @@ def _sequence(rank, W):
                 failures.append(f"step {step} {op}: region holds {sorted(got)}, expected "
                                 f"{sorted(_expected_flags(op, rank, W, m))} (all {sch.SET})")
             dist.barrier()  # no rank starts the next call (and sets flags here) before the check
+    type(AG)._push_by_sm = push_by_sm
+    assert len(pushes) == expected_pushes > 5, f"{len(pushes)} calls pushed ahead of the consumer, expected {expected_pushes}"
     assert state.null_calls == expected_null_calls, (state.null_calls, expected_null_calls)
     assert expected_null_calls > 5, "the sequence never made two consecutive calls share a parity"
     assert not failures, "\n".join(failures)

@@ -25,7 +25,7 @@ from .. import _cuda_driver as cu
 from .. import schedule as sch
 from ..errors import FluxliteCallMismatchError, FluxliteError
 from ..host_flags import exception_from_record, host_store, host_wait, resolve_timeout
-from ..kernels import align, gather_end, split_wait
+from ..kernels import align, gather_end, push_rows, split_wait
 from ..kernels.device_flags import MIRROR_WORD, RECORD_WORDS
 from .. import workspace as _workspace
 from ..process import PROCESS
@@ -114,6 +114,10 @@ class FusedState:
         self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
         self.gather_kernels: dict = {}  # GEMM-AllReduce's gather end, warmed up (kernels.gather_end)
+        # AG-GEMM's push of a small chunk by the SMs (fluxlite.kernels.push_rows): its programs' count, 0
+        # between launches, and its kernels, warmed up
+        self.push_count = torch.zeros(1, dtype=torch.int32, device=ws.device)
+        self.push_kernels: dict = {}
         self.split_wait_kernels: dict = {}  # the matmul consumer's bounded wait (fluxlite.kernels.split_wait)
         self._scratch: torch.Tensor | None = None  # bytes of this rank's own for a call's working data (scratch)
         self._scratch_views: dict[tuple, torch.Tensor] = {}
@@ -432,6 +436,10 @@ class FusedState:
                               call=self.call_number, rank=0, world_size=1, gathered=0, chunk_rows=1, region=0,
                               reduced_at=sch.reduced_slot(W, 0, 0), timeout_s=self._timeout_s, sms=1,
                               cache=self.gather_kernels)
+            # AG-GEMM's push by the SMs, likewise: no peer to push to or flag to set.
+            push_rows.launch(src=scratch.data_ptr(), nbytes=16, data_bases=alone, flag_bases=alone,
+                             count=self.push_count, dst_offset=0, rank=0, world_size=1, region=0, first_slot=0,
+                             splits=1, sms=1, cache=self.push_kernels)
             # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
                               error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),

@@ -29,6 +29,19 @@ pushed rows with no row scale (an activation is a pass after each GEMM)::
     consumer: out[our rows] = act(scale * a @ W.T + b)                (no wait: read in place)
               for each peer chunk p, split s: wait (bounded kernel) as above; out[p's rows of s] = ...
 
+A small chunk (:meth:`AllGatherGemm.pushes_by_sm`: pushed rows of at most :data:`SM_PUSH_MAX_BYTES` a
+rank, no row scale) has no producer: the SMs push it, ahead of the consumer on the caller's stream,
+and without a named kernel config one GEMM takes every row once all have landed::
+
+    align:    as above
+    push:     every peer p: p.gathered[r] <- a; then p.pushed (r, s) = 1 for every split s
+              (one kernel, fluxlite.kernels.push_rows; our own gathered[r] <- a too)
+    consumer: wait (bounded kernel) for every peer's every split; out = act(scale * gathered @ W.T + b)
+
+A replayed call's graph is then kernels only, which launch in a fraction of a copy node's time, and
+the GEMM reads the weight once, not once per chunk: at so few rows the Triton kernel's tiles run
+their whole ``K`` loops on a few SMs, several times cuBLAS's time.
+
 With a row scale (the deferred norm's 1/sigma) each rank's ``[m]`` fp32 scales travel with its rows:
 pushed into the peers' scale area before the first split's flag, or staged beside the staged rows
 and pulled before the first split. The schedule starts on the local chunk (``first = 0``), which
@@ -42,6 +55,7 @@ consumer waits for the peer, whose consumer waits for these rows: so it runs bef
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 
 import torch
@@ -55,12 +69,23 @@ from .._sequential import all_gather_rows, epilogue_linear
 from ..fused import Call, FusedState, Plan, get_plan, producer, state_of
 from ..fused.producer import COPY, SIGNAL, STAGE, WAIT
 from ..kernels import ag_gemm as kernel
-from ..kernels import gemm_core
+from ..kernels import gemm_core, push_rows
 from ..kernels.device_flags import ERR_TIMEOUT_AG
 from ..kernels.gemm_core import GemmConfig
 from ..group import TPGroup
+from ..host_flags import host_store
 from ..workspace import get_workspace, lasting, view_offset
 from .op import Args, Op, check_common, finish_args
+
+SM_PUSH_MAX_BYTES = 5 << 18
+"""A pushed call whose rows (``m * K`` elements a rank) take at most this many bytes (1.25 MiB) in whole
+16-byte words, with no row scale, pushes them by the SMs ahead of its consumer
+(:mod:`fluxlite.kernels.push_rows`), with no producer, and without a named kernel config computes
+them in one cuBLAS GEMM (:meth:`AllGatherGemm.pushes_by_sm`, :meth:`AllGatherGemm.consumer_of`). On
+two H200s at TP=2 such calls took 0.64-0.85x the device time of the copy engine's push and the
+Triton kernel at eight shapes of 16 KiB to 1.25 MiB a rank (20 calls back to back; 0.77-0.99x one
+call at a time), and 1.05-1.07x back to back at two shapes of 2 MiB, where the peers' rows arrive
+after a local GEMM beside them would have run (BENCHMARKS.md, "AG-GEMM at small chunks")."""
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 GATHER = "gather"  # the push transport with no GEMM (AllGatherGemm.gather)
@@ -186,6 +211,32 @@ class AllGatherGemm(Op):
         and the bias in cuBLAS's epilogue, an activation in one elementwise pass after each GEMM)."""
         return not args.options["return_gathered"] and not args.ep.row_scaled
 
+    def pushes_by_sm(self, world_size: int, args: Args) -> bool:
+        """Whether a call pushes its rows by the SMs, ahead of its consumer and with no producer
+        (:mod:`fluxlite.kernels.push_rows`; on CPU the host's copies, in the same place): pushed rows
+        (no ``return_gathered``) of at most :data:`SM_PUSH_MAX_BYTES` in whole 16-byte words, with no
+        row scale, on two or more ranks. Shapes only, so every rank of a call decides alike.
+
+        A copy-engine copy into a peer makes the graph of a replayed call cost about 28 us to launch
+        on two H200s, whatever its size, and takes some microseconds to start; so few rows leave the
+        consumer little of its own to overlap with them."""
+        a = args.a
+        nbytes = a.numel() * a.element_size()
+        return (not args.options["return_gathered"] and not args.ep.row_scaled and world_size > 1
+                and 0 < nbytes <= SM_PUSH_MAX_BYTES and nbytes % 16 == 0)
+
+    def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
+        """:meth:`Op.consumer_of`, except that a call whose rows the SMs push (:meth:`pushes_by_sm`)
+        without a named kernel config takes the matmul consumer there: one cuBLAS GEMM over every
+        gathered row once all have landed (:meth:`_consume_gathered`). So few rows make the Triton
+        kernel's few tiles run their whole ``K`` loops on a few SMs: on two H200s its GEMM took 80 us
+        at 16x8192->2560 where cuBLAS's took 11, and 44 against 13 us at 128x4096->4096
+        (BENCHMARKS.md); one GEMM also reads the weight once, not once per chunk."""
+        if (state.ws.is_cuda and config is None and self.pushes_by_sm(state.ws.world_size, args)
+                and args.ep.out_features(args.weight.shape[0]) * args.a.element_size() % 16 == 0):
+            return "torch"
+        return super().consumer_of(state, args, config)
+
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
         state.check()  # a poisoned workspace raises before it could enter a collective growth
         a, ep = args.a, args.ep
@@ -234,6 +285,21 @@ class AllGatherGemm(Op):
                           scale_local=row_scale, scale_gathered=scale_gathered,
                           local_tiles=sched.local_tiles(plan.num_n), **call.kernel_args())
 
+        consume = consume_triton if plan.consumer == "triton" else consume_torch
+        key = call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale)
+        if self.pushes_by_sm(W, args):
+            whole = plan.consumer != "triton"  # the matmul consumer: one GEMM over every row, ours too
+
+            def push_then_consume() -> None:
+                self._push_by_sm(call, a, to_self=whole)
+                if whole:
+                    self._consume_gathered(call, args, gathered, out)
+                else:
+                    consume()
+
+            # No producer, no copy (a program of no steps: no side stream to fork and join)
+            call.run(lambda: call.program((), list), push_then_consume, key)
+            return out, None
         # The producer's own tensors (not the workspace's, whose buffers change only with its
         # generation, which drops every program and graph): what its program and a replay's check
         # depend on.
@@ -243,9 +309,34 @@ class AllGatherGemm(Op):
         def program() -> producer.Program:
             return call.program(copied, lambda: self.steps(call, a, gathered, push, row_scale, scale_gathered))
 
-        call.run(program, consume_triton if plan.consumer == "triton" else consume_torch,
-                 call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale), copied)
+        call.run(program, consume, key, copied)
         return out, (None if push else gathered)
+
+    def _push_by_sm(self, call: Call, a: torch.Tensor, to_self: bool) -> None:
+        """Our rows into every peer's data half (``to_self``: and into ours), then our data flags of
+        every split on every peer (:meth:`pushes_by_sm`): on CUDA one kernel on the current stream,
+        ahead of the consumer (:mod:`fluxlite.kernels.push_rows`); on CPU the host's copies and
+        stores, in the same place."""
+        state, ws, parity = call.state, call.ws, call.parity
+        W, r = ws.world_size, ws.rank
+        nbytes = a.numel() * a.element_size()
+        if ws.is_cuda and a.data_ptr() % 16:  # the kernel moves 16-byte words; a view's rows may start anywhere
+            a = a.clone()
+        offset = r * nbytes  # rank-major rows of m * K elements each
+        splits = call.plan.sched.splits
+        if ws.is_cuda:
+            push_rows.launch(src=a.data_ptr(), nbytes=nbytes, data_bases=state.data_bases(parity),
+                             flag_bases=state.flag_bases(), count=state.push_count, dst_offset=offset, rank=r,
+                             world_size=W, region=sch.region_start(W, parity), first_slot=sch.data_slot(W, r, 0),
+                             splits=splits, sms=gemm_core.sm_count(a.device), cache=state.push_kernels,
+                             to_self=to_self)
+            return
+        peers = [p for p in range(W) if p != r]
+        for p in peers + [r] * to_self:
+            ctypes.memmove(ws.data_addr(p, parity) + offset, a.data_ptr(), nbytes)
+        for p in peers:  # after every copy: x86 keeps the order of these stores (fluxlite.host_flags)
+            for s in range(splits):
+                host_store(call.flag_addr(p, sch.data_slot(W, r, s)), sch.SET)
 
     def gather(self, a: torch.Tensor, tp: TPGroup, timeout_s: float,
                arrived: Callable[[slice, torch.Tensor], None] | None = None) -> torch.Tensor:
@@ -300,28 +391,45 @@ class AllGatherGemm(Op):
         cuBLAS call with the bias and the scale in its epilogue (:meth:`has_matmul_consumer`;
         :func:`fluxlite._cublaslt.linear_into`), then an activation's elementwise pass where there is
         one (:func:`fluxlite.epilogue.activate_into`)."""
-        r = call.ws.rank
-        a, weight, bias, ep = args.a, args.weight, args.bias, args.ep
-        row_scale = args.options["row_scale"]
+        r, a, row_scale = call.ws.rank, args.a, args.options["row_scale"]
         m = a.shape[0]
-
-        def product(dst: torch.Tensor, src: torch.Tensor, scales: torch.Tensor | None) -> None:
-            if ep.row_scaled:  # CPU only (has_matmul_consumer)
-                epilogue_linear(dst, src, weight, bias, ep, scales)
-                return
-            # One GEMM, the scale and the bias in its epilogue; then an activation's pass, in place
-            # (SwiGLU: from the [rows, 2N] pre-activation into dst)
-            z = src.new_empty((src.shape[0], weight.shape[0])) if ep.gated else dst
-            cublaslt.linear_into(z, src, weight, bias, ep.scale)
-            epilogue.activate_into(dst if ep.gated else None, z, ep.activation)
 
         def arrived(rows: slice | None) -> None:
             if rows is None:
-                product(out[r * m : (r + 1) * m], a, row_scale)
+                self._product(args, out[r * m : (r + 1) * m], a, row_scale)
             else:
-                product(out[rows], gathered[rows], None if scale_gathered is None else scale_gathered[rows])
+                self._product(args, out[rows], gathered[rows], None if scale_gathered is None else scale_gathered[rows])
 
         self._by_split(call, m, self.variant(args.options), arrived)
+
+    @staticmethod
+    def _product(args: Args, dst: torch.Tensor, src: torch.Tensor, scales: torch.Tensor | None) -> None:
+        """``dst = epilogue(src @ weight.T)``, the matmul consumer's GEMM: one cuBLAS call with the
+        scale and the bias in its epilogue, then an activation's pass in place (SwiGLU: from the
+        ``[rows, 2N]`` pre-activation into ``dst``); with row scales (CPU only) torch's."""
+        weight, bias, ep = args.weight, args.bias, args.ep
+        if ep.row_scaled:  # CPU only (has_matmul_consumer)
+            epilogue_linear(dst, src, weight, bias, ep, scales)
+            return
+        z = src.new_empty((src.shape[0], weight.shape[0])) if ep.gated else dst
+        cublaslt.linear_into(z, src, weight, bias, ep.scale)
+        epilogue.activate_into(dst if ep.gated else None, z, ep.activation)
+
+    def _consume_gathered(self, call: Call, args: Args, gathered: torch.Tensor, out: torch.Tensor) -> None:
+        """The matmul consumer of a call whose rows the SMs pushed, ours into our own buffer too
+        (:meth:`consumer_of`): a bounded wait for every peer's every split (on CUDA one kernel per
+        split, :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's), then one GEMM over
+        all ``W * m`` gathered rows."""
+        ws, plan = call.ws, call.plan
+        W, r = ws.world_size, ws.rank
+        for split in range(plan.sched.splits):
+            if ws.is_cuda:
+                call.wait_split(split, peer=None, code=ERR_TIMEOUT_AG)
+                continue
+            for p in range(W):
+                if p != r:
+                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=p, split=split, what="gathered rows")
+        self._product(args, out, gathered, None)
 
     def _by_split(self, call: Call, m: int, variant: str, arrived) -> None:
         """The matmul consumer's walk: ``arrived(None)`` for this rank's chunk (no wait), then for each
