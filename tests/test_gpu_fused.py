@@ -141,7 +141,8 @@ def _small_chunks(rank, world_size):
     """AG-GEMM's small chunks, whose rows the SMs push ahead of one cuBLAS GEMM (AllGatherGemm.pushes_by_sm),
     at random shapes on both sides of SM_PUSH_MAX_BYTES: every activation, a bias or not, rows from a
     view whose start is off 16 bytes (copied first) or not. Each case three times on the same tensors
-    with fresh data copied in and the output poisoned (eager, captured, replayed), against float32."""
+    with fresh data copied in and the output poisoned (eager on both data halves, then captured into
+    the call's own graph and launched from it), against float32."""
     import fluxlite
     from fluxlite import epilogue
     from fluxlite.ops import AG
