@@ -202,7 +202,7 @@ def main() -> None:
             ptx = kernel.asm["ptx"]
             vector = ("ld.global.cg.v4" in ptx if fn is gemm_ar.one_shot_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
-                      else "ld.global.v4" in ptx and "st.global.v4" in ptx if fn is push_rows.push_rows_kernel
+                      else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is push_rows.push_rows_kernel
                       else None)
             vector_ok = vector is None or vector
             # A kernel that shares out its work round robin over several programs per SM needs them all

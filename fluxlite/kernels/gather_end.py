@@ -64,8 +64,9 @@ PEER_STRIDE = tl.constexpr(sch.MAX_SPLITS)  # schedule.reduced_slot: peer p's fl
 
 
 @triton.jit
-def _copy_run(dst, src, lo, stop, first, step, BLOCK: tl.constexpr):
-    """``dst[i] = src[i]`` for ``i`` in ``[lo, stop)``, tiles ``first, first + step, ...``; ``src`` read at L2."""
+def copy_run(dst, src, lo, stop, first, step, BLOCK: tl.constexpr):
+    """``dst[i] = src[i]`` for ``i`` in ``[lo, stop)``, tiles ``first, first + step, ...``; ``src`` read at L2
+    (also AG-GEMM's push of a small chunk, :mod:`fluxlite.kernels.push_rows`)."""
     lanes = tl.arange(0, BLOCK)
     full = tl.maximum(stop - lo, 0) // BLOCK
     for tile in range(first, full + 1, step):
@@ -112,7 +113,7 @@ def gather_end_kernel(
             for p in range(0, world_size):
                 if p != rank:
                     base = p * chunk.to(tl.int64)  # a start past total copies nothing; unclamped it stays 16-aligned
-                    _copy_run(out, src, base + lo_row * N, tl.minimum(base + hi_row * N, total), first, step, BLOCK)
+                    copy_run(out, src, base + lo_row * N, tl.minimum(base + hi_row * N, total), first, step, BLOCK)
 
 
 def launch(*, out: torch.Tensor, data_bases: torch.Tensor, flag_bases: torch.Tensor, bounds: torch.Tensor,

@@ -39,6 +39,7 @@ import triton.language as tl
 
 from . import launch as direct
 from .device_flags import signal_add
+from .gather_end import copy_run
 
 BLOCK = 4096
 """int32 words of a tile: 16 KiB, 16 bytes per thread of 8 warps per step."""
@@ -62,22 +63,13 @@ def push_rows_kernel(
     splits,          # data flags to set per peer (consecutive slots)
     BLOCK: tl.constexpr,
 ):
-    lanes = tl.arange(0, BLOCK)
     first, step = tl.program_id(0), tl.num_programs(0)
     source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
     n = words16.to(tl.int64) * 4  # int32 words
-    full = n // BLOCK
     for p in range(0, world_size):
         if (p != rank) | (to_self != 0):
             base = tl.multiple_of(tl.load(data_bases_ptr + p).to(tl.pointer_type(tl.int32)), 16)
-            dest = base + dst_offset16.to(tl.int64) * 4
-            for tile in range(first, full + 1, step):
-                start = tile * BLOCK
-                if tile < full:
-                    tl.store(dest + start + lanes, tl.load(source + start + lanes))
-                else:
-                    mask = lanes < n - start
-                    tl.store(dest + start + lanes, tl.load(source + start + lanes, mask=mask), mask=mask)
+            copy_run(base + dst_offset16.to(tl.int64) * 4, source, 0, n, first, step, BLOCK)
     if signal_add(count_ptr, 1) == step - 1:
         for p in range(0, world_size):
             if p != rank:
