@@ -498,6 +498,19 @@ def test_split_wait_for_one_peer_looks_at_that_peer_only():
     assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch) == (0, 1, 1, split, epoch)
 
 
+def test_split_wait_for_every_peers_rows_names_each_peers_own_chunk():
+    """AG-GEMM's one GEMM after the SMs' pushes, rank 1 of 3, waits for every peer's split 0: peer 0
+    sent it, peer 2 never did. The record names peer 2 and its own chunk, 2 (the rows are peer 2's)."""
+    W, epoch, split = 3, 7, 0
+    sig = sch.call_signature(AG.code, 32, 16, 24, torch.float32, 1, (False, False), matmul=True)
+    flags = _flags_with_signature(W, sig, epoch % 2, (0, 2))
+    flags[_slot(W, epoch, sch.data_slot(W, 0, split))] = sch.SET
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    _split_wait(flags, sig, error, epoch, 1, W, split, 0.01, code=ERR_TIMEOUT_AG)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_AG, sch.data_slot(W, 2, split), epoch, 0, 2, 2)
+
+
 def test_split_wait_records_a_peer_in_another_call():
     """Peer 1 arrived with the Triton kernel's signature of the same shapes (it runs the other
     consumer, whose partials hold no bias): a mismatch, recorded with both signatures, not a wait."""

@@ -27,9 +27,10 @@ as the other small kernels are, so that its module is loaded before any call.
 
 import torch
 import triton
+import triton.language as tl
 
 from . import launch as direct
-from .device_flags import ERR_TIMEOUT_RS, sync_args, wait_peer
+from .device_flags import ERR_TIMEOUT_AG, ERR_TIMEOUT_RS, sync_args, wait_peer
 
 
 @triton.jit(do_not_specialize=["first", "peer_stride", "peer_lo", "peer_hi", "rank", "chunk", "sig_base",
@@ -40,14 +41,14 @@ def split_wait_kernel(
     peer_stride,  # distance between consecutive peers' data flags (schedule.peer_slots())
     peer_lo, peer_hi,  # the peers waited for: [peer_lo, peer_hi), this rank skipped
     rank,
-    chunk,       # the chunk the data belongs to (for the error record)
+    chunk,       # the chunk the data belongs to (for the error record); -1: each peer's own
     sig_base,    # region offset of peer 0's signature of the call's parity
     timeout_ns,
     code,        # the error code of a timeout (device_flags.ERR_TIMEOUT_*)
 ):
     for p in range(peer_lo, peer_hi):
         if p != rank:
-            wait_peer(sync, first + p * peer_stride, sig_base, timeout_ns, code, p, chunk)
+            wait_peer(sync, first + p * peer_stride, sig_base, timeout_ns, code, p, tl.where(chunk < 0, p, chunk))
 
 
 def launch(*, flags: torch.Tensor, sig: torch.Tensor, error: torch.Tensor, call: torch.Tensor, first: int,
@@ -58,8 +59,12 @@ def launch(*, flags: torch.Tensor, sig: torch.Tensor, error: torch.Tensor, call:
     state's error record and call count; ``first``: the region offset of peer 0's data flag of the
     split, ``peer_stride`` the distance to the next peer's. ``peer``: wait for that peer's data only
     (its own chunk: AG-GEMM's rows), or for every peer's (``None``: their partials of this rank's
-    chunk, GEMM-RS); ``code``: what a timeout records."""
-    lo, hi, chunk = (0, world_size, rank) if peer is None else (peer, peer + 1, peer)
+    chunk for GEMM-RS, each peer's own chunk of rows for AG-GEMM); ``code``: what a timeout records
+    (:data:`~fluxlite.kernels.device_flags.ERR_TIMEOUT_AG`: gathered rows, each peer's own chunk)."""
+    if peer is not None:
+        lo, hi, chunk = peer, peer + 1, peer
+    else:
+        lo, hi, chunk = 0, world_size, -1 if code == ERR_TIMEOUT_AG else rank
     direct.launch(split_wait_kernel, cache, 1,
                   (sync_args(flags, sig, error, call), first, peer_stride, lo, hi, rank, chunk, sig_base,
                    int(timeout_s * 1e9), code),
