@@ -22,7 +22,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gather_end, gemm_ar, gemm_core, gemm_rs, launch, push_rows, split_wait  # noqa: E402
+from fluxlite.kernels import ag_gemm, align, gather_end, gemm_core, gemm_rs, launch, one_shot, push_rows, split_wait  # noqa: E402
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 EIATTR_REGCOUNT = 0x2F  # a cubin's .nv.info attributes: (function's symbol, registers per thread)
@@ -30,7 +30,7 @@ EIATTR_FRAME_SIZE = 0x11  # (function's symbol, bytes of local memory per thread
 AG_INTS = ("num_tiles", "local_tiles", "chunk_rows", "N", "K", "world_size", "sig_base")
 RS_INTS = ("peer_tiles", "num_tiles", "chunk_rows", "a_rows", "N", "K", "rank", "world_size", "sig_base", "claim_slot",
            "reduced_counters")
-ONE_SHOT_INTS = ("M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot")
+ONE_SHOT_INTS = ("M", "N", "rank", "world_size", "chunk", "sig_base", "finished_at", "signal_at", "claim_slot")
 TMA_STORE = "async_tma_copy_local_to_global"
 
 
@@ -133,16 +133,17 @@ def variants(dtype: str, config: gemm_core.GemmConfig):
         # GEMM-RS's peer runs and local runs, each fused with the K loop (fluxlite/kernels/gemm_rs.py)
         yield f"gemm_rs {name}", gemm_rs.gemm_rs_kernel, rs, dict(consts, **none, PEER_SLOTS=16), 2 * loops
         if not use_tma and not kmajor:
-            # GEMM-AllReduce's one-shot reduction (no GEMM, no TMA): ``out`` and the bias 16-byte aligned
+            # The one-shot reduction of GEMM-AllReduce and small GEMM-RS (no GEMM, no TMA): ``out`` and the bias 16-byte aligned
             # with a bias, and not aligned without one. The partials' loads are vectors either way: the
             # kernel reads the run of M * N elements in whole tiles, whatever N is.
-            one_shot = dict(scalars, sync=["*i32"] * 4, counters_ptr="*i32",
-                            **{n: "i32" for n in ONE_SHOT_INTS}, partials_ptr="*i64", flag_bases_ptr="*i64",
-                            out=f"*{dtype}", bias_ptr=f"*{dtype}")
+            reduce_args = dict(scalars, sync=["*i32"] * 4, counters_ptr="*i32",
+                               **{n: "i32" for n in ONE_SHOT_INTS}, partials_ptr="*i64", flag_bases_ptr="*i64",
+                               first=("i32", 16),  # specialised: a multiple of 16 elements (0: GEMM-AllReduce)
+                               out=f"*{dtype}", bias_ptr=f"*{dtype}")
             if bias:
-                one_shot.update(out=(f"*{dtype}", 16), bias_ptr=(f"*{dtype}", 16))
-            yield (f"gemm_ar one-shot aligned={bias} bias={bias}", gemm_ar.one_shot_kernel, one_shot,
-                   dict(none, BLOCK=gemm_ar.BLOCK), 0)
+                reduce_args.update(out=(f"*{dtype}", 16), bias_ptr=(f"*{dtype}", 16))
+            yield (f"one-shot reduction aligned={bias} bias={bias}", one_shot.one_shot_kernel, reduce_args,
+                   dict(none, BLOCK=one_shot.BLOCK), 0)
         if kmajor or not bias:
             continue
         # The epilogue switches: every activation with a row scale (SwiGLU reads the gated weight).
@@ -180,14 +181,14 @@ def main() -> None:
     one_warp = (align.align_kernel, split_wait.split_wait_kernel)
     gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS, push_rows.push_rows_kernel: push_rows.NUM_WARPS}
     # the two launched PROGRAMS_PER_SM to an SM, round robin (fluxlite.kernels.launch.max_registers)
-    programs_per_sm = {gemm_ar.one_shot_kernel: gemm_ar.PROGRAMS_PER_SM,
+    programs_per_sm = {one_shot.one_shot_kernel: one_shot.PROGRAMS_PER_SM,
                        gather_end.gather_end_kernel: gather_end.PROGRAMS_PER_SM}
     for dtype, name, fn, types, consts, loops in cases:
         if True:
             try:
-                warps = 1 if fn in one_warp else gemm_ar.NUM_WARPS if fn is gemm_ar.one_shot_kernel else gather.get(fn)
+                warps = 1 if fn in one_warp else one_shot.NUM_WARPS if fn is one_shot.one_shot_kernel else gather.get(fn)
                 # the one-shot reduction and the gather's end launch with one stage
-                one_stage = fn is gemm_ar.one_shot_kernel or fn in gather
+                one_stage = fn is one_shot.one_shot_kernel or fn in gather
                 stages = dataclasses.replace(config, num_stages=1) if one_stage else config
                 per_sm = programs_per_sm.get(fn)
                 kernel = compile_kernel(fn, types, consts, stages, warps, per_sm)
@@ -200,7 +201,7 @@ def main() -> None:
             # the one-shot reduction streams the partials: 16-byte loads at any N; the gather's end copies
             # rows in 16-byte vectors where its runs start on a multiple of 16 elements
             ptx = kernel.asm["ptx"]
-            vector = ("ld.global.cg.v4" in ptx if fn is gemm_ar.one_shot_kernel
+            vector = ("ld.global.cg.v4" in ptx if fn is one_shot.one_shot_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is push_rows.push_rows_kernel
                       else None)

@@ -16,6 +16,7 @@ and, with the driver stood in for, the eager replay's rule and where a call's en
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 import pytest
 import torch
@@ -104,13 +105,14 @@ def test_an_eager_replay_is_captured_again_when_its_copied_memory_is_a_new_alloc
 
 
 def _kept_partials(rank, W):
-    """GEMM-RS's partials live in the state's scratch buffer (docs/cuda_graphs.md), so that a call
+    """GEMM-RS's partials (of calls past its one shot) live in the state's scratch buffer (docs/cuda_graphs.md), so that a call
     recurs at the same addresses whatever else was allocated between: the same buffer for a recurring
     call, a larger one for a larger call, the one a user's graph may replay into kept when replaced,
     and under a capture that needs it larger, the capture's own allocation (never cached). Every
     result against float64, outputs poisoned first."""
     from .numerics import check, randn, rs_reference
 
+    importlib.import_module("fluxlite.ops.gemm_rs").ONE_SHOT_MAX_BYTES = 0  # the overlapped protocol's partials
     gen = torch.Generator().manual_seed(5)  # every rank draws every rank's operands
     K, N = 24, 40
     failures: list[str] = []

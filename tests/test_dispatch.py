@@ -753,7 +753,13 @@ def test_a_fused_path_without_the_gemm_kernel_is_one_candidate():
     call = lambda m: SimpleNamespace(tp=SimpleNamespace(world_size=W), a=torch.empty(m, 64, dtype=torch.bfloat16),  # noqa: E731
                                      weight=torch.empty(N, 64, dtype=torch.bfloat16))
     assert AR.kernel_configs(call(1)) == () and AR.kernel_configs(call(rows)) == ()
-    assert AR.kernel_configs(call(rows + 1)) == RS.kernel_configs(call(rows + 1)), "two shots run the GEMM-RS kernel"
+    assert AR.kernel_configs(call(rows + 1)) == RS.kernel_configs(None), "two shots run the GEMM-RS kernel"
+    # GEMM-RS's one shot likewise, up to its own bound on the bytes a rank reads
+    from fluxlite.ops.gemm_rs import ONE_SHOT_MAX_BYTES as RS_BYTES
+
+    rs_rows = W * (RS_BYTES // ((W - 1) * N * 2))  # the most rows (all ranks') that still go in one shot
+    assert RS.kernel_configs(call(W)) == () and RS.kernel_configs(call(rs_rows)) == ()
+    assert RS.kernel_configs(call(rs_rows + W)) == RS.kernel_configs(None)
 
 
 def test_gemm_rs_measures_only_the_configs_its_kernel_holds():
@@ -764,7 +770,7 @@ def test_gemm_rs_measures_only_the_configs_its_kernel_holds():
 
     from fluxlite.kernels import gemm_rs
 
-    configs = RS.kernel_configs(SimpleNamespace())
+    configs = RS.kernel_configs(None)
     assert configs == (None, *(c for c in dispatch.GPU_CONFIGS if c.num_stages <= 3))
     assert 0 < len(configs) - 1 < len(dispatch.GPU_CONFIGS)
     big = next(c for c in dispatch.GPU_CONFIGS if c.num_stages > gemm_rs.MAX_STAGES)
@@ -975,6 +981,9 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
 
     for op, rows in ((RS, M), (AG, M // 2)):
         args = args_of(rows)
+        if op is RS and RS.call_is_one_shot(2, args):  # cuBLAS's GEMM, then the one-shot reduction kernel
+            assert (op.consumer_of(cuda, args, None), op.kernel_configs(args)) == ("triton", ())
+            continue
         assert op.consumer_of(cuda, args, None) == expected, op.name
         assert op.consumer_of(cuda, args, GemmConfig()) == "triton"
         assert op.consumer_of(cpu, args, None) == "torch"

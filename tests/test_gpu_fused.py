@@ -186,15 +186,64 @@ def test_small_chunks_pushed_by_the_sms_at_random_shapes():
     run_gpu_ranks(_small_chunks, 2)
 
 
+def _small_rs_calls(rank, world_size):
+    """GEMM-RS's one shot (GemmReduceScatter.one_shot: cuBLAS's whole partial into the workspace, then
+    one reduction of this rank's rows of every partial) at random shapes on both sides of its bound:
+    one row a rank up to thousands, N off 8 or not, a bias or a scale or neither. Each case three
+    times on the same tensors with fresh data copied in and the output poisoned (eager on both data
+    halves, then launched from the call's own graph), against float32."""
+    import fluxlite
+    from fluxlite.ops import RS
+
+    rng = random.Random(78)  # the same cases on every rank: the ops are collectives
+    gen = torch.Generator(device=_dev()).manual_seed(400 + rank)
+    shots, expected = [], 0
+    one_shot = type(RS)._one_shot
+    type(RS)._one_shot = lambda self, *args: (shots.append(1), one_shot(self, *args))[1]
+    try:
+        for case in range(20):
+            m, K = rng.choice([1, 3, 8, 64, 300, 1100, 4096]), rng.choice([8 * rng.randint(1, 1024), rng.randint(1, 3000)])
+            N, scale = rng.choice([8, 40, 1000, 1001, 2056, 8192]), rng.choice([None, 0.5])
+            w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+            b = torch.randn(N, generator=gen, device=_dev()).to(BF16) if rng.random() < 0.5 else None
+            if b is not None:
+                dist.broadcast(b, 0)
+            a = torch.empty(world_size * m, K, dtype=BF16, device=_dev())
+            out = torch.empty(m, N, dtype=BF16, device=_dev())
+            expected += 3 * RS.one_shot(world_size, world_size * m, N, 2)
+            for call in range(3):
+                a.copy_(torch.randn(world_size * m, K, generator=gen, device=_dev()))
+                out.fill_(float("nan"))
+                res = fluxlite.gemm_rs(a, w, b, impl="fused", out=out, scale=scale)
+                ref = _rs_reference(a, w, None) * (1.0 if scale is None else scale)
+                if b is not None:
+                    ref = ref + b.float()
+                err = rel_err(res, ref)
+                assert res is out and err < TOL, f"case {case} call {call}: m={m} K={K} N={N} scale={scale}: {err:.3g}"
+    finally:
+        type(RS)._one_shot = one_shot
+    fluxlite.synchronize()
+    assert len(shots) == expected and 0 < expected < 60, (len(shots), expected)
+
+
+def test_small_gemm_rs_in_one_shot_at_random_shapes():
+    run_gpu_ranks(_small_rs_calls, 2)
+
+
 def _recurring_calls(rank, world_size):
     """Eager calls whose tensors come back (a training loop's) replay their work from a CUDA graph
     captured the second time (fluxlite.fused.call.Call.run); each call's fresh data in those tensors
-    must give that call's result, on both parities, with a ragged m."""
+    must give that call's result, on both parities, with a ragged m; GEMM-RS on both of its paths
+    (one shot, and a call over its bound)."""
     import fluxlite
     from fluxlite.ops.ag_gemm import PULL
+    from fluxlite.ops.gemm_rs import ONE_SHOT, ONE_SHOT_MAX_BYTES
 
     gen = torch.Generator(device=_dev()).manual_seed(11 + rank)
     m, K, N = 200, 1024, 768
+    m_big = ONE_SHOT_MAX_BYTES // (2 * N * (world_size - 1)) + 8  # GEMM-RS rows a rank past the one shot's bound
+    a_big = torch.empty(world_size * m_big, K, dtype=BF16, device=_dev())
+    out_big = torch.empty(m_big, N, dtype=BF16, device=_dev())
     w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
     b = torch.randn(N, device=_dev()).to(BF16)
     dist.broadcast(b, 0)
@@ -210,6 +259,10 @@ def _recurring_calls(rank, world_size):
         ref, gathered_ref = _ag_reference(a, w, None)
         assert rel_err(out, 0.5 * ref + b.float()) < TOL, f"call {i}: AG"
         assert rel_err(out_rs, _rs_reference(a_rs, w, b)) < TOL, f"call {i}: RS"
+        a_big.copy_(torch.randn(world_size * m_big, K, generator=gen, device=_dev()))
+        out_big.fill_(float("nan"))
+        fluxlite.gemm_rs(a_big, w, b, impl="fused", out=out_big)
+        assert rel_err(out_big, _rs_reference(a_big, w, b)) < TOL, f"call {i}: RS over the one shot's bound"
         out.fill_(float("nan"))
         # The pull path (a layer backward's): its gathered rows are a new tensor each call.
         _, gathered = fluxlite.ag_gemm(a, w, b, impl="fused", out=out, scale=0.5, return_gathered=True)
@@ -225,6 +278,7 @@ def _recurring_calls(rank, world_size):
     assert graphs["ag_gemm", ""] >= 2, graphs  # both parities: its tensors never move
     assert graphs["ag_gemm", PULL] >= 2, graphs  # its gathered tensor comes back at a few addresses
     assert graphs["gemm_rs", ""] >= 2, graphs  # its partials are in the state's scratch buffer
+    assert graphs["gemm_rs", ONE_SHOT] >= 2, graphs  # its partials are in the workspace
 
 
 def test_recurring_gemm_rs_calls_replay_whatever_else_is_allocated():

@@ -171,10 +171,13 @@ def _matmul_consumers(rank, W, seed):
     """AG push and GEMM-RS with every fused call on the matmul consumer (its rule's size floor at 0):
     cuBLAS per split, the bounded split waits between the GEMMs, a scale and a bias in cuBLAS's
     epilogue. Counts that the consumer ran, so the case cannot pass on the Triton kernel."""
+    import importlib
+
     import fluxlite.ops.op as op_module
     from fluxlite.ops import AG, RS
 
     op_module.MATMUL_MIN_FLOPS = 0
+    importlib.import_module("fluxlite.ops.gemm_rs").ONE_SHOT_MAX_BYTES = 0  # no GEMM-RS call in one shot
     ran = dict(ag=0, rs=0)
     for name, op in (("ag", AG), ("rs", RS)):
         original = op._consume_by_matmul

@@ -24,7 +24,7 @@ from fluxlite.errors import FluxliteCallMismatchError, FluxliteTimeoutError
 from fluxlite.kernels import ag_gemm as ag_kern
 from fluxlite.kernels import align as align_kern
 from fluxlite.kernels import gather_end as gather_end_kern
-from fluxlite.kernels import gemm_ar as ar_kern
+from fluxlite.kernels import one_shot as ar_kern
 from fluxlite.kernels import gemm_core as core
 from fluxlite.kernels import gemm_rs as rs_kern
 from fluxlite.kernels import push_rows as push_kern
@@ -528,9 +528,9 @@ def test_split_wait_records_a_peer_in_another_call():
     assert "consumer=matmul" not in exc.theirs
 
 
-def _one_shot(flags, partials, out, bias, error, epoch, rank, sig, timeout_s=1.0, scale=1.0):
-    """GEMM-AllReduce's one-shot kernel on rank ``rank`` of ``len(flags)``: every rank's flag array and
-    partial, by address, as the fused state hands them over."""
+def _one_shot(flags, partials, out, bias, error, epoch, rank, sig, timeout_s=1.0, scale=1.0, row0=0, chunk=-1):
+    """The one-shot reduction kernel on rank ``rank`` of ``len(flags)``: every rank's flag array and
+    partial, by address, as the fused state hands them over; ``out`` the sum of rows ``row0...``."""
     W = len(flags)
     counters = torch.zeros(sch.num_counters(W), dtype=torch.int32)
     ar_kern.launch(partials=torch.tensor([p.data_ptr() for p in partials], dtype=torch.int64), out=out, bias=bias,
@@ -538,7 +538,8 @@ def _one_shot(flags, partials, out, bias, error, epoch, rank, sig, timeout_s=1.0
                    flags=flags[rank][sch.region_start(W, epoch % 2):], sig=torch.tensor(sig, dtype=torch.int32),
                    counters=counters, error=error, call=torch.tensor([epoch], dtype=torch.int32), rank=rank,
                    world_size=W, sig_base=sch.signature_slot(W, epoch % 2, 0) - sch.region_start(W, epoch % 2),
-                   parity=epoch % 2, timeout_s=timeout_s, ep=Epilogue(scale=scale), config=CFG, cache={})
+                   parity=epoch % 2, timeout_s=timeout_s, ep=Epilogue(scale=scale), config=CFG, cache={},
+                   row0=row0, chunk=chunk)
     return counters
 
 
@@ -572,6 +573,33 @@ def test_one_shot_kernel_announces_once_and_reduces_every_partial_in_rank_order(
     assert all(torch.equal(f, b) for f, b in zip(flags, before)), "a flag other than our finished one changed"
     programs = min(-(-M * N // ar_kern.BLOCK), ar_kern.PROGRAMS_PER_SM * CFG.num_progs)
     assert counters[sch.claim_slot(W)].item() == programs, "every program claimed; the first announced"
+
+
+def test_one_shot_kernel_reduces_this_ranks_rows_of_every_partial():
+    """GEMM-RS's one shot, rank 2 of 3: out is the sum of rows [2 mc, 3 mc) of the three partials (the
+    run starts 2 mc N elements into each), every element written, no other row read (the others NaN);
+    then a peer that never finishes is recorded with this rank's chunk."""
+    W, r, epoch, mc, N = 3, 2, 4, 7, 1026  # mc * N: one whole tile and a ragged rest
+    sig, flags, partials = _one_shot_ranks(W, r, epoch, W * mc, N, finished=(0, 1))
+    for p in partials:
+        p[: r * mc].fill_(float("nan"))
+    bias = torch.randn(N)
+    out = torch.full((mc, N), float("nan"))
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32)
+    _one_shot(flags, partials, out, bias, error, epoch, r, sig, scale=2.0, row0=r * mc, chunk=r)
+    assert error.tolist() == [0] * RECORD_WORDS
+    want = ((partials[0][r * mc:] + partials[1][r * mc:]) + partials[2][r * mc:]) * 2.0 + bias
+    assert torch.equal(out, want), (out - want).abs().max()
+    sig, flags, partials = _one_shot_ranks(W, r, epoch, W * mc, N, finished=(0, 1))
+    out.fill_(float("nan"))  # rows [1, 1 + mc): a run that starts off a multiple of 16 elements
+    _one_shot(flags, partials, out, None, error, epoch, r, sig, row0=1, chunk=r)
+    assert error.tolist() == [0] * RECORD_WORDS
+    assert torch.equal(out, (partials[0][1 : 1 + mc] + partials[1][1 : 1 + mc]) + partials[2][1 : 1 + mc])
+    sig, flags, partials = _one_shot_ranks(W, r, epoch, W * mc, N, finished=(1,))
+    error, mirror = _mirrored_record()
+    _one_shot(flags, partials, out, None, error, epoch, r, sig, timeout_s=0.01, row0=r * mc, chunk=r)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, peer, chunk) == (ERR_TIMEOUT_RS, sch.finished_slot(W, 0), epoch, 0, r)
 
 
 def test_one_shot_kernel_records_a_peer_that_never_finishes_and_reads_no_peer():

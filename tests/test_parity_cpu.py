@@ -24,12 +24,13 @@ import torch.distributed as dist
 import fluxlite
 from fluxlite import schedule as sch
 
-from fluxlite.ops import AG
+from fluxlite.ops import AG, RS
 from fluxlite.ops.gemm_rs import MATMUL_SPLITS
 
 from .dist_utils import run_ranks
 
 ag_op = importlib.import_module("fluxlite.ops.ag_gemm")  # the module (fluxlite.ops.ag_gemm is the function)
+rs_op = importlib.import_module("fluxlite.ops.gemm_rs")
 from .numerics import ag_reference, check, poison_workspace, randn, rs_reference
 
 STEPS = 120
@@ -38,6 +39,8 @@ GROUP = 4  # calls per group: the first is checked in isolation, the rest run ba
 
 def _expected_flags(op: str, r: int, W: int, m: int) -> set[int]:
     """Slots of rank ``r``'s region that one call sets (chunks of ``m`` rows)."""
+    if op == "rs_one_shot":  # every peer's arrival and its finished partial
+        return {slot for p in range(W) if p != r for slot in (sch.ready_slot(p), sch.finished_slot(W, p))}
     if op == "rs":  # the matmul consumer's splits
         splits = min(MATMUL_SPLITS, -(-m // fluxlite.fused.call.CPU_BLOCK_M))
     else:
@@ -59,6 +62,9 @@ def _sequence(rank, W):
     pushes, expected_pushes = [], 0  # chunks pushed ahead of the consumer (AllGatherGemm.pushes_by_sm)
     push_by_sm = type(AG)._push_by_sm
     type(AG)._push_by_sm = lambda self, call, a, **kw: (pushes.append(a.shape), push_by_sm(self, call, a, **kw))[1]
+    shots, expected_shots = [], 0  # GEMM-RS calls in one shot (GemmReduceScatter.one_shot)
+    one_shot = type(RS)._one_shot
+    type(RS)._one_shot = lambda self, *args: (shots.append(1), one_shot(self, *args))[1]
     for step in range(STEPS):
         if state_rng.random() < 0.4:
             state.epoch += 1  # a replay moved the device: the host's next parity repeats the last one
@@ -66,6 +72,10 @@ def _sequence(rank, W):
         op = state_rng.choice(["ag_push", "ag_pull", "rs"])
         ag_op.SM_PUSH_MAX_BYTES = state_rng.choice([0, 1 << 20])  # small chunks by the producer, or not
         expected_pushes += op == "ag_push" and ag_op.SM_PUSH_MAX_BYTES > 0
+        # GEMM-RS in one shot or not; a repeated call keeps its first call's plan, so each path its own timeout
+        rs_op.ONE_SHOT_MAX_BYTES = state_rng.choice([0, 1 << 20])
+        in_one_shot = op == "rs" and RS.one_shot(W, W * m, N, 4)
+        expected_shots += in_one_shot
         parity = (state.epoch + 1) % 2
         if parity != device_next:
             expected_null_calls += 1
@@ -77,7 +87,7 @@ def _sequence(rank, W):
             dist.barrier()
         if op == "rs":
             a_parts, w_parts = randn(gen, W, W * m, K, dtype=torch.float32), randn(gen, W, N, K, dtype=torch.float32)
-            out = fluxlite.gemm_rs(a_parts[rank], w_parts[rank], impl="fused")
+            out = fluxlite.gemm_rs(a_parts[rank], w_parts[rank], impl="fused", timeout=30 if in_one_shot else 31)
             ref = rs_reference(a_parts, w_parts, None, rank)
         else:
             a_full, w = randn(gen, W * m, K, dtype=torch.float32), randn(gen, N, K, dtype=torch.float32)
@@ -95,12 +105,15 @@ def _sequence(rank, W):
                 failures.append(f"step {step}: slots {left.flatten().tolist()} of the other parity's region set")
             mine = flags[sch.region_start(W, parity) : sch.region_start(W, parity) + R]
             got = set(mine.nonzero().flatten().tolist())
-            if got != _expected_flags(op, rank, W, m) or set(mine[sorted(got)].tolist()) - {sch.SET}:
-                failures.append(f"step {step} {op}: region holds {sorted(got)}, expected "
-                                f"{sorted(_expected_flags(op, rank, W, m))} (all {sch.SET})")
+            path = "rs_one_shot" if in_one_shot else op
+            if got != _expected_flags(path, rank, W, m) or set(mine[sorted(got)].tolist()) - {sch.SET}:
+                failures.append(f"step {step} {path}: region holds {sorted(got)}, expected "
+                                f"{sorted(_expected_flags(path, rank, W, m))} (all {sch.SET})")
             dist.barrier()  # no rank starts the next call (and sets flags here) before the check
     type(AG)._push_by_sm = push_by_sm
+    type(RS)._one_shot = one_shot
     assert len(pushes) == expected_pushes > 5, f"{len(pushes)} calls pushed ahead of the consumer, expected {expected_pushes}"
+    assert len(shots) == expected_shots > 5, f"{len(shots)} GEMM-RS calls in one shot, expected {expected_shots}"
     assert state.null_calls == expected_null_calls, (state.null_calls, expected_null_calls)
     assert expected_null_calls > 5, "the sequence never made two consecutive calls share a parity"
     assert not failures, "\n".join(failures)

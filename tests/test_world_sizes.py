@@ -30,6 +30,7 @@ W=6, 11-17 s at W=8 (30-50 s in all, by the machine's load); the pure-Python par
 from __future__ import annotations
 
 import ctypes
+import importlib
 import itertools
 import os
 
@@ -84,14 +85,15 @@ def _ag_cases(rank, W, gen, shapes, impls, failures):
         check(name, res, ref, F32, failures)
 
 
-def _rs_cases(rank, W, gen, shapes, impls, failures):
+def _rs_cases(rank, W, gen, shapes, impls, failures, timeout=None):
     for (mc, K, N), impl, scale in itertools.product(shapes, impls, (None, 0.5)):
         a_parts = [randn(gen, W * mc, K, dtype=F32) for _ in range(W)]
         w_parts = [randn(gen, N, K, dtype=F32) for _ in range(W)]
         bias = randn(gen, N, dtype=F32)
         ref = rs_reference(a_parts, w_parts, None, rank) * (1.0 if scale is None else scale) + bias.double()
         name = f"gemm_rs W={W} r={rank} M={W * mc} K={K} N={N} impl={impl} scale={scale}"
-        check(name, fluxlite.gemm_rs(a_parts[rank], w_parts[rank], bias, impl=impl, scale=scale), ref, F32, failures)
+        check(name, fluxlite.gemm_rs(a_parts[rank], w_parts[rank], bias, impl=impl, scale=scale, timeout=timeout), ref,
+              F32, failures)
 
 
 def _layer_pair(rank, W, gen, failures):
@@ -138,9 +140,10 @@ def _count_launches() -> dict:
     """From now on, count this process's launches of each fused kernel (they still run)."""
     from fluxlite.kernels import ag_gemm as ag_kernel
     from fluxlite.kernels import gemm_rs as rs_kernel
+    from fluxlite.kernels import one_shot as one_shot_kernel
 
-    counts = dict(ag=0, rs=0)
-    for op, module in (("ag", ag_kernel), ("rs", rs_kernel)):
+    counts = dict(ag=0, rs=0, one_shot=0)
+    for op, module in (("ag", ag_kernel), ("rs", rs_kernel), ("one_shot", one_shot_kernel)):
         def counted(*args, _launch=module.launch, _op=op, **kw):
             counts[_op] += 1
             return _launch(*args, **kw)
@@ -161,9 +164,15 @@ def _world(rank: int, W: int, kernel_consumer: bool) -> None:
         fluxlite.release_workspaces()
         launches = _count_launches()
         _ag_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)
-        _rs_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)
-        # Per shape: AG push and pull, each plain and with GELU; RS plain and scaled.
-        expected = dict(ag=4 * len(KERNEL_SHAPES), rs=2 * len(KERNEL_SHAPES))
+        _rs_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures)  # GEMM-RS's one shot (small calls)
+        rs_module = importlib.import_module("fluxlite.ops.gemm_rs")
+        bound, rs_module.ONE_SHOT_MAX_BYTES = rs_module.ONE_SHOT_MAX_BYTES, 0
+        # and its overlapped protocol (a timeout of its own: a repeated call would keep its first call's path)
+        _rs_cases(rank, W, gen, KERNEL_SHAPES, ("fused",), failures, timeout=31)
+        rs_module.ONE_SHOT_MAX_BYTES = bound
+        # Per shape: AG push and pull, each plain and with GELU; RS plain and scaled, on each path.
+        n = len(KERNEL_SHAPES)
+        expected = dict(ag=4 * n, rs=2 * n, one_shot=2 * n)
         if launches != expected:
             failures.append(f"kernel launches {launches}, expected {expected}: the kernel was not the consumer")
     assert not failures, f"{len(failures)} failing cases:\n" + "\n".join(failures[:40])
@@ -586,7 +595,6 @@ GPU_CASES = {  # name: (module, worker, () -> extra args, env, limit_s)
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
 def test_gpu_tests_at_every_gpu(case):
-    import importlib
 
     from .gpu_utils import gpu_world_size, run_gpu_ranks
 

@@ -108,6 +108,7 @@ class Plan:
     kernels: dict  # compiled kernels of this plan, for the direct launch (fluxlite.kernels.launch), the
     # matmul consumer's counter writes (memop batches), and GEMM-AllReduce's split boundaries on the device
     bound: Bindings = field(default_factory=Bindings)
+    variant: str = ""  # the op's plan variant (fluxlite.ops.op.Op.plan_variant): what path its calls take
 
 
 def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dtype: torch.dtype, variant: str = "",
@@ -154,7 +155,8 @@ def get_plan(state: FusedState, op: TileProtocol, rows: int, K: int, N: int, dty
                     torch.tensor(signature, dtype=torch.int32, device=dev),
                     op.kernel_blocks(sched, variant).to(dev),
                     op.tile_order(sched, num_n, config.group_m, programs).to(dev),
-                    tuple(sched.split_rows(s) for s in range(sched.splits)), op.ready_on_arrival(variant), {})
+                    tuple(sched.split_rows(s) for s in range(sched.splits)), op.ready_on_arrival(variant), {},
+                    variant=variant)
         state.plan_builds += 1
         state.plans[key] = plan
     return plan

@@ -15,7 +15,7 @@ only on what the call signature holds.
     GEMM:   partial = a @ weight.T, into our data half P                (torch.matmul: cuBLAS on CUDA)
     reduce: every peer d: d.finished[r] = 1; wait for every peer's ready, signature and finished
             (bounded); out = scale * sum_q partial_q + b, q in rank order, each read where it lies
-            (one kernel on CUDA, kernels/gemm_ar.py, reading the peers' memory; the /dev/shm
+            (one kernel on CUDA, kernels/one_shot.py, reading the peers' memory; the /dev/shm
             mappings on CPU)
 
 No producer step and no copy: three launches on CUDA. A rank's partial is written again two calls
@@ -68,10 +68,9 @@ from ..fused.call import CPU_BLOCK_M
 from ..fused.producer import COPY, SIGNAL, WAIT
 from ..host_flags import REDUCED_ROWS, host_store, host_wait
 from ..kernels import gather_end, gemm_core
-from ..kernels import gemm_ar as kernel
 from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
-from .gemm_rs import GemmReduceScatter
+from .gemm_rs import ONE_SHOT, GemmReduceScatter
 from .op import Args
 
 ONE_SHOT_MAX_BYTES = 16 << 20
@@ -93,7 +92,7 @@ own; a repeated call keeps its first call's plan, and so its path (a test that c
 the workspaces, or gives each path's calls a timeout of their own)."""
 
 
-ONE_SHOT, TAPERED = "one_shot", "tapered"  # plan variants: the one-shot path; two shots with tapered splits
+TAPERED = "tapered"  # a plan variant: two shots with tapered splits
 
 ROW_BLOCKS_PER_SPLIT = 2
 """Two-shot splits (:meth:`GemmAllReduce.schedule`) of about this many row blocks, at most
@@ -188,13 +187,9 @@ class GemmAllReduce(GemmReduceScatter):
         """Whether a fused call of ``M`` rows and ``N`` columns reduces in one shot (:data:`ONE_SHOT_MAX_BYTES`)."""
         return (world_size - 1) * M * N * element_size <= ONE_SHOT_MAX_BYTES
 
-    def call_is_one_shot(self, world_size: int, args: Args) -> bool:
-        """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
-        return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
-
-    def has_matmul_consumer(self, args: Args) -> bool:
-        """Two shots: GEMM-RS's consumers. One shot has neither (cuBLAS's GEMM, then the reduction kernel)."""
-        return not self.call_is_one_shot(args.tp.world_size, args)
+    def one_shot_rows(self, M: int, world_size: int, rank: int) -> tuple[int, int]:
+        """Every rank reduces every row."""
+        return 0, M
 
     def plan_variant(self, world_size: int, args: Args, consumer: str) -> str:
         """Each path has a plan of its own, whose views of the data halves are that path's; two shots
@@ -214,11 +209,6 @@ class GemmAllReduce(GemmReduceScatter):
         last_rows = chunk - sch.split_span(len(sch.TAPER) - 1, blocks, len(sch.TAPER), tapered=True).start * CPU_BLOCK_M
         return -(-last_rows // 128) * -(-N // 256) >= TAPER_MIN_TILES
 
-    def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
-        """One-shot calls compute their partial with cuBLAS: no kernel config to choose. Two shots:
-        GEMM-RS's consumers."""
-        return () if self.call_is_one_shot(args.tp.world_size, args) else super().kernel_configs(args)
-
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
         """One-shot: this rank's partial. Two-shot: ``recv`` for the chunks' partials, then
         ``gathered``, the peers' reduced chunks."""
@@ -226,55 +216,6 @@ class GemmAllReduce(GemmReduceScatter):
             return M * N * element_size
         mc = self.chunk_rows(M, world_size)
         return _gathered_offset(world_size, mc, N, element_size) + world_size * mc * N * element_size
-
-    def kernel_operands(self, state: FusedState, args: Args) -> Args:
-        """One shot: as given (cuBLAS computes the partial, at any ``K``); two shots: GEMM-RS's."""
-        if self.call_is_one_shot(state.ws.world_size, args):
-            return args
-        return super().kernel_operands(state, args)
-
-    def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
-        """One shot for a call small enough (:meth:`one_shot`), else two."""
-        if self.call_is_one_shot(state.ws.world_size, args):
-            return self._one_shot(state, plan, args)
-        return super().fused(state, plan, args)
-
-    def _one_shot(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
-        """The one-shot call (module docstring): the GEMM into our data half, then one reduction of
-        every rank's partial, read where it lies; no producer."""
-        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
-        W, r = ws.world_size, ws.rank
-        M, N = a.shape[0], weight.shape[0]
-        state.check()
-        call = Call(state, self.name, plan, args.timeout_s)
-        parity = call.parity
-        partial = call.views(lambda: ws.data(r, parity, (M, N), a.dtype))  # what the peers read
-        out = args.out if args.out is not None else a.new_empty((M, N))
-
-        def consume_torch() -> None:
-            torch.matmul(a, weight.t(), out=partial)
-            for p in range(W):  # after the partial: x86 keeps the order of these stores (fluxlite.host_flags)
-                if p != r:
-                    host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
-            for p in range(W):
-                if p != r:
-                    call.wait_peer(sch.finished_slot(W, p), peer=p, chunk=-1, split=0, what="partials")
-            acc = ws.data(0, parity, (M, N), a.dtype).to(torch.promote_types(a.dtype, torch.float32), copy=True)
-            for q in range(1, W):  # rank order on every rank: every rank's sum is the same
-                acc += ws.data(q, parity, (M, N), a.dtype)
-            out.copy_(apply_epilogue(acc, ep, bias, None, a.dtype))
-
-        def consume_triton() -> None:
-            torch.matmul(a, weight.t(), out=partial)
-            kernel.launch(partials=state.data_bases(parity), out=out, bias=bias, flag_bases=state.flag_bases(),
-                          flags=state.region(parity), sig=plan.signature_dev, counters=state.counters,
-                          error=state.error, call=state.call_number, rank=r, world_size=W,
-                          sig_base=call.signature_base, parity=parity, timeout_s=args.timeout_s, ep=ep,
-                          config=plan.config, cache=plan.kernels)
-
-        call.run(lambda: call.program((), list), consume_triton if plan.consumer == "triton" else consume_torch,
-                 call.replay_key(a, weight, out, bias, scale=ep.scale))
-        return out
 
     def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
         """This rank's chunk of ``out``'s rows (fewer than ``chunk_rows`` for a last chunk cut short)."""

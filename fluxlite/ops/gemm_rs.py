@@ -42,12 +42,25 @@ from .._decomposed import exchange, wait_all
 from .._sequential import reduce_scatter_rows
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
-from ..host_flags import host_set_flag
+from ..host_flags import host_set_flag, host_store
 from ..fused import Call, FusedState, Plan, get_plan, producer
 from ..fused.producer import COPY, SIGNAL, WAIT
 from ..kernels import gemm_rs as kernel
+from ..kernels import one_shot
 from ..kernels.gemm_core import GemmConfig
 from .op import Args, Op, check_common, finish_args
+
+
+ONE_SHOT_MAX_BYTES = 8 << 20
+"""The most bytes a rank may read from its peers in a one-shot GEMM-RS call, ``(W - 1) * M / W * N *
+element_size`` (:meth:`GemmReduceScatter.one_shot`); a larger call overlaps its partials' copies
+with its GEMM. On two H200s at TP=2 (one run, throughput mode, against the overlapped protocol;
+BENCHMARKS.md, "Small calls") the one shot took 0.44-0.92x the device time at eight shapes of 128
+KiB to 8 MiB read a rank, and 1.11-1.26x at four of 16 and 32 MiB, where the overlapped protocol
+hides its copies behind a GEMM of 0.4 ms and more. More ranks were not measured. Read at every
+call; a repeated call keeps its first call's plan, and so its path."""
+
+ONE_SHOT = "one_shot"  # the plan variant of a one-shot call (GemmReduceScatter.one_shot)
 
 
 MATMUL_SPLITS = 2
@@ -129,9 +142,85 @@ class GemmReduceScatter(Op):
         return reduced if args.out is None else args.out.copy_(reduced)
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
-        """The matmul consumer (``None``), then the configs whose pipeline the GEMM-RS kernel can hold
-        (``kernel.MAX_STAGES``)."""
+        """One shot: none (cuBLAS computes the partial). Else the matmul consumer (``None``), then
+        the configs whose pipeline the GEMM-RS kernel can hold (``kernel.MAX_STAGES``); ``args``
+        ``None``: those of any call."""
+        if args is not None and self.call_is_one_shot(args.tp.world_size, args):
+            return ()
         return tuple(c for c in super().kernel_configs(args) if c is None or c.num_stages <= kernel.MAX_STAGES)
+
+    def kernel_operands(self, state: FusedState, args: Args) -> Args:
+        """One shot: as given (cuBLAS computes the partial, at any ``K``); else the Triton kernel's."""
+        if self.call_is_one_shot(state.ws.world_size, args):
+            return args
+        return super().kernel_operands(state, args)
+
+    # ---- the one-shot path -------------------------------------------------------------------------
+    def one_shot(self, world_size: int, M: int, N: int, element_size: int) -> bool:
+        """Whether a fused call of ``M`` rows and ``N`` columns reduces in one shot: its reads from the
+        peers at most :data:`ONE_SHOT_MAX_BYTES`, and its rows whole 16-byte words of a partial (the
+        reduction's vector loads). Shapes only: every rank decides alike."""
+        rows = M // world_size
+        return (world_size - 1) * rows * N * element_size <= ONE_SHOT_MAX_BYTES and rows * N * element_size % 16 == 0
+
+    def call_is_one_shot(self, world_size: int, args: Args) -> bool:
+        """:meth:`one_shot` for a call's arguments on ``world_size`` ranks."""
+        return self.one_shot(world_size, args.a.shape[0], args.weight.shape[0], args.a.element_size())
+
+    def one_shot_rows(self, M: int, world_size: int, rank: int) -> tuple[int, int]:
+        """``(first row, rows)`` of the partials that ``rank`` reduces in a one-shot call: its chunk."""
+        mc = M // world_size
+        return rank * mc, mc
+
+    def _one_shot(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
+        """The one-shot call: cuBLAS's GEMM of the whole partial into our data half, then one
+        reduction of our rows (:meth:`one_shot_rows`) of every rank's partial, read where it lies; no
+        producer and no copy::
+
+            align:  every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
+            GEMM:   partial = a @ weight.T, into our data half P                (torch.matmul: cuBLAS on CUDA)
+            reduce: every peer d: d.finished[r] = 1; wait for every peer's ready, signature and finished
+                    (bounded); out = scale * sum_q partial_q[our rows] + b, q in rank order
+                    (one kernel on CUDA, fluxlite.kernels.one_shot; the /dev/shm mappings on CPU)
+
+        A rank's partial is written again two calls later, once every peer has finished this call,
+        so no barrier ends it."""
+        ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
+        W, r = ws.world_size, ws.rank
+        M, N = a.shape[0], weight.shape[0]
+        row0, rows = self.one_shot_rows(M, W, r)
+        chunk = -1 if rows == M else r  # what a timeout names
+        state.check()
+        call = Call(state, self.name, plan, args.timeout_s)
+        parity = call.parity
+        partial = call.views(lambda: ws.data(r, parity, (M, N), a.dtype))  # what the peers read
+        out = args.out if args.out is not None else a.new_empty((rows, N))
+
+        def consume_torch() -> None:
+            torch.matmul(a, weight.t(), out=partial)
+            for p in range(W):  # after the partial: x86 keeps the order of these stores (fluxlite.host_flags)
+                if p != r:
+                    host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
+            for p in range(W):
+                if p != r:
+                    call.wait_peer(sch.finished_slot(W, p), peer=p, chunk=chunk, split=0, what="partials")
+            mine = slice(row0, row0 + rows)
+            acc = ws.data(0, parity, (M, N), a.dtype)[mine].to(torch.promote_types(a.dtype, torch.float32), copy=True)
+            for q in range(1, W):  # rank order on every rank: every rank's sum is the same
+                acc += ws.data(q, parity, (M, N), a.dtype)[mine]
+            out.copy_(apply_epilogue(acc, ep, bias, None, a.dtype))
+
+        def consume_triton() -> None:
+            torch.matmul(a, weight.t(), out=partial)
+            one_shot.launch(partials=state.data_bases(parity), out=out, bias=bias, flag_bases=state.flag_bases(),
+                            flags=state.region(parity), sig=plan.signature_dev, counters=state.counters,
+                            error=state.error, call=state.call_number, rank=r, world_size=W,
+                            sig_base=call.signature_base, parity=parity, timeout_s=args.timeout_s, ep=ep,
+                            config=plan.config, cache=plan.kernels, row0=row0, chunk=chunk)
+
+        call.run(lambda: call.program((), list), consume_triton if plan.consumer == "triton" else consume_torch,
+                 call.replay_key(a, weight, out, bias, scale=ep.scale))
+        return out
 
     # ---- the tile protocol -------------------------------------------------------------------------
     def chunk_rows(self, rows: int, world_size: int) -> int:
@@ -162,11 +251,14 @@ class GemmReduceScatter(Op):
         return plan
 
     def has_matmul_consumer(self, args: Args) -> bool:
-        return True  # :meth:`_consume_by_matmul`
+        """:meth:`_consume_by_matmul`, but for a one-shot call (cuBLAS's GEMM, then the reduction
+        kernel); ``args`` ``None``: any call."""
+        return args is None or not self.call_is_one_shot(args.tp.world_size, args)
 
     def plan_variant(self, world_size: int, args: Args, consumer: str) -> str:
-        """What of a call's shapes (computed by ``consumer``) makes a plan of its own: nothing for GEMM-RS."""
-        return ""
+        """What of a call's shapes (computed by ``consumer``) makes a plan of its own: the one-shot
+        path (:meth:`one_shot`), whose views of the data halves are its own."""
+        return ONE_SHOT if self.call_is_one_shot(world_size, args) else ""
 
     def reserve_bytes(self, world_size: int, M: int, N: int, element_size: int) -> int:
         """The bytes of a data half a call uses: ``recv``, the peers' partials of our rows."""
@@ -175,7 +267,11 @@ class GemmReduceScatter(Op):
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
         """The output by ``plan``: the producer program beside the consumer (one GEMM per split,
         :meth:`_consume_by_matmul`, or the Triton kernel: :meth:`consumer_of`). The consumer writes this rank's reduced chunk into ``out``
-        (GEMM-RS), or into its rows of ``out`` (:meth:`reduced_rows`), where a second shot takes it."""
+        (GEMM-RS), or into its rows of ``out`` (:meth:`reduced_rows`), where a second shot takes it.
+        A call small enough (:meth:`one_shot`) reduces in one shot instead (:meth:`_one_shot`): its
+        plan says so (a repeated call keeps its first call's plan, and so its path)."""
+        if plan.variant == ONE_SHOT:
+            return self._one_shot(state, plan, args)
         ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
         W, r = ws.world_size, ws.rank
         N = weight.shape[0]

@@ -1,19 +1,23 @@
-"""GEMM-AllReduce's one-shot reduction: every rank reads every rank's whole partial from its
-symmetric buffer and reduces it, for calls small enough (decode) that one read of every partial
-costs less than the two-shot's second step.
+"""The one-shot reduction of GEMM-AllReduce and of small GEMM-ReduceScatter calls: every rank reads
+the rows it reduces from every rank's partial in its symmetric buffer, for calls small enough
+(decode) that one read after the GEMM costs less than an overlapped protocol's steps.
 
 Math
 ----
 With ``W`` ranks, rank ``q`` holding its partial ``P_q = a_q @ weight_q.T: [M, N]`` (in the input
-dtype, written by the GEMM before this kernel into its data half of the call's parity)::
+dtype, written by the GEMM before this kernel into its data half of the call's parity), and this
+rank reducing the rows ``[row0, row0 + R)`` (all ``M`` for GEMM-AllReduce, its ``M / W`` for
+GEMM-ReduceScatter)::
 
-    out[m, n] = epilogue(sum_{q=0}^{W-1} P_q[m, n]) = scale * (...) + bias[n]     (fp32, q in rank order)
+    out[m, n] = epilogue(sum_{q=0}^{W-1} P_q[row0 + m, n]) = scale * (...) + bias[n]   (fp32, q in rank order)
 
-Every rank sums in the same order, so every rank's output is the same to the bit. The partials and
-``out`` are contiguous ``[M, N]``, so the kernel reads them as one run of ``M * N`` elements cut into
-tiles of ``BLOCK`` (the column of an element is its index mod ``N``, for the bias): the loads are
-16-byte vectors at any ``N``, a decode step's one row keeps every lane busy, and only the run's last
-tile is masked. The programs take tiles round robin (no tile waits for another program's work).
+Every rank sums in the same order, so every rank's rows are the same to the bit. The partials and
+``out`` are contiguous, so the kernel reads the rows as one run of ``R * N`` elements starting
+``first = row0 * N`` elements into each partial, cut into tiles of ``BLOCK`` (the column of an
+element is its index mod ``N``, for the bias): the loads are 16-byte vectors at any ``N`` (where
+``first`` is a multiple of 16, which Triton specialises on), a decode step's one row keeps every lane
+busy, and only the run's last tile is masked. The programs take tiles round robin (no tile waits for
+another program's work).
 
 Protocol (rank ``r``, a call of parity ``P``)::
 
@@ -73,7 +77,8 @@ def _reduce_tile(partials_ptr, out, bias_ptr, start, rest, N, rank, world_size, 
     acc = tl.zeros((BLOCK,), tl.float32)
     for q in range(0, world_size):  # rank order on every rank
         if (err == 0) | (q == rank):
-            # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN): a tile's loads are vectors.
+            # A data half starts 256-byte aligned (fluxlite.workspace.DATA_ALIGN), and `start` is a
+            # tile's start plus the kernel's `first`, a multiple of 16 (specialised): the loads are vectors.
             partial = tl.multiple_of(tl.load(partials_ptr + q).to(tl.pointer_type(out_dtype)), 16) + start
             if rest is None:
                 acc += tl.load(partial + lanes, cache_modifier=".cg").to(tl.float32)
@@ -88,17 +93,20 @@ def _reduce_tile(partials_ptr, out, bias_ptr, start, rest, N, rank, world_size, 
         tl.store(out + start + lanes[None, :], y.to(out_dtype), mask=(lanes < rest)[None, :])
 
 
-@triton.jit(do_not_specialize=["M", "N", "rank", "world_size", "sig_base", "finished_at", "signal_at", "claim_slot",
-                               "timeout_ns"])
+@triton.jit(do_not_specialize=["M", "N", "rank", "world_size", "chunk", "sig_base", "finished_at",
+                               "signal_at", "claim_slot", "timeout_ns"])
 def one_shot_kernel(
-    partials_ptr,    # int64 [W]: every rank's data half of the call's parity as mapped here; its partial [M, N] first
-    out,             # [M, N], contiguous
+    partials_ptr,    # int64 [W]: every rank's data half of the call's parity as mapped here; its partial first
+    first,           # elements from a partial's start to the rows reduced here (row0 * N; specialised)
+    out,             # [M, N], contiguous: the rows reduced here
     bias_ptr,        # [N] or None
     flag_bases_ptr,  # int64 [W]: every rank's flag array as mapped here
     sync,            # (flags, signature, error record, call count): device_flags.sync_args; the flags are
                      # this rank's region of the call
     counters_ptr,    # int32 counters the alignment kernel zeroed; claim_slot's elects the program that signals
-    M, N, rank, world_size, sig_base,
+    M, N, rank, world_size,
+    chunk,           # the rows' chunk, for a timeout's record (-1: every row)
+    sig_base,
     finished_at,     # region offset of peer 0's finished flag (peer p's: + p)
     signal_at,       # slot (of every flag array) of this rank's finished flag in the call's region
     claim_slot, timeout_ns,
@@ -114,25 +122,28 @@ def one_shot_kernel(
     err = tl.full((), 0, tl.int32)
     for p in range(0, world_size):
         if p != rank:
-            err = wait_peer(sync, finished_at + p, sig_base, timeout_ns, TIMEOUT_RS, p, -1)
+            err = wait_peer(sync, finished_at + p, sig_base, timeout_ns, TIMEOUT_RS, p, chunk)
     total = M.to(tl.int64) * N
     full = total // BLOCK
+    out -= first  # indices from here on are a partial's: the rows reduced here start at `first`
     # Whole tiles without a mask (a mask of unknown alignment would split the vector loads), then the
     # last program takes the rest of the run.
     for tile in range(tl.program_id(0), full, tl.num_programs(0)):
-        _reduce_tile(partials_ptr, out, bias_ptr, tile * BLOCK, None, N, rank, world_size, err, scale, BLOCK)
+        _reduce_tile(partials_ptr, out, bias_ptr, first + tile * BLOCK, None, N, rank, world_size, err, scale, BLOCK)
     if tl.program_id(0) == tl.num_programs(0) - 1:
-        _reduce_tile(partials_ptr, out, bias_ptr, full * BLOCK, (total - full * BLOCK).to(tl.int32), N, rank,
-                     world_size, err, scale, BLOCK)
+        _reduce_tile(partials_ptr, out, bias_ptr, first + full * BLOCK, (total - full * BLOCK).to(tl.int32), N,
+                     rank, world_size, err, scale, BLOCK)
 
 
 def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, flag_bases: torch.Tensor,
            flags: torch.Tensor, sig: torch.Tensor, counters: torch.Tensor, error: torch.Tensor, call: torch.Tensor,
            rank: int, world_size: int, sig_base: int, parity: int, timeout_s: float, ep: Epilogue,
-           config: core.GemmConfig, cache: dict) -> None:
+           config: core.GemmConfig, cache: dict, row0: int = 0, chunk: int = -1) -> None:
     """Launch :func:`one_shot_kernel` once this rank's partial is in its data half ``parity``.
     ``partials``, ``flag_bases``: the fused state's int64 addresses of every rank's data half
-    ``parity`` and flag array; ``out: [M, N]`` contiguous; ``flags``, ``sig``, ``error``, ``call``: the
+    ``parity`` and flag array; ``out: [M, N]`` contiguous, the sum of the partials' rows ``[row0,
+    row0 + M)`` (loaded as 16-byte vectors where ``row0 * N`` is a multiple of 16), ``chunk`` their chunk (-1: every row)
+    for a timeout's record; ``flags``, ``sig``, ``error``, ``call``: the
     call's flag region, signature, error record and call count; ``counters``: the tile counters, which
     the alignment kernel zeroed; ``ep``: a scale only. One program per SM (``config``'s count
     under the interpreter) times :data:`PROGRAMS_PER_SM`, one per tile at most; ``cache`` keeps the compiled kernel."""
@@ -142,7 +153,8 @@ def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | No
     programs = max(1, min(tiles, PROGRAMS_PER_SM * core.persistent_programs(config, out.device)))
     direct.launch(
         one_shot_kernel, cache, programs,
-        (partials, out, bias, flag_bases, sync_args(flags, sig, error, call), counters, M, N, rank, W, sig_base,
+        (partials, row0 * N, out, bias, flag_bases, sync_args(flags, sig, error, call), counters, M, N, rank, W, chunk,
+         sig_base,
          sch.finished_slot(W, 0), sch.region_start(W, parity) + sch.finished_slot(W, rank), sch.claim_slot(W),
          int(timeout_s * 1e9), ep.scale),
         dict(BLOCK=BLOCK),
