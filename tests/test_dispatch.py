@@ -993,19 +993,24 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
         assert AG.consumer_of(cuda, args, None) == activated, act
         assert AG.kernel_configs(args)[0] is None, "auto measures what a forced fused call runs, with an activation too"
     swiglu = args_of(M // 2, Epilogue("swiglu"), weight_rows=2 * N)
-    assert AG.consumer_of(cuda, swiglu, None) == "triton"
+    assert AG.consumer_of(cuda, swiglu, None) == ("torch" if AG.pushes_by_sm(2, swiglu) else "triton")
     assert AG.kernel_configs(swiglu)[0] is None
     for args in (args_of(M // 2, return_gathered=True), args_of(M // 2, Epilogue(None, True)),
                  args_of(M // 2, Epilogue("gelu", True))):
         assert AG.consumer_of(cuda, args, None) == "triton", (args.options, args.ep)
         assert None not in AG.kernel_configs(args)
-    # AG-GEMM whose rows the SMs push (at most SM_PUSH_MAX_BYTES a rank): one cuBLAS GEMM after the
-    # gather, with any activation, where its output rows are whole 16-byte units; not with pulled
-    # rows, row scales, a named config, rows off whole 16-byte words or one rank
-    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES
+    # AG-GEMM whose rows the SMs push (a small call: at most SM_PUSH_MAX_BYTES a rank and fewer than
+    # SM_PUSH_MAX_TILES output tiles): one cuBLAS GEMM after the gather, with any activation, where its
+    # output rows are whole 16-byte units; not with pulled rows, row scales, a named config, rows off
+    # whole 16-byte words or one rank
+    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES, SM_PUSH_MAX_TILES
 
     size = torch.tensor([], dtype=dtype).element_size()
-    small = SM_PUSH_MAX_BYTES // (size * 64)  # rows of K = 64
+    small = max(m for m in range(1, 1 << 13) if AG.small_call(2, m, 64, N, size))  # rows of K = 64
+    assert -(-2 * small // 128) * -(-N // 256) < SM_PUSH_MAX_TILES <= -(-2 * (small + 1) // 128) * -(-N // 256)
+    assert AG.small_call(2, 1, SM_PUSH_MAX_BYTES // size, 8, size)
+    assert not AG.small_call(2, 1, SM_PUSH_MAX_BYTES // size + 16 // size, 8, size), "over the bytes' bound"
+    assert not AG.small_call(1, 1, 64, 8, size), "one rank"
     whole_rows = N * size % 16 == 0
     for ep, w_rows in ((PLAIN, N), (Epilogue("gelu"), N), (Epilogue("swiglu"), 2 * N)):
         args = args_of(small, ep, weight_rows=w_rows, K=64)

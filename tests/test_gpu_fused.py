@@ -139,14 +139,13 @@ def test_thousand_back_to_back_calls_with_varying_m():
 
 def _small_chunks(rank, world_size):
     """AG-GEMM's small chunks, whose rows the SMs push ahead of one cuBLAS GEMM (AllGatherGemm.pushes_by_sm),
-    at random shapes on both sides of SM_PUSH_MAX_BYTES: every activation, a bias or not, rows from a
+    at random shapes on both sides of its bounds (AllGatherGemm.small_call): every activation, a bias or not, rows from a
     view whose start is off 16 bytes (copied first) or not. Each case three times on the same tensors
     with fresh data copied in and the output poisoned (eager on both data halves, then captured into
     the call's own graph and launched from it), against float32."""
     import fluxlite
     from fluxlite import epilogue
     from fluxlite.ops import AG
-    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES
 
     rng = random.Random(77)  # the same cases on every rank: the ops are collectives
     gen = torch.Generator(device=_dev()).manual_seed(300 + rank)
@@ -166,7 +165,7 @@ def _small_chunks(rank, world_size):
             base = torch.empty(m * K + offset, dtype=BF16, device=_dev())
             a = base[offset:].view(m, K)
             out = torch.empty(world_size * m, N, dtype=BF16, device=_dev())
-            expected += 3 * (m * K * 2 <= SM_PUSH_MAX_BYTES)
+            expected += 3 * AG.small_call(world_size, m, K, N, 2)
             for call in range(3):
                 a.copy_(torch.randn(m, K, generator=gen, device=_dev()))
                 out.fill_(float("nan"))
@@ -607,12 +606,22 @@ def test_a_replayed_calls_timeout_is_raised_by_the_next_call(op):
 def _skipped_call(rank, world_size, op):
     import fluxlite
 
-    fluxlite.get_workspace()  # collective: both ranks create it
+    fluxlite.get_workspace().reserve(40 << 20)  # collective: both ranks grow it to what rank 0's call needs
     dist.barrier()
     if rank == 0:
-        K = 520 if op.endswith("matmul") else 512  # K off a multiple of 64: the matmul consumer's bounded wait
-        a = torch.randn(256, K, device=_dev()).to(BF16)
-        w = torch.randn(384, K, device=_dev()).to(BF16)
+        # Each path's own: above the small-call bounds (the copy engine's AG-GEMM, GEMM-RS's overlapped
+        # protocol), K off a multiple of 64 for the matmul consumers' bounded waits, or small (AG rows
+        # pushed by the SMs, GEMM-RS's one shot).
+        from fluxlite.ops import AG, RS
+
+        small = op.endswith("small")
+        K = 520 if op.endswith("matmul") else 512
+        N = 384 if op.startswith("ag") else 1024
+        M = 256 if small else 4096 if op.startswith("ag") else 16384
+        path = AG.small_call(2, M, K, N, 2) if op.startswith("ag") else RS.one_shot(2, M, N, 2)
+        assert path == small, (op, M, K, N)
+        a = torch.randn(M, K, device=_dev()).to(BF16)
+        w = torch.randn(N, K, device=_dev()).to(BF16)
         op = op.split("_")[0]
         start = time.monotonic()
         with pytest.raises(fluxlite.FluxliteTimeoutError) as info:
@@ -632,7 +641,7 @@ def _skipped_call(rank, world_size, op):
     dist.barrier()
 
 
-@pytest.mark.parametrize("op", ["ag", "rs", "ag_matmul", "rs_matmul"])
+@pytest.mark.parametrize("op", ["ag", "rs", "ag_matmul", "rs_matmul", "ag_small", "rs_small"])
 def test_missing_peer_raises_timeout_not_hang(op):
     run_gpu_ranks(_skipped_call, 2, op, limit_s=90)
 

@@ -77,15 +77,21 @@ from ..host_flags import host_store
 from ..workspace import get_workspace, lasting, view_offset
 from .op import Args, Op, check_common, finish_args
 
-SM_PUSH_MAX_BYTES = 5 << 18
-"""A pushed call whose rows (``m * K`` elements a rank) take at most this many bytes (1.25 MiB) in whole
-16-byte words, with no row scale, pushes them by the SMs ahead of its consumer
-(:mod:`fluxlite.kernels.push_rows`), with no producer, and without a named kernel config computes
-them in one cuBLAS GEMM (:meth:`AllGatherGemm.pushes_by_sm`, :meth:`AllGatherGemm.consumer_of`). On
-two H200s at TP=2 such calls took 0.64-0.85x the device time of the copy engine's push and the
-Triton kernel at eight shapes of 16 KiB to 1.25 MiB a rank (20 calls back to back; 0.77-0.99x one
-call at a time), and 1.05-1.07x back to back at two shapes of 2 MiB, where the peers' rows arrive
-after a local GEMM beside them would have run (BENCHMARKS.md, "AG-GEMM at small chunks")."""
+SM_PUSH_MAX_BYTES = 8 << 20
+"""A pushed call whose rows (``m * K`` elements a rank) take at most this many bytes (8 MiB) in whole
+16-byte words, with no row scale, and whose whole GEMM has fewer than :data:`SM_PUSH_MAX_TILES`
+output tiles, pushes them by the SMs ahead of its consumer (:mod:`fluxlite.kernels.push_rows`), with
+no producer, and without a named kernel config computes them in one cuBLAS GEMM
+(:meth:`AllGatherGemm.small_call`, :meth:`AllGatherGemm.consumer_of`). Read at every call."""
+
+SM_PUSH_MAX_TILES = 120
+""":data:`SM_PUSH_MAX_BYTES`' second bound: output tiles of 128x256 of the gathered GEMM (``W * m``
+rows), about one wave on a 132-SM GPU. Below it the overlapped Triton kernel's few tiles run their
+whole ``K`` loops on a few SMs. On two H200s at TP=2 (one run, throughput mode, against the copy
+engine's push and the overlapped consumer; BENCHMARKS.md, "Small calls"): 0.38-0.93x the device time
+at eight shapes of 10-112 tiles and 256 KiB to 8 MiB a rank, 1.07x at 128 tiles (512x4096->4096),
+1.08-1.31x at 256 and 448; with ``K`` off a multiple of 64 (the matmul consumer's) 1.10x at 40 tiles
+and 0.87x at 264."""
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 GATHER = "gather"  # the push transport with no GEMM (AllGatherGemm.gather)
@@ -214,16 +220,26 @@ class AllGatherGemm(Op):
     def pushes_by_sm(self, world_size: int, args: Args) -> bool:
         """Whether a call pushes its rows by the SMs, ahead of its consumer and with no producer
         (:mod:`fluxlite.kernels.push_rows`; on CPU the host's copies, in the same place): pushed rows
-        (no ``return_gathered``) of at most :data:`SM_PUSH_MAX_BYTES` in whole 16-byte words, with no
-        row scale, on two or more ranks. Shapes only, so every rank of a call decides alike.
+        (no ``return_gathered``) with no row scale of a :meth:`small_call`. Shapes only, so every
+        rank of a call decides alike.
 
         A copy-engine copy into a peer makes the graph of a replayed call cost about 28 us to launch
         on two H200s, whatever its size, and takes some microseconds to start; so few rows leave the
         consumer little of its own to overlap with them."""
         a = args.a
-        nbytes = a.numel() * a.element_size()
-        return (not args.options["return_gathered"] and not args.ep.row_scaled and world_size > 1
-                and 0 < nbytes <= SM_PUSH_MAX_BYTES and nbytes % 16 == 0)
+        return (not args.options["return_gathered"] and not args.ep.row_scaled
+                and self.small_call(world_size, a.shape[0], a.shape[1], args.ep.out_features(args.weight.shape[0]),
+                                    a.element_size()))
+
+    @staticmethod
+    def small_call(world_size: int, m: int, K: int, out_features: int, element_size: int) -> bool:
+        """Whether rows ``[m, K]`` a rank, gathered from ``world_size`` ranks into a GEMM of
+        ``out_features`` output columns, are a small call: two or more ranks, at most
+        :data:`SM_PUSH_MAX_BYTES` a rank in whole 16-byte words, fewer than :data:`SM_PUSH_MAX_TILES`
+        output tiles."""
+        nbytes = m * K * element_size
+        tiles = -(-world_size * m // 128) * -(-out_features // 256)
+        return world_size > 1 and 0 < nbytes <= SM_PUSH_MAX_BYTES and nbytes % 16 == 0 and tiles < SM_PUSH_MAX_TILES
 
     def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
         """:meth:`Op.consumer_of`, except that a call whose rows the SMs push (:meth:`pushes_by_sm`)
