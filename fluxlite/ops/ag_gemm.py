@@ -29,9 +29,10 @@ pushed rows with no row scale (an activation is a pass after each GEMM)::
     consumer: out[our rows] = act(scale * a @ W.T + b)                (no wait: read in place)
               for each peer chunk p, split s: wait (bounded kernel) as above; out[p's rows of s] = ...
 
-A small chunk (:meth:`AllGatherGemm.pushes_by_sm`: pushed rows of at most :data:`SM_PUSH_MAX_BYTES` a
-rank, no row scale) has no producer: the SMs push it, ahead of the consumer on the caller's stream,
-and without a named kernel config one GEMM takes every row once all have landed::
+A small call (:meth:`AllGatherGemm.pushes_by_sm`: pushed rows of at most :data:`SM_PUSH_MAX_BYTES` a
+rank, no row scale, a whole GEMM of fewer than :data:`SM_PUSH_MAX_TILES` output tiles) has no
+producer: the SMs push its chunk, ahead of the consumer on the caller's stream, and without a named
+kernel config one GEMM takes every row once all have landed::
 
     align:    as above
     push:     every peer p: p.gathered[r] <- a; then p.pushed (r, s) = 1 for every split s
@@ -39,8 +40,8 @@ and without a named kernel config one GEMM takes every row once all have landed:
     consumer: wait (bounded kernel) for every peer's every split; out = act(scale * gathered @ W.T + b)
 
 A replayed call's graph is then kernels only, which launch in a fraction of a copy node's time, and
-the GEMM reads the weight once, not once per chunk: at so few rows the Triton kernel's tiles run
-their whole ``K`` loops on a few SMs, several times cuBLAS's time.
+the GEMM reads the weight once, not once per chunk: with under a wave of tiles the Triton kernel's
+tiles run their whole ``K`` loops on a few SMs, up to several times cuBLAS's time.
 
 With a row scale (the deferred norm's 1/sigma) each rank's ``[m]`` fp32 scales travel with its rows:
 pushed into the peers' scale area before the first split's flag, or staged beside the staged rows

@@ -21,6 +21,12 @@ by tile, or the matmul consumer, the same protocol a split at a time with cuBLAS
                                       (on CUDA an event behind the GEMM, which the producer's wait waits for)
               splits of our chunk: wait (bounded kernel) as above; out rows = addmm(C = recv[p0], A, W.T) + other peers'
 
+A small call (:meth:`GemmReduceScatter.one_shot`: at most :data:`ONE_SHOT_MAX_BYTES` read from the
+peers) has neither consumer nor producer: cuBLAS computes the whole partial ``[M, N]`` into the
+workspace, then one kernel (:mod:`fluxlite.kernels.one_shot`) waits for every peer's partial and
+sums this rank's rows of all of them (:meth:`GemmReduceScatter._one_shot`), GEMM-AllReduce's one
+shot on a chunk of the rows.
+
 The producer only ever waits on this rank's own counters, which the consumer always completes (a
 kernel whose own wait timed out still computes and counts every peer tile). The schedule starts on
 the next rank's chunk and ends on the local one (``first = 1``), so each destination's partials
