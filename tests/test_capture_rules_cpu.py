@@ -105,8 +105,9 @@ def test_an_eager_replay_is_captured_again_when_its_copied_memory_is_a_new_alloc
 
 
 def _kept_partials(rank, W):
-    """GEMM-RS's partials (of calls past its one shot) live in the state's scratch buffer (docs/cuda_graphs.md), so that a call
-    recurs at the same addresses whatever else was allocated between: the same buffer for a recurring
+    """GEMM-RS's partials (of calls past its one shot) live in the state's scratch buffer
+    (docs/cuda_graphs.md), so that a call recurs at the same addresses whatever else was allocated
+    between: the same buffer for a recurring
     call, a larger one for a larger call, the one a user's graph may replay into kept when replaced,
     and under a capture that needs it larger, the capture's own allocation (never cached). Every
     result against float64, outputs poisoned first."""

@@ -139,8 +139,9 @@ def test_thousand_back_to_back_calls_with_varying_m():
 
 def _small_chunks(rank, world_size):
     """AG-GEMM's small chunks, whose rows the SMs push ahead of one cuBLAS GEMM (AllGatherGemm.pushes_by_sm),
-    at random shapes on both sides of its bounds (AllGatherGemm.small_call): every activation, a bias or not, rows from a
-    view whose start is off 16 bytes (copied first) or not. Each case three times on the same tensors
+    at random shapes on both sides of its bounds (AllGatherGemm.small_call): every activation, a bias
+    or not, rows from a view whose start is off 16 bytes (copied first) or not. Each case three times
+    on the same tensors
     with fresh data copied in and the output poisoned (eager on both data halves, then captured into
     the call's own graph and launched from it), against float32."""
     import fluxlite
@@ -201,7 +202,8 @@ def _small_rs_calls(rank, world_size):
     type(RS)._one_shot = lambda self, *args: (shots.append(1), one_shot(self, *args))[1]
     try:
         for case in range(20):
-            m, K = rng.choice([1, 3, 8, 64, 300, 1100, 4096]), rng.choice([8 * rng.randint(1, 1024), rng.randint(1, 3000)])
+            m = rng.choice([1, 3, 8, 64, 300, 1100, 4096])
+            K = rng.choice([8 * rng.randint(1, 1024), rng.randint(1, 3000)])
             N, scale = rng.choice([8, 40, 1000, 1001, 2056, 8192]), rng.choice([None, 0.5])
             w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
             b = torch.randn(N, generator=gen, device=_dev()).to(BF16) if rng.random() < 0.5 else None

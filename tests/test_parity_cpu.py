@@ -112,7 +112,7 @@ def _sequence(rank, W):
             dist.barrier()  # no rank starts the next call (and sets flags here) before the check
     type(AG)._push_by_sm = push_by_sm
     type(RS)._one_shot = one_shot
-    assert len(pushes) == expected_pushes > 5, f"{len(pushes)} calls pushed ahead of the consumer, expected {expected_pushes}"
+    assert len(pushes) == expected_pushes > 5, f"{len(pushes)} calls pushed ahead of the consumer, not {expected_pushes}"
     assert len(shots) == expected_shots > 5, f"{len(shots)} GEMM-RS calls in one shot, expected {expected_shots}"
     assert state.null_calls == expected_null_calls, (state.null_calls, expected_null_calls)
     assert expected_null_calls > 5, "the sequence never made two consecutive calls share a parity"

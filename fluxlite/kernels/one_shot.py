@@ -142,8 +142,8 @@ def launch(*, partials: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | No
     """Launch :func:`one_shot_kernel` once this rank's partial is in its data half ``parity``.
     ``partials``, ``flag_bases``: the fused state's int64 addresses of every rank's data half
     ``parity`` and flag array; ``out: [M, N]`` contiguous, the sum of the partials' rows ``[row0,
-    row0 + M)`` (loaded as 16-byte vectors where ``row0 * N`` is a multiple of 16), ``chunk`` their chunk (-1: every row)
-    for a timeout's record; ``flags``, ``sig``, ``error``, ``call``: the
+    row0 + M)`` (loaded as 16-byte vectors where ``row0 * N`` is a multiple of 16), ``chunk`` their
+    chunk (-1: every row) for a timeout's record; ``flags``, ``sig``, ``error``, ``call``: the
     call's flag region, signature, error record and call count; ``counters``: the tile counters, which
     the alignment kernel zeroed; ``ep``: a scale only. One program per SM (``config``'s count
     under the interpreter) times :data:`PROGRAMS_PER_SM`, one per tile at most; ``cache`` keeps the compiled kernel."""

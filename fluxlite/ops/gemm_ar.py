@@ -63,12 +63,11 @@ import torch.distributed as dist
 from .. import schedule as sch
 from ..epilogue import PLAIN
 from ..epilogue import apply as apply_epilogue
-from ..fused import Call, FusedState, Plan
+from ..fused import Call
 from ..fused.call import CPU_BLOCK_M
 from ..fused.producer import COPY, SIGNAL, WAIT
-from ..host_flags import REDUCED_ROWS, host_store, host_wait
+from ..host_flags import REDUCED_ROWS, host_wait
 from ..kernels import gather_end, gemm_core
-from ..kernels.gemm_core import GemmConfig
 from ..workspace import view_offset
 from .gemm_rs import ONE_SHOT, GemmReduceScatter
 from .op import Args
