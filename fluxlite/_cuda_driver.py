@@ -157,7 +157,7 @@ def buffer_ids(addresses) -> tuple[int, ...]:
 
     Unlike an address, an id is never reused in the process: memory freed to the driver and
     allocated again at the same address (torch.cuda.empty_cache, then a new segment) has a new id."""
-    if not addresses:  # a call whose copies touch none of its own tensors (GEMM-AllReduce's one shot)
+    if not addresses:  # a call whose copies touch none of its own tensors (a one shot, AG-GEMM's SM push)
         return ()
     get, buffer = _driver()["cuPointerGetAttribute"], _U64(0)
     out, ids = ctypes.byref(buffer), []

@@ -113,8 +113,8 @@ def pulled_slot(world_size: int, src: int, split: int) -> int:
 
 def finished_slot(world_size: int, src: int) -> int:
     """Region offset of the flag that peer ``src`` sets on rank ``r`` once its data for the call may
-    be read: GEMM-AllReduce's one shot, its whole partial in src's own memory (its reduction kernel,
-    after the GEMM)."""
+    be read: the one shot (GEMM-RS's small calls, GEMM-AllReduce's), its whole partial in src's own
+    memory (its reduction kernel, :mod:`fluxlite.kernels.one_shot`, after the GEMM)."""
     return world_size + 2 * world_size * MAX_SPLITS + src
 
 

@@ -362,7 +362,7 @@ class Call:
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
         self.align()
-        if not program.steps:  # no producer (GEMM-AllReduce's one-shot): no stream to fork and join
+        if not program.steps:  # no producer (the one shots, AG-GEMM's SM push): no stream to fork and join
             consume()
             if end is not None:
                 end()

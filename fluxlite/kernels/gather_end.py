@@ -56,7 +56,7 @@ PROGRAMS_PER_SM = 2
 """Programs per SM, compiled to fit an SM together (:func:`fluxlite.kernels.launch.max_registers`):
 the programs take tiles round robin, and one that waited outside the SM's register file until the
 others left would copy its share of every split last. Two, not the one-shot reduction's four
-(:data:`fluxlite.kernels.gemm_ar.PROGRAMS_PER_SM`): this kernel copies while the copy engines still
+(:data:`fluxlite.kernels.one_shot.PROGRAMS_PER_SM`): this kernel copies while the copy engines still
 move the call's last splits, and on two H200s a call whose transfers outlast its GEMMs
 (12001x1000->7880) took 630 us with two resident programs per SM, 662 us with three and 777 us with
 four, each copying the peers' earlier splits harder beside the copy engines (BENCHMARKS.md)."""
@@ -66,7 +66,7 @@ PEER_STRIDE = tl.constexpr(sch.MAX_SPLITS)  # schedule.reduced_slot: peer p's fl
 @triton.jit
 def copy_run(dst, src, lo, stop, first, step, BLOCK: tl.constexpr):
     """``dst[i] = src[i]`` for ``i`` in ``[lo, stop)``, tiles ``first, first + step, ...``; ``src`` read at L2
-    (also AG-GEMM's push of a small chunk, :mod:`fluxlite.kernels.push_rows`)."""
+    (also AG-GEMM's push of a small call's rows, :mod:`fluxlite.kernels.push_rows`)."""
     lanes = tl.arange(0, BLOCK)
     full = tl.maximum(stop - lo, 0) // BLOCK
     for tile in range(first, full + 1, step):

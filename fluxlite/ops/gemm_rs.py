@@ -62,7 +62,7 @@ ONE_SHOT_MAX_BYTES = 8 << 20
 element_size`` (:meth:`GemmReduceScatter.one_shot`); a larger call overlaps its partials' copies
 with its GEMM. On two H200s at TP=2 (one run, throughput mode, against the overlapped protocol;
 BENCHMARKS.md, "Small calls") the one shot took 0.44-0.92x the device time at eight shapes of 128
-KiB to 8 MiB read a rank, and 1.11-1.26x at four of 16 and 32 MiB, where the overlapped protocol
+KiB to 8 MiB read a rank, and 1.11-1.26x at four of 16-64 MiB, where the overlapped protocol
 hides its copies behind a GEMM of 0.4 ms and more. More ranks were not measured. Read at every
 call; a repeated call keeps its first call's plan, and so its path."""
 
