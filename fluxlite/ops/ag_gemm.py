@@ -83,7 +83,7 @@ SM_PUSH_MAX_BYTES = 8 << 20
 16-byte words, with no row scale, and whose whole GEMM has fewer than :data:`SM_PUSH_MAX_TILES`
 output tiles, pushes them by the SMs ahead of its consumer (:mod:`fluxlite.kernels.push_rows`), with
 no producer, and without a named kernel config computes them in one cuBLAS GEMM
-(:meth:`AllGatherGemm.small_call`, :meth:`AllGatherGemm.consumer_of`). Read at every call."""
+(:meth:`AllGatherGemm.small_call`, :meth:`AllGatherGemm.one_matmul`). Read at every call."""
 
 SM_PUSH_MAX_TILES = 120
 """:data:`SM_PUSH_MAX_BYTES`' second bound: output tiles of 128x256 of the gathered GEMM (``W * m``
@@ -242,17 +242,14 @@ class AllGatherGemm(Op):
         tiles = -(-world_size * m // 128) * -(-out_features // 256)
         return world_size > 1 and 0 < nbytes <= SM_PUSH_MAX_BYTES and nbytes % 16 == 0 and tiles < SM_PUSH_MAX_TILES
 
-    def consumer_of(self, state: FusedState, args: Args, config: GemmConfig | None) -> str:
-        """:meth:`Op.consumer_of`, except that a call whose rows the SMs push (:meth:`pushes_by_sm`)
-        without a named kernel config takes the matmul consumer there: one cuBLAS GEMM over every
-        gathered row once all have landed (:meth:`_consume_gathered`). So few rows make the Triton
-        kernel's few tiles run their whole ``K`` loops on a few SMs: on two H200s its GEMM took 80 us
-        at 16x8192->2560 where cuBLAS's took 11, and 44 against 13 us at 128x4096->4096
+    def one_matmul(self, world_size: int, args: Args) -> bool:
+        """A call whose rows the SMs push (:meth:`pushes_by_sm`) takes the matmul consumer without a
+        named kernel config (:meth:`Op.consumer_of`): one cuBLAS GEMM over every gathered row once
+        all have landed (:meth:`_consume_gathered`). So few rows make the Triton kernel's few tiles
+        run their whole ``K`` loops on a few SMs: on two H200s its GEMM took 80 us at
+        16x8192->2560 where cuBLAS's took 11, and 44 against 13 us at 128x4096->4096
         (BENCHMARKS.md); one GEMM also reads the weight once, not once per chunk."""
-        if (state.ws.is_cuda and config is None and self.pushes_by_sm(state.ws.world_size, args)
-                and args.ep.out_features(args.weight.shape[0]) * args.a.element_size() % 16 == 0):
-            return "torch"
-        return super().consumer_of(state, args, config)
+        return self.pushes_by_sm(world_size, args)
 
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
         state.check()  # a poisoned workspace raises before it could enter a collective growth
@@ -434,7 +431,7 @@ class AllGatherGemm(Op):
 
     def _consume_gathered(self, call: Call, args: Args, gathered: torch.Tensor, out: torch.Tensor) -> None:
         """The matmul consumer of a call whose rows the SMs pushed, ours into our own buffer too
-        (:meth:`consumer_of`): a bounded wait for every peer's every split (on CUDA one kernel per
+        (:meth:`one_matmul`): a bounded wait for every peer's every split (on CUDA one kernel per
         split, :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's), then one GEMM over
         all ``W * m`` gathered rows."""
         ws, plan = call.ws, call.plan

@@ -185,13 +185,20 @@ class Op:
         and counts between them (the op's matmul consumer), as well as the Triton kernel."""
         return False
 
+    def one_matmul(self, world_size: int, args: Args) -> bool:
+        """Whether a call on ``world_size`` ranks takes the matmul consumer whatever its ``K``,
+        activation and size (where it has one and its output rows are whole 16-byte units): none
+        here; AG-GEMM's small calls."""
+        return False
+
     def consumer_of(self, state: fused.FusedState, args: Args, config: GemmConfig | None) -> str:
         """What computes a fused call. On CPU: the state's consumer. On CUDA, a named kernel ``config``
         runs the Triton kernel; without one (a forced ``impl="fused"``, or the rule), the matmul
         consumer (``"torch"``, :meth:`has_matmul_consumer`) where cuBLAS's output rows are whole
         16-byte units and
 
-        - ``K`` is off a multiple of 64, with no activation or one that is not gated: rows the Triton
+        - the op says so for the call (:meth:`one_matmul`);
+        - or ``K`` is off a multiple of 64, with no activation or one that is not gated: rows the Triton
           kernel's TMA loads split across cache lines. On one H100 its GEMM with GELU took 1.06-1.33x
           the time of cuBLAS's GEMM and the activation's pass at 7 of 8 such shapes; on two H200s
           the two tied (BENCHMARKS.md). SwiGLU's pass reads twice the columns it writes, and there
@@ -207,6 +214,8 @@ class Op:
         K, N = args.a.shape[1], args.weight.shape[0]
         if args.ep.out_features(N) * args.a.element_size() % 16:
             return "triton"
+        if self.one_matmul(state.ws.world_size, args):
+            return "torch"
         if K % 64:
             return "triton" if args.ep.gated else "torch"
         if args.ep.activation is not None:
