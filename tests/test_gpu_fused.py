@@ -237,7 +237,7 @@ def _recurring_calls(rank, world_size):
     must give that call's result, on both parities, with a ragged m; GEMM-RS on both of its paths
     (one shot, and a call over its bound)."""
     import fluxlite
-    from fluxlite.ops.ag_gemm import PULL
+    from fluxlite.ops.ag_gemm import PULL, SM_PUSH
     from fluxlite.ops.gemm_rs import ONE_SHOT, ONE_SHOT_MAX_BYTES
 
     gen = torch.Generator(device=_dev()).manual_seed(11 + rank)
@@ -276,7 +276,7 @@ def _recurring_calls(rank, world_size):
     fluxlite.synchronize()
     state = fluxlite.fused.state_of(fluxlite.get_workspace())
     graphs = {(key[0], key[5]): _replays(plan) for key, plan in state.plans.items()}  # (op name, variant)
-    assert graphs["ag_gemm", ""] >= 2, graphs  # both parities: its tensors never move
+    assert graphs["ag_gemm", SM_PUSH] >= 2, graphs  # both parities: its tensors never move
     assert graphs["ag_gemm", PULL] >= 2, graphs  # its gathered tensor comes back at a few addresses
     assert graphs["gemm_rs", ""] >= 2, graphs  # its partials are in the state's scratch buffer
     assert graphs["gemm_rs", ONE_SHOT] >= 2, graphs  # its partials are in the workspace

@@ -503,6 +503,7 @@ def _missing_peer_in_replayed_backward(rank, world_size):
     took one timer reading per program (fluxlite.kernels.device_flags.program_time)."""
     import fluxlite
     from fluxlite.fused.state import Replay
+    from fluxlite.ops.ag_gemm import PULL
 
     meet = _Meet(rank, world_size)
     gen = torch.Generator(device=_dev()).manual_seed(700 + rank)
@@ -510,7 +511,7 @@ def _missing_peer_in_replayed_backward(rank, world_size):
 
     def pull_calls_replay() -> bool:
         plans = fluxlite.fused.state_of(fluxlite.get_workspace()).plans
-        pulls = [g for key, p in plans.items() if key[0] == "ag_gemm" and key[5] for g in p.bound.graphs.values()]
+        pulls = [g for key, p in plans.items() if key[0] == "ag_gemm" and key[5] == PULL for g in p.bound.graphs.values()]
         return any(isinstance(g, Replay) for g in pulls)
 
     # The calls' tensors recur (the allocator hands the same blocks back, mostly from the second step

@@ -279,6 +279,7 @@ def _plan_reuse(rank, W):
     and made again after the workspace grows."""
     from fluxlite.epilogue import Epilogue
     from fluxlite.fused.call import get_plan
+    from fluxlite.ops.ag_gemm import SM_PUSH
 
     from .test_epilogue import _reference as epilogue_reference
 
@@ -309,7 +310,8 @@ def _plan_reuse(rank, W):
     m, K, N = shapes[0]
     a_full, w = randn(gen, W * m, K, dtype=f32), randn(gen, N, K, dtype=f32)
     a = a_full[rank * m : (rank + 1) * m].clone()  # the same tensor in every call below
-    plan = get_plan(state, AG, m, K, N, f32)
+    variant = SM_PUSH if AG.small_call(W, m, K, N, 4) else ""  # the SMs push a small call's rows: a plan of its own
+    plan = get_plan(state, AG, m, K, N, f32, variant)
     assert state.plan_builds == want, "the plan of a shape called above was built again"
     plan.bound.clear()
     for i in range(4):

@@ -70,9 +70,11 @@ def _sequence(rank, W):
             state.epoch += 1  # a replay moved the device: the host's next parity repeats the last one
         m, K, N = state_rng.choice([(1, 8, 8), (37, 24, 16), (130, 16, 40), (300, 64, 96), (700, 16, 24)])  # 700: 2 splits
         op = state_rng.choice(["ag_push", "ag_pull", "rs"])
-        ag_op.SM_PUSH_MAX_BYTES = state_rng.choice([0, 1 << 20])  # small chunks by the producer, or not
-        expected_pushes += op == "ag_push" and ag_op.SM_PUSH_MAX_BYTES > 0
-        # GEMM-RS in one shot or not; a repeated call keeps its first call's plan, so each path its own timeout
+        # Either op's small-call path or not; a repeated call keeps its first call's plan, and so its
+        # path: each path its own timeout
+        ag_op.SM_PUSH_MAX_BYTES = state_rng.choice([0, 1 << 20])  # small chunks by the SMs, or by the producer
+        by_sm = op == "ag_push" and ag_op.SM_PUSH_MAX_BYTES > 0
+        expected_pushes += by_sm
         rs_op.ONE_SHOT_MAX_BYTES = state_rng.choice([0, 1 << 20])
         in_one_shot = op == "rs" and RS.one_shot(W, W * m, N, 4)
         expected_shots += in_one_shot
@@ -91,7 +93,8 @@ def _sequence(rank, W):
             ref = rs_reference(a_parts, w_parts, None, rank)
         else:
             a_full, w = randn(gen, W * m, K, dtype=torch.float32), randn(gen, N, K, dtype=torch.float32)
-            out = fluxlite.ag_gemm(a_full[rank * m : (rank + 1) * m], w, impl="fused", return_gathered=op == "ag_pull")
+            out = fluxlite.ag_gemm(a_full[rank * m : (rank + 1) * m], w, impl="fused", return_gathered=op == "ag_pull",
+                                   timeout=30 if by_sm else 31)
             if op == "ag_pull":
                 out, gathered = out
                 check(f"step {step} gathered", gathered, a_full.double(), torch.float32, failures)

@@ -589,6 +589,8 @@ GPU_CASES = {  # name: (module, worker, () -> extra args, env, limit_s)
     "layer_matrix": ("tests.test_parallel_gpu", "_gpu_matrix", _layer_matrix_args, None, 240),
     "gemm_ar": ("tests.test_gpu_gemm_ar", "_eager", lambda: (17,), None, 300),
     "gemm_ar_one_shot": ("tests.test_gpu_gemm_ar", "_eager", lambda: (29, True), None, 240),
+    "small_chunks": ("tests.test_gpu_fused", "_small_chunks", tuple, None, 240),
+    "small_rs": ("tests.test_gpu_fused", "_small_rs_calls", tuple, None, 240),
 }
 
 

@@ -96,6 +96,7 @@ and 0.87x at 264."""
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 GATHER = "gather"  # the push transport with no GEMM (AllGatherGemm.gather)
+SM_PUSH = "sm_push"  # the plan variant of a call whose rows the SMs push (AllGatherGemm.pushes_by_sm)
 
 def cuda_splits(consumer: str, rows: int, n_out: int, config: GemmConfig, gated: bool, device: torch.device) -> int:
     """Splits per peer chunk on CUDA (at most; a chunk of fewer row blocks gets one per block): one for
@@ -255,7 +256,7 @@ class AllGatherGemm(Op):
         state.check()  # a poisoned workspace raises before it could enter a collective growth
         a, ep = args.a, args.ep
         m, K = a.shape
-        variant = self.variant(args.options)
+        variant = SM_PUSH if self.pushes_by_sm(state.ws.world_size, args) else self.variant(args.options)
         consumer = self.consumer_of(state, args, config)
         N = args.weight.shape[0]
         splits = None  # CPU: the schedule's default, so that the tests run up to four splits per chunk
@@ -271,13 +272,15 @@ class AllGatherGemm(Op):
 
     def fused(self, state: FusedState, plan: Plan, args: Args):
         """``(out [W*m, N], gathered [W*m, K] or None)`` by ``plan``: the producer program beside the
-        consumer (the GPU kernel, or per-block matmuls on CPU)."""
+        consumer (the GPU kernel, or per-block matmuls on CPU); where the plan says so
+        (:data:`SM_PUSH`), the SMs' push ahead of the consumer instead (a repeated call keeps its
+        first call's plan, and so its path)."""
         ws, a, weight, bias, ep = state.ws, args.a, args.weight, args.bias, args.ep
         row_scale = args.options["row_scale"]  # contiguous (check, as_used)
         W, r = ws.world_size, ws.rank
         m, K = a.shape
         state.check()
-        push = self.variant(args.options) != PULL
+        push = plan.variant != PULL
         row = K * a.element_size()
         call = Call(state, self.name, plan, args.timeout_s)
         sched = plan.sched
@@ -301,7 +304,7 @@ class AllGatherGemm(Op):
 
         consume = consume_triton if plan.consumer == "triton" else consume_torch
         key = call.replay_key(a, gathered, row_scale, scale_gathered, weight, out, bias, scale=ep.scale)
-        if self.pushes_by_sm(W, args):
+        if plan.variant == SM_PUSH:
             whole = plan.consumer != "triton"  # the matmul consumer: one GEMM over every row, ours too
 
             def push_then_consume() -> None:
