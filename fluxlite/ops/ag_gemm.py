@@ -92,7 +92,8 @@ whole ``K`` loops on a few SMs. On two H200s at TP=2 (one run, throughput mode, 
 engine's push and the overlapped consumer; BENCHMARKS.md, "Small calls"): 0.38-0.93x the device time
 at eight shapes of 10-112 tiles and 256 KiB to 8 MiB a rank, 1.07x at 128 tiles (512x4096->4096),
 1.08-1.31x at 256 and 448; with ``K`` off a multiple of 64 (the matmul consumer's) 1.10x at 40 tiles
-and 0.87x at 264."""
+and 0.87x at 264. On four H200s at TP=4 (one run): 0.43-0.81x at four shapes of 10-80 tiles, 1.02x
+at 128 and 1.16-1.62x at seven of 160-896."""
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 GATHER = "gather"  # the push transport with no GEMM (AllGatherGemm.gather)

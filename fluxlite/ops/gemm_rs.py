@@ -63,8 +63,9 @@ element_size`` (:meth:`GemmReduceScatter.one_shot`); a larger call overlaps its 
 with its GEMM. On two H200s at TP=2 (one run, throughput mode, against the overlapped protocol;
 BENCHMARKS.md, "Small calls") the one shot took 0.44-0.92x the device time at eight shapes of 128
 KiB to 8 MiB read a rank, and 1.11-1.26x at four of 16-64 MiB, where the overlapped protocol
-hides its copies behind a GEMM of 0.4 ms and more. More ranks were not measured. Read at every
-call; a repeated call keeps its first call's plan, and so its path."""
+hides its copies behind a GEMM of 0.4 ms and more. On four H200s at TP=4 (one run): 0.30-0.84x at six
+shapes of 192 KiB to 7.5 MiB read, 0.91-1.02x at two of 12 MiB and 1.05-1.44x at four of 24-96
+MiB. Read at every call; a repeated call keeps its first call's plan, and so its path."""
 
 ONE_SHOT = "one_shot"  # the plan variant of a one-shot call (GemmReduceScatter.one_shot)
 
