@@ -35,10 +35,13 @@ captures the choice for throughput-bound calls, which is what a graph's replay i
 
 On CUDA each implementation's forward is captured in a CUDA graph after ``--warmup`` eager
 forwards, and the graph's replay is timed (``--eager``: the eager forward). Timings are
-:func:`fluxlite.timing.time_rounds`'s: every round times every implementation in an order that
+:func:`fluxlite.timing.time_samples`: every round times every implementation in an order that
 rotates; ``latency`` is one forward with the ranks aligned and synchronised around it (wall clock),
 ``throughput`` a batch of forwards queued behind a sleep (device time per forward); each the median
-over ``--rounds`` rounds, then the max over the ranks, divided by the number of layers. Before
+over ``--rounds`` rounds, then the max over the ranks, divided by the number of layers. Each
+implementation's ratio to sequential comes with the bounds of the median of its per-round ratios
+(the same round's forwards, each the max over the ranks; 95% each side, from 5 rounds on), so a
+ratio within the spread of the replays reads as such. Before
 timing, each implementation's output is compared with sequential's and with an eager sequential
 forward's (norm-relative errors; above ``--max-rel-err`` the script exits 1). On CPU (``--device
 cpu``, gloo ranks) it is a smoke run of the script, not a benchmark.
@@ -70,7 +73,7 @@ from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowPara
 from fluxlite.profile.cli import run_environment  # noqa: E402
 from fluxlite.profile.report import no_nan  # noqa: E402
 from fluxlite.profile.run import agreed, init_ranks, rel_err  # noqa: E402
-from fluxlite.timing import Timer, run_each_once, time_rounds  # noqa: E402
+from fluxlite.timing import Timer, medians, per_round, run_each_once, time_samples  # noqa: E402
 
 FLUXLITE_IMPLS = ("sequential", "fused", "auto")
 TORCH = "torch_symm_mem"
@@ -331,15 +334,18 @@ def drop_workspace_users(fns: dict, failed: dict, culprit: str) -> None:
 
 
 def auto_choices(a, tp, case: dict, dtype: torch.dtype, device: torch.device) -> dict:
-    """What ``auto`` chose for each linear layer's op in ``case`` (sequence-parallel cases), per mode."""
-    if case["layout"] != "sp":
-        return {}
+    """What ``auto`` chose for each linear layer's op in ``case``, per mode: the four layers' in a
+    sequence-parallel case; the Row layers' GEMM-AllReduce in a replicated one (its Column layers
+    are local matmuls)."""
     W, d, t = tp.world_size, a.hidden // a.heads, case["tokens"]
     e = lambda *shape: torch.empty(shape, device=device, dtype=dtype)  # noqa: E731
+    row = "gemm_rs" if case["layout"] == "sp" else "gemm_ar"
     ops = dict(qkv=("ag_gemm", e(t // W, a.hidden), e((a.heads + 2 * a.kv_heads) * d // W, a.hidden)),
-               proj=("gemm_rs", e(t, a.heads * d // W), e(a.hidden, a.heads * d // W)),
+               proj=(row, e(t, a.heads * d // W), e(a.hidden, a.heads * d // W)),
                fc1=("ag_gemm", e(t // W, a.hidden), e(2 * a.ffn // W, a.hidden)),
-               fc2=("gemm_rs", e(t, a.ffn // W), e(a.hidden, a.ffn // W)))
+               fc2=(row, e(t, a.ffn // W), e(a.hidden, a.ffn // W)))
+    if row == "gemm_ar":
+        ops = {name: ops[name] for name in ("proj", "fc2")}
     out = {}
     for name, (op, x, w) in ops.items():
         key = dispatch.Key.of(op, tp, x, w, t)
@@ -349,6 +355,12 @@ def auto_choices(a, tp, case: dict, dtype: torch.dtype, device: torch.device) ->
                 choice = dispatch.remembered(key)
             out[name][mode] = None if choice is None else f"{choice.label} ({choice.source})"
     return out
+
+
+RATIO_MODES = ("latency", "throughput")
+"""The modes whose per-round ratio to sequential gets :func:`fluxlite.dispatch.paired_bounds`: the
+round's forward over sequential's in the same round (each the max over the ranks), the bounds of
+their median at 95% each side; with too few rounds for bounds (under 5), infinite (``null``)."""
 
 
 def run_case(a, stack: Stack, case: dict, timer: Timer, dtype: torch.dtype) -> dict:
@@ -363,17 +375,22 @@ def run_case(a, stack: Stack, case: dict, timer: Timer, dtype: torch.dtype) -> d
     errs = timer.max_over_ranks([rel_err(outputs[i], against) for against in (base_out, ref) for i in names])
     errors, eager_errors = dict(zip(names, errs[:len(names)])), dict(zip(names, errs[len(names):]))
     del outputs, base_out, ref
-    times, batch = time_rounds(timer, fns, [None], rounds=a.rounds, warmup=1, batch_ms=20.0, max_batch=20,
-                               min_sleep_ms=5.0 if timer.cuda else 0.0)
+    samples, batch = time_samples(timer, fns, [None], rounds=a.rounds, warmup=1, batch_ms=20.0, max_batch=20,
+                                  min_sleep_ms=5.0 if timer.cuda else 0.0)
+    times = medians(timer, samples)
+    paired = per_round(timer, samples, list(samples), RATIO_MODES)  # each round's max over the ranks
     fluxlite.synchronize()
     L, base = a.layers, times.get("sequential")
     rows = {}
     for impl, t in times.items():
+        bounds = {f"{mode}_vs_sequential_bounds": list(dispatch.paired_bounds(paired[impl][mode],
+                                                                              paired["sequential"][mode])[::2])
+                  if base else [math.nan, math.nan] for mode in RATIO_MODES}
         rows[impl] = dict(
             latency_ms_per_layer=t["latency"] / L, throughput_ms_per_layer=t["throughput"] / L,
             latency_event_ms_per_layer=t["latency_event"] / L, host_ms_per_forward=t["host"],
             latency_vs_sequential=t["latency"] / base["latency"] if base else math.nan,
-            throughput_vs_sequential=t["throughput"] / base["throughput"] if base else math.nan,
+            throughput_vs_sequential=t["throughput"] / base["throughput"] if base else math.nan, **bounds,
             rel_err_vs_sequential=errors.get(impl, math.nan),
             rel_err_vs_eager_sequential=eager_errors.get(impl, math.nan), graph=graphed.get(impl, False))
     return dict(case, results=rows, failed=failed, batch=batch,
@@ -400,19 +417,27 @@ def table(m: dict, rows: list[dict]) -> str:
              f"{m['widths']['ffn']}, heads {m['widths']['heads']}/{m['widths']['kv_heads']}, {m['dtype']}, "
              f"TP={m['world_size']}, {m['device']}, {'CUDA graphs' if m['graphs'] else 'eager'}; ms per layer, "
              f"medians of {m['rounds']} rounds, max over ranks",
-             f"{'case':>13} {'layout':>10} {'impl':>15} {'latency':>9} {'vs seq':>7} {'thruput':>9} {'vs seq':>7} "
-             f"{'rel err':>8} {'vs eager':>8}"]
+             f"{'case':>13} {'layout':>10} {'impl':>15} {'latency':>9} {'vs seq':>7} {'95%':>11} {'thruput':>9} "
+             f"{'vs seq':>7} {'95%':>11} {'rel err':>8} {'vs eager':>8}"]
     for r in rows:
         for impl, x in r["results"].items():
             lines.append(f"{r['name']:>13} {r['layout']:>10} {impl:>15} {x['latency_ms_per_layer']:9.4f} "
-                         f"{x['latency_vs_sequential']:7.3f} {x['throughput_ms_per_layer']:9.4f} "
-                         f"{x['throughput_vs_sequential']:7.3f} {x['rel_err_vs_sequential']:8.1e} "
+                         f"{x['latency_vs_sequential']:7.3f} {_span(x['latency_vs_sequential_bounds']):>11} "
+                         f"{x['throughput_ms_per_layer']:9.4f} {x['throughput_vs_sequential']:7.3f} "
+                         f"{_span(x['throughput_vs_sequential_bounds']):>11} {x['rel_err_vs_sequential']:8.1e} "
                          f"{x['rel_err_vs_eager_sequential']:8.1e}")
         for impl, why in r["failed"].items():
             lines.append(f"{r['name']:>13} {r['layout']:>10} {impl:>15} FAILED: {why}")
-    lines.append("vs seq: the implementation's time / sequential's (below 1: faster); rel err: its output against "
-                 "sequential's (norm-relative); vs eager: against an eager sequential forward's")
+    lines.append("vs seq: the implementation's time / sequential's (below 1: faster); 95%: bounds of the median of "
+                 "its per-round ratios to sequential's, each side at 95% (- with too few rounds); rel err: its output "
+                 "against sequential's (norm-relative); vs eager: against an eager sequential forward's")
     return "\n".join(lines)
+
+
+def _span(bounds: list[float]) -> str:
+    """``low-high`` of a ratio's bounds, or ``-`` where there are none (too few rounds)."""
+    low, high = bounds
+    return f"{low:.3f}-{high:.3f}" if math.isfinite(low) and math.isfinite(high) else "-"
 
 
 def main(argv=None) -> int:
