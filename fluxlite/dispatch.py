@@ -842,8 +842,7 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
         known = _MEMORY.get(key)
         if known is not None:
             return known.both if known.uniform else _mode_choice(known, a)
-        mode = _STATE.auto_mode()
-        if mode == "off" or (mode == "on" and a.device.type != "cuda"):
+        if _rule_decides(a):
             return rule(key.world_size, flops, a.device, a.dtype, key.rows, min_flops_beyond_two)
     if _workspace.capturing(a.device):
         return describe(key, flops, a.device, a.dtype, min_flops_beyond_two)
@@ -851,6 +850,29 @@ def choose(key: Key, tp: TPGroup, a: torch.Tensor, flops: float, run: Callable[[
     if tuned is not None:
         tuned.add(key)
     return _mode_choice(choices, a)
+
+
+def _rule_decides(a: torch.Tensor) -> bool:
+    """Whether :func:`rule` decides a call on ``a`` whose key is not in memory: ``FLUXLITE_AUTO=off``,
+    or ``on`` off CUDA (no measuring)."""
+    mode = _STATE.auto_mode()
+    return mode == "off" or (mode == "on" and a.device.type != "cuda")
+
+
+def ruled_choice(key: Key | None, a: torch.Tensor, flops: float, min_flops_beyond_two: float = 0.0) -> Choice | None:
+    """What :func:`choose` returns for a call on ``a`` without measuring, agreeing or consulting its
+    memory: sequential for one rank (``key`` ``None``) or no rows, and :func:`rule`'s answer
+    (``flops``, ``min_flops_beyond_two`` as :func:`choose` takes them) where the rule decides a key
+    that is not in memory (:func:`_rule_decides`); ``None`` where :func:`choose` would do more (a
+    key in memory: :func:`eager_choice`; a key to measure; a :func:`tuning` block). A function of
+    the call's shapes, device and dtype and the environment as read, so a repeated call may keep it."""
+    if _TUNING.get() is not None:
+        return None
+    if key is None or key.world_size == 1 or a.shape[0] == 0:
+        return _RULE["sequential"]
+    if _MEMORY.get(key) is not None or not _rule_decides(a):
+        return None
+    return rule(key.world_size, flops, a.device, a.dtype, key.rows, min_flops_beyond_two)
 
 
 def eager_choice(key: Key, a: torch.Tensor) -> Choice | None:
@@ -903,29 +925,35 @@ MAX_EAGER = 4096
 """Signatures :func:`eager_choice_of` remembers; past this it starts again."""
 
 
-def eager_choice_of(signature: tuple, key_of: Callable[[], Key | None], a: torch.Tensor) -> tuple[Choice, Key] | None:
+def eager_choice_of(signature: tuple, key_of: Callable[[], Key | None], a: torch.Tensor,
+                    ruled: Callable[[Key | None], Choice | None] | None = None) -> tuple[Choice, Key | None] | None:
     """``(choice, key)`` of :func:`eager_choice` for the key ``key_of()`` of an op's call, remembered
     per ``signature`` (hashable; one signature always gives one key, so it must hold everything the
     key is made of), or ``None`` where :func:`eager_choice` is. What a repeated ``auto`` call asks
     of dispatch: one look-up, while the choices, the declared mode and any :func:`tuning` block are
     as they were, plus the capture query where the choice depends on it. ``key_of()`` may be
-    ``None`` (nothing to choose: one rank)."""
+    ``None`` (nothing to choose: one rank). Where :func:`eager_choice` has nothing, ``ruled(key)``
+    (:func:`ruled_choice` for the call) may answer: ``(its choice, None)``, remembered alike; no key,
+    since nothing in memory stands behind it."""
     stamp = (_MEMORY.generation, _declared_mode())
     entry = _STATE.eager.get(signature)
     if entry is not None and entry[0] == stamp and _TUNING.get() is None:
         if not entry[2] or not _workspace.capturing(a.device):
             return entry[1]
-    if not _MEMORY:  # nothing remembered: every auto call goes through choose(), no key needed first
+    if not _MEMORY and ruled is None:  # nothing remembered: every auto call goes through choose()
         return None
     key = key_of()
     choice = None if key is None else eager_choice(key, a)
+    asks = choice is not None and _asks_capture(_MEMORY[key])
     if choice is None:
-        return None
+        choice, key = None if ruled is None else ruled(key), None
+        if choice is None:
+            return None
     known = (choice, key)
     if _TUNING.get() is None:
         if len(_STATE.eager) >= MAX_EAGER:
             _STATE.eager.clear()
-        _STATE.eager[signature] = (stamp, known, _asks_capture(_MEMORY[key]))
+        _STATE.eager[signature] = (stamp, known, asks)
     return known
 
 

@@ -281,6 +281,49 @@ def _auto_repeat_costs_a_stamp(rank: int, W: int) -> None:
     assert not failures, failures
 
 
+def _auto_by_the_rule(rank: int, W: int) -> None:
+    """Where the rule decides (CPU ranks with nothing measured or cached; one rank: sequential), a
+    repeated auto call repeats its first call's decisions as a named call does: checked once, the
+    rule asked once per call signature (never at one rank), dispatch.choose never; the calls a
+    repeat makes are the named call's and a stamp's; asked again once the choices in memory change;
+    right on fresh data every time."""
+    m, K, N = 40, 16, 24
+    counted, gen, key = _auto_setup(19, W, m, K, N)
+    failures: list[str] = []
+    asked = {"rule": 0, "choose": 0}
+    rule, choose = dispatch.rule, dispatch.choose
+
+    def counting_rule(*args, **kwargs):
+        asked["rule"] += 1
+        return rule(*args, **kwargs)
+
+    def counting_choose(*args, **kwargs):
+        asked["choose"] += 1
+        return choose(*args, **kwargs)
+
+    dispatch.rule, dispatch.choose = counting_rule, counting_choose
+    try:
+        for rep in range(4):
+            _ag(gen, rank, W, m, K, N, failures, f"auto by the rule rep {rep}", impl="auto")
+        assert counted.ag == 1 and asked == {"rule": int(W > 1), "choose": 0}, (counted.ag, asked)
+        a, weight = randn(gen, m, K, dtype=F32), randn(gen, N, K, dtype=F32)
+        fluxlite.ag_gemm(a, weight, impl="sequential")
+        auto = _python_calls(lambda: fluxlite.ag_gemm(a, weight, impl="auto"), 20)
+        named = _python_calls(lambda: fluxlite.ag_gemm(a, weight, impl="sequential"), 20)
+        extra = sum(auto.values()) - sum(named.values())
+        assert extra <= 5 * 20, f"a repeated auto call by the rule made {extra / 20:.1f} calls more than the named call"
+        # Another key's choice arrives (a cache file, a measurement): the stamp moves, so the rule is
+        # asked again, once, and the call checked once more
+        other = dispatch.Key.of("gemm_rs", fluxlite.group.resolve_group(None), torch.empty(8, K), torch.empty(N, K), 8)
+        dispatch._MEMORY[other] = dispatch.Choice("sequential", source="cache")
+        for rep in range(2):
+            _ag(gen, rank, W, m, K, N, failures, f"auto by the rule after a change, rep {rep}", impl="auto")
+        assert counted.ag == 3 and asked == {"rule": 2 * int(W > 1), "choose": 0}, (counted.ag, asked)
+    finally:
+        dispatch.rule, dispatch.choose = rule, choose
+    assert not failures, failures
+
+
 def _auto_captured_runs_its_own_choice(rank: int, W: int) -> None:
     """Undeclared, with modes whose choices differ (throughput fused, both sequential), an eager auto
     call runs sequential and a captured one fused: a captured call must not repeat the eager call's
@@ -328,6 +371,12 @@ def test_a_captured_auto_call_and_an_eager_one_repeat_their_own_choices():
 @pytest.mark.timeout(120)
 def test_a_repeated_auto_call_costs_the_named_call_and_a_stamp():
     run_ranks(_auto_repeat_costs_a_stamp, 2)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_repeated_auto_call_by_the_rule_costs_the_named_call_and_a_stamp(world_size):
+    run_ranks(_auto_by_the_rule, world_size)
 
 
 @pytest.mark.timeout(120)

@@ -408,7 +408,9 @@ class Op:
     def _auto_known(self, group, options: dict, a: torch.Tensor,
                     weight: torch.Tensor) -> tuple[Choice, dispatch.Key] | None:
         """``(choice, dispatch key)`` of an ``auto`` call whose choice dispatch remembers for an eager
-        call in its mode now, or None (nothing remembered, first sight, capture): one look-up
+        call in its mode now, or ``(choice, None)`` where the rule decides it without measuring
+        (:func:`fluxlite.dispatch.ruled_choice`: one rank, ``FLUXLITE_AUTO=off``, CPU ranks), or None
+        (nothing remembered and a measurement to make, capture): one look-up
         (:func:`fluxlite.dispatch.eager_choice_of`) by what the dispatch key is made of: the op, the
         group, the operands' shapes, dtype and device, the options that are not tensors, and which
         tensor options are given."""
@@ -421,13 +423,20 @@ class Op:
                 return None
             return dispatch.Key.of_size(self.dispatch_op(options), W, a, weight,
                                         self.dispatch_rows(a, W, options))
-        return dispatch.eager_choice_of(signature, key_of, a)
+
+        def ruled(key: dispatch.Key | None) -> Choice | None:  # the rule's answer, as choose() gets it
+            rows = self.dispatch_rows(a, group.size(), options)
+            return dispatch.ruled_choice(key, a, 2.0 * rows * a.shape[1] * weight.shape[0],
+                                         self.rule_min_flops_beyond_two)
+        return dispatch.eager_choice_of(signature, key_of, a, ruled)
 
     def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, impl: str,
                   args: Args, state: fused.FusedState | None, plan: fused.Plan | None) -> None:
         """Keep a call's decisions for its repeats: an explicit ``impl`` or a measured candidate
-        always; ``auto`` while the choice is the one dispatch remembers (not a rule it applies afresh
-        on every call). A captured ``auto`` call whose choice may differ from an eager one's has no
+        always; ``auto`` while the choice is the one dispatch remembers, or the rule's for the call's
+        shapes (no ``dispatch_key``: :meth:`_auto_known`), not a rule that :func:`fluxlite.dispatch.choose`
+        applied to a key it will measure later (inside a :func:`~fluxlite.dispatch.tuning` block, or
+        a capture of a key not measured yet). A captured ``auto`` call whose choice may differ from an eager one's has no
         key (:meth:`_repeat`: dispatch decides it), so what is kept is what an eager call runs."""
         if key is None:
             return
