@@ -434,10 +434,11 @@ class Op:
                   args: Args, state: fused.FusedState | None, plan: fused.Plan | None) -> None:
         """Keep a call's decisions for its repeats: an explicit ``impl`` or a measured candidate
         always; ``auto`` while the choice is the one dispatch remembers, or the rule's for the call's
-        shapes (no ``dispatch_key``: :meth:`_auto_known`), not a rule that :func:`fluxlite.dispatch.choose`
-        applied to a key it will measure later (inside a :func:`~fluxlite.dispatch.tuning` block, or
-        a capture of a key not measured yet). A captured ``auto`` call whose choice may differ from an eager one's has no
-        key (:meth:`_repeat`: dispatch decides it), so what is kept is what an eager call runs."""
+        shapes (no ``dispatch_key``: :meth:`_auto_known`), not a rule that
+        :func:`fluxlite.dispatch.choose` applied to a key it will measure later (inside a
+        :func:`~fluxlite.dispatch.tuning` block, or a capture of a key not measured yet). A captured
+        ``auto`` call whose choice may differ from an eager one's has no key (:meth:`_repeat`:
+        dispatch decides it), so what is kept is what an eager call runs."""
         if key is None:
             return
         differs = False
