@@ -282,6 +282,64 @@ def _recurring_calls(rank, world_size):
     assert graphs["gemm_rs", ONE_SHOT] >= 2, graphs  # its partials are in the workspace
 
 
+def _auto_by_the_rule(rank, world_size):
+    """``auto`` without measuring (``FLUXLITE_AUTO=off``): the rule's choice for each call's shapes
+    (fused from ``RULE_MIN_ROWS`` rows and ``RULE_MIN_FLOPS_AT_MIN_ROWS``, sequential below), checked
+    once and then repeated as a named call is, eagerly and inside a user's graph; every call right
+    on fresh data copied into the same tensors, its output poisoned first, against float32."""
+    import fluxlite
+    from fluxlite import ops
+
+    from .dist_utils import count_runs
+
+    gen = torch.Generator(device=_dev()).manual_seed(23 + rank)
+    checks = {"ag": 0, "rs": 0}
+    for name, op in (("ag", ops.AG), ("rs", ops.RS)):
+        def counting(*args, check=op.check, name=name, **kwargs):
+            checks[name] += 1
+            return check(*args, **kwargs)
+
+        op.check = counting  # on the op object (this rank's own process)
+    runs = {"ag": count_runs(ops.AG), "rs": count_runs(ops.RS)}
+    W = world_size
+    cases = []  # (op, rows, K, N): fused, fused, sequential by the rule
+    for op, rows, K, N in (("ag", 4096 // W, 4096, 4096), ("rs", 4096, 2048, 4096), ("ag", 64, 1024, 1024)):
+        w = (torch.randn(N, K, generator=gen, device=_dev()) / K**0.5).to(BF16)
+        dist.broadcast(w, 0)
+        a = torch.empty(rows, K, dtype=BF16, device=_dev())
+        out = torch.empty((W * rows if op == "ag" else rows // W), N, dtype=BF16, device=_dev())
+        cases.append(dict(op=op, a=a, w=w, out=out, call=functools.partial(
+            fluxlite.ag_gemm if op == "ag" else fluxlite.gemm_rs, a, w, impl="auto", out=out)))
+
+    def fresh(case: dict, what: str, run) -> None:
+        a, w, out = case["a"], case["w"], case["out"]
+        a.copy_(torch.randn(a.shape, generator=gen, device=_dev()))
+        out.fill_(float("nan"))
+        run()
+        fluxlite.synchronize()
+        ref = _ag_reference(a, w, None)[0] if case["op"] == "ag" else _rs_reference(a, w, None)
+        err = rel_err(out, ref)
+        assert err < TOL, f"{what}: {case['op']} {tuple(a.shape)} x {tuple(w.shape)} by the rule: {err:.3g}"
+
+    for case in cases:  # every case eagerly first: a workspace that a graph captured cannot grow
+        for i in range(4):
+            fresh(case, f"eager call {i}", case["call"])
+    for case in cases:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            case["call"]()
+        for i in range(3):
+            fresh(case, f"replay {i}", graph.replay)
+        del graph
+    # each case: four eager calls and the capture, by the rule's implementation; one full check each
+    assert runs == {"ag": {"fused": 5, "sequential": 5}, "rs": {"fused": 5, "sequential": 0}}, runs
+    assert checks == {"ag": 2, "rs": 1}, f"every case checked once, its repeats not: {checks}"
+
+
+def test_auto_by_the_rule_repeats_eagerly_and_in_a_graph():
+    run_gpu_ranks(_auto_by_the_rule, 2, env={"FLUXLITE_AUTO": "off"})
+
+
 def test_recurring_gemm_rs_calls_replay_whatever_else_is_allocated():
     run_gpu_ranks(_recurring_rs_between_allocations, 2)
 
