@@ -285,8 +285,9 @@ def _recurring_calls(rank, world_size):
 def _auto_by_the_rule(rank, world_size):
     """``auto`` without measuring (``FLUXLITE_AUTO=off``): the rule's choice for each call's shapes
     (fused from ``RULE_MIN_ROWS`` rows and ``RULE_MIN_FLOPS_AT_MIN_ROWS``, sequential below), checked
-    once and then repeated as a named call is, eagerly and inside a user's graph; every call right
-    on fresh data copied into the same tensors, its output poisoned first, against float32."""
+    once and then repeated as a named call is, eagerly, and the fused ones inside a user's graph
+    (ranks sharing a GPU have a gloo group, which a graph cannot capture); every call right on fresh
+    data copied into the same tensors, its output poisoned first, against float32."""
     import fluxlite
     from fluxlite import ops
 
@@ -324,15 +325,15 @@ def _auto_by_the_rule(rank, world_size):
     for case in cases:  # every case eagerly first: a workspace that a graph captured cannot grow
         for i in range(4):
             fresh(case, f"eager call {i}", case["call"])
-    for case in cases:
+    for case in cases[:2]:  # the fused ones
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             case["call"]()
         for i in range(3):
             fresh(case, f"replay {i}", graph.replay)
         del graph
-    # each case: four eager calls and the capture, by the rule's implementation; one full check each
-    assert runs == {"ag": {"fused": 5, "sequential": 5}, "rs": {"fused": 5, "sequential": 0}}, runs
+    # each case: four eager calls (and a fused one's capture), by the rule's implementation; one full check each
+    assert runs == {"ag": {"fused": 5, "sequential": 4}, "rs": {"fused": 5, "sequential": 0}}, runs
     assert checks == {"ag": 2, "rs": 1}, f"every case checked once, its repeats not: {checks}"
 
 
