@@ -17,8 +17,9 @@ Megatron's there.
 Modes: ``megatron`` (the baseline, first), then fluxlite ``overlap`` modes (``fused``, ``auto``,
 ``sequential``, ...). Timings as ``bench_layers.py`` (same helpers): latency (one step, ranks
 aligned and synchronised around it), throughput (steps queued back to back behind a sleep), peak
-memory over the warm-up; the modes interleaved; medians, then the max over ranks. Before timing, the
-first step's loss and grads under each mode are compared with Megatron's.
+memory over the warm-up; the modes interleaved; medians, then the max over ranks; each speedup with
+the 95% bounds of its paired per-step speedups. Before timing, the first step's loss and grads
+under each mode are compared with Megatron's.
 
 ``--no-sequence-parallel``: Megatron's default layout, every rank holding every token. The Row
 layers' forward then all-reduces (fluxlite: GEMM-AllReduce) and the Column layers' backward
@@ -56,7 +57,7 @@ import torch.nn.functional as F
 from fluxlite._cli import ArgumentParser
 import fluxlite
 from bench_layers import (NORM_EPS, _device_name, _megatron_parallel_state, _peak_gib, _sync, add_step_args, all_ranks,
-                          interleaved_timings, rel_err)
+                          interleaved_timings, paired_speedup_bounds, rel_err, span)
 from fluxlite._sequential import all_gather_rows, reduce_scatter_rows
 from fluxlite.demo import Timer
 from fluxlite.parallel import allreduce_sequence_parallel_grads
@@ -307,6 +308,8 @@ def main(argv=None) -> int:
         r = results[m]
         r["speedup_latency"] = base["latency_ms"] / r["latency_ms"]
         r["speedup_throughput"] = base["throughput_ms"] / r["throughput_ms"]
+        r["speedup_latency_bounds"] = paired_speedup_bounds(latency[timed[0]], latency[m], device, W)
+        r["speedup_throughput_bounds"] = paired_speedup_bounds(throughput[timed[0]], throughput[m], device, W)
         r["hidden_vs_megatron_ms"] = base["throughput_ms"] - r["throughput_ms"]
         r["hidden_share_of_comm"] = r["hidden_vs_megatron_ms"] / comm_ms["step"]
     accurate = all(e <= a.max_rel_err for e in errors.values())
@@ -326,6 +329,9 @@ def main(argv=None) -> int:
             per_step = ", ".join(f"{n} {name}" for name, n in results["ceiling"]["skipped_per_step"].items())
             print(f"ceiling: Megatron's step with its TP collectives skipped ({per_step or 'none'} per step): the most "
                   f"that overlap can give this step")
+        print("95% bounds of the per-step speedups over megatron (latency / throughput): " + ", ".join(
+            f"{m} {span(r['speedup_latency_bounds'])} / {span(r['speedup_throughput_bounds'])}"
+            for m, r in results.items() if m != "megatron"))
         print(f"TP communication of a step, collectives alone: {comm_ms['step']:.2f} ms "
               f"({comm_ms['swapped_layers']:.2f} ms in the swapped layers)")
         for m in modes[1:]:

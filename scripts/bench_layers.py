@@ -34,6 +34,11 @@ max over ranks:
 * throughput: ``--throughput-steps`` steps queued back to back behind a ``torch.cuda._sleep`` (the
   host runs ahead), CUDA events around them, per step; ``--rounds`` rounds.
 
+Each speedup over the first mode comes with the 95% bounds (each side) of the median of its
+per-reading speedups, the modes' readings paired as they were interleaved, each the max over the
+ranks (from 5 readings; ``-`` with fewer): a speedup near a target reads inside or outside the
+steps' spread.
+
 Memory (CUDA): the peak allocated over the warm-up steps of each mode, and the activations a
 forward keeps for its backward (allocated after the forward minus before it). Before timing, the
 first step's output and grads under each mode are compared with the first mode's (the
@@ -57,6 +62,7 @@ import torch.nn.functional as F
 
 from fluxlite._cli import ArgumentParser
 import fluxlite
+from fluxlite import dispatch
 from fluxlite.demo import Timer
 from fluxlite.parallel import (
     ColumnParallelLinear,
@@ -320,6 +326,29 @@ def interleaved_timings(modes: list[str], run_of, timer: Timer, a) -> tuple[dict
     return latency, throughput
 
 
+def paired_speedup_bounds(base: list[float], mine: list[float], device, world_size: int) -> list[float | None]:
+    """``[low, high]``: the bounds, at 95% each side, of the median of the per-reading speedups
+    ``base[i] / mine[i]`` (:func:`interleaved_timings` pairs the modes' ``i``-th readings in time),
+    each reading the max over the ranks; ``None`` where there are too few readings (under 5)."""
+    b, m = (max_over_ranks(v, device, world_size) for v in (base, mine))
+    low, _, high = dispatch.paired_bounds(b, m)
+    return [v if v == v and abs(v) != float("inf") else None for v in (low, high)]
+
+
+def max_over_ranks(values: list[float], device, world_size: int) -> list[float]:
+    """``values`` (this rank's readings, the same count on every rank), each the max over the ranks."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    gathered = [torch.zeros_like(t) for _ in range(world_size)]
+    dist.all_gather(gathered, t)
+    return torch.stack(gathered).amax(dim=0).tolist()
+
+
+def span(bounds: list[float | None]) -> str:
+    """``low-high`` of :func:`paired_speedup_bounds`, or ``-`` without bounds."""
+    low, high = bounds
+    return "-" if low is None or high is None else f"{low:.3f}-{high:.3f}"
+
+
 def kept_activations_gib(block, x, grad, device) -> float:
     """GiB a forward keeps for its backward (allocated after it minus before it); NaN on CPU."""
     if device.type != "cuda":
@@ -408,6 +437,9 @@ def main(argv=None) -> int:
     base = modes[0]
     speedups = {m: results[base]["median_ms"] / results[m]["median_ms"] for m in modes[1:]}
     throughput_speedups = {m: results[base]["throughput_ms"] / results[m]["throughput_ms"] for m in modes[1:]}
+    speedup_bounds = {m: dict(latency=paired_speedup_bounds(latency[base], latency[m], device, W),
+                              throughput=paired_speedup_bounds(throughput[base], throughput[m], device, W))
+                      for m in modes[1:]}
     ok = all(s > 1.0 for s in speedups.values())
     accurate = all(e <= a.max_rel_err for e in errors.values())
     if rank == 0:
@@ -424,7 +456,9 @@ def main(argv=None) -> int:
             print(f"{m:>16} {r['median_ms']:11.2f} {r['throughput_ms']:11.2f} {r['linear_tflops']:15.0f} "
                   f"{r['peak_mem_gib']:9.2f} {r['activations_gib']:10.2f} {r['max_rel_err_vs_first']:12.2e}")
         for m, s in speedups.items():
-            print(f"speedup {m} over {base}: {s:.3f}x (latency), {throughput_speedups[m]:.3f}x (throughput)")
+            b = speedup_bounds[m]
+            print(f"speedup {m} over {base}: {s:.3f}x (latency; 95%: {span(b['latency'])}), "
+                  f"{throughput_speedups[m]:.3f}x (throughput; 95%: {span(b['throughput'])})")
         if not accurate:
             print(f"FAIL: a mode's first step differs from {modes[0]}'s by more than {a.max_rel_err:.0e}: {errors}")
         if a.out:
@@ -435,7 +469,8 @@ def main(argv=None) -> int:
                         env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "CUDA_MODULE_LOADING") if k in os.environ})
             with open(a.out, "w") as f:
                 json.dump(dict(config=vars(a), meta=meta, results=results, speedup=speedups,
-                               throughput_speedup=throughput_speedups, baseline=base, accurate=accurate), f, indent=2)
+                               throughput_speedup=throughput_speedups, speedup_bounds=speedup_bounds, baseline=base,
+                               accurate=accurate), f, indent=2)
     fluxlite.release_workspaces()
     dist.destroy_process_group()
     return 1 if (not accurate or (a.require_speedup and not ok)) else 0

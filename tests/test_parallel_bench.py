@@ -42,7 +42,7 @@ def test_bench_layers_cpu_smoke(tmp_path: Path, block: str, layout: str):
     modes = (["megatron"] if megatron else []) + ["sequential", "fused", "deferred", "deferred-unfused-act"]
     out = tmp_path / "bench.json"
     codes, log = torchrun(SCRIPT, 2, "--device", "cpu", "--dtype", "fp32", "--hidden", "64", "--ffn", "96", "--heads", "8",
-                    "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "2", "--rounds", "1",
+                    "--kv-heads", "2", "--seq", "32", "--batch", "2", "--warmup", "1", "--iters", "5", "--rounds", "1",
                     "--modes", ",".join(modes), "--block", block, "--out", str(out),
                     *(["--no-sequence-parallel"] if layout == "no-sp" else []), out_dir=tmp_path)
     assert codes == [0, 0], log[-4000:]
@@ -55,6 +55,10 @@ def test_bench_layers_cpu_smoke(tmp_path: Path, block: str, layout: str):
         assert res["results"][mode]["max_rel_err_vs_first"] < (1e-4 if mode.startswith("deferred") else 1e-5), (mode, res)
     assert len(res["results"]["fused"]["median_ms_per_rank"]) == 2, res
     assert f"speedup fused over {modes[0]}" in log, log[-4000:]
+    # 5 latency readings per mode: bounds of the paired speedups; 1 throughput round: none
+    for mode in modes[1:]:
+        (low, high), none = res["speedup_bounds"][mode]["latency"], res["speedup_bounds"][mode]["throughput"]
+        assert 0 < low <= high and none == [None, None], (mode, res["speedup_bounds"][mode])
 
 
 @pytest.mark.parametrize("layout", ["sp", "no-sp"])
@@ -81,6 +85,7 @@ def test_bench_gpt_cpu_smoke(tmp_path: Path, layout: str):
         r, base = res["results"][mode], res["results"]["megatron"]
         assert r["max_rel_err_vs_megatron"] < 1e-5, res
         assert abs(r["speedup_throughput"] - base["throughput_ms"] / r["throughput_ms"]) < 1e-9, res
+        assert r["speedup_latency_bounds"] == r["speedup_throughput_bounds"] == [None, None], r  # 2 and 1 readings
         assert abs(r["hidden_share_of_comm"] * res["comm_ms"]["step"] - r["hidden_vs_megatron_ms"]) < 1e-9, res
     comm = res["comm_ms"]
     assert 0 < comm["swapped_layers"] < comm["step"], comm
