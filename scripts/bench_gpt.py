@@ -57,9 +57,10 @@ import torch.nn.functional as F
 from fluxlite._cli import ArgumentParser
 import fluxlite
 from bench_layers import (NORM_EPS, _device_name, _megatron_parallel_state, _peak_gib, _sync, add_step_args, all_ranks,
-                          interleaved_timings, paired_speedup_bounds, rel_err, span)
+                          interleaved_timings, paired_speedup_bounds, rel_err)
 from fluxlite._sequential import all_gather_rows, reduce_scatter_rows
 from fluxlite.demo import Timer
+from fluxlite.profile.report import bounds_span, no_nan
 from fluxlite.parallel import allreduce_sequence_parallel_grads
 
 
@@ -330,7 +331,7 @@ def main(argv=None) -> int:
             print(f"ceiling: Megatron's step with its TP collectives skipped ({per_step or 'none'} per step): the most "
                   f"that overlap can give this step")
         print("95% bounds of the per-step speedups over megatron (latency / throughput): " + ", ".join(
-            f"{m} {span(r['speedup_latency_bounds'])} / {span(r['speedup_throughput_bounds'])}"
+            f"{m} {bounds_span(r['speedup_latency_bounds'])} / {bounds_span(r['speedup_throughput_bounds'])}"
             for m, r in results.items() if m != "megatron"))
         print(f"TP communication of a step, collectives alone: {comm_ms['step']:.2f} ms "
               f"({comm_ms['swapped_layers']:.2f} ms in the swapped layers)")
@@ -349,7 +350,8 @@ def main(argv=None) -> int:
                         nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
                         env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS") if k in os.environ})
             with open(a.out, "w") as f:
-                json.dump(dict(config=vars(a), meta=meta, results=results, comm_ms=comm_ms, accurate=accurate), f, indent=2)
+                json.dump(no_nan(dict(config=vars(a), meta=meta, results=results, comm_ms=comm_ms, accurate=accurate)), f,
+                          indent=2)
     fluxlite.release_workspaces()
     dist.destroy_process_group()
     return 0 if accurate else 1

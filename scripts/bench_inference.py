@@ -71,7 +71,7 @@ from fluxlite._cli import (NO_MULTICAST_ENV, ArgumentParser, comma_list, no_nvli
                            positive_list)
 from fluxlite.parallel import ColumnParallelLinear, ModelParallelConfig, RowParallelLinear  # noqa: E402
 from fluxlite.profile.cli import run_environment  # noqa: E402
-from fluxlite.profile.report import no_nan  # noqa: E402
+from fluxlite.profile.report import bounds_span, no_nan  # noqa: E402
 from fluxlite.profile.run import agreed, init_ranks, rel_err  # noqa: E402
 from fluxlite.timing import Timer, medians, per_round, run_each_once, time_samples  # noqa: E402
 
@@ -422,9 +422,9 @@ def table(m: dict, rows: list[dict]) -> str:
     for r in rows:
         for impl, x in r["results"].items():
             lines.append(f"{r['name']:>13} {r['layout']:>10} {impl:>15} {x['latency_ms_per_layer']:9.4f} "
-                         f"{x['latency_vs_sequential']:7.3f} {_span(x['latency_vs_sequential_bounds']):>11} "
+                         f"{x['latency_vs_sequential']:7.3f} {bounds_span(x['latency_vs_sequential_bounds']):>11} "
                          f"{x['throughput_ms_per_layer']:9.4f} {x['throughput_vs_sequential']:7.3f} "
-                         f"{_span(x['throughput_vs_sequential_bounds']):>11} {x['rel_err_vs_sequential']:8.1e} "
+                         f"{bounds_span(x['throughput_vs_sequential_bounds']):>11} {x['rel_err_vs_sequential']:8.1e} "
                          f"{x['rel_err_vs_eager_sequential']:8.1e}")
         for impl, why in r["failed"].items():
             lines.append(f"{r['name']:>13} {r['layout']:>10} {impl:>15} FAILED: {why}")
@@ -433,11 +433,6 @@ def table(m: dict, rows: list[dict]) -> str:
                  "against sequential's (norm-relative); vs eager: against an eager sequential forward's")
     return "\n".join(lines)
 
-
-def _span(bounds: list[float]) -> str:
-    """``low-high`` of a ratio's bounds, or ``-`` where there are none (too few rounds)."""
-    low, high = bounds
-    return f"{low:.3f}-{high:.3f}" if math.isfinite(low) and math.isfinite(high) else "-"
 
 
 def main(argv=None) -> int:

@@ -64,6 +64,7 @@ from fluxlite._cli import ArgumentParser
 import fluxlite
 from fluxlite import dispatch
 from fluxlite.demo import Timer
+from fluxlite.profile.report import bounds_span, no_nan
 from fluxlite.parallel import (
     ColumnParallelLinear,
     LayerNormColumnParallelLinear,
@@ -326,27 +327,13 @@ def interleaved_timings(modes: list[str], run_of, timer: Timer, a) -> tuple[dict
     return latency, throughput
 
 
-def paired_speedup_bounds(base: list[float], mine: list[float], device, world_size: int) -> list[float | None]:
+def paired_speedup_bounds(base: list[float], mine: list[float], device, world_size: int) -> list[float]:
     """``[low, high]``: the bounds, at 95% each side, of the median of the per-reading speedups
     ``base[i] / mine[i]`` (:func:`interleaved_timings` pairs the modes' ``i``-th readings in time),
-    each reading the max over the ranks; ``None`` where there are too few readings (under 5)."""
-    b, m = (max_over_ranks(v, device, world_size) for v in (base, mine))
+    each reading the max over the ranks; infinite (null in the JSON) under 5 readings."""
+    b, m = (_gathered(v, device, world_size).amax(dim=0).tolist() for v in (base, mine))
     low, _, high = dispatch.paired_bounds(b, m)
-    return [v if v == v and abs(v) != float("inf") else None for v in (low, high)]
-
-
-def max_over_ranks(values: list[float], device, world_size: int) -> list[float]:
-    """``values`` (this rank's readings, the same count on every rank), each the max over the ranks."""
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    gathered = [torch.zeros_like(t) for _ in range(world_size)]
-    dist.all_gather(gathered, t)
-    return torch.stack(gathered).amax(dim=0).tolist()
-
-
-def span(bounds: list[float | None]) -> str:
-    """``low-high`` of :func:`paired_speedup_bounds`, or ``-`` without bounds."""
-    low, high = bounds
-    return "-" if low is None or high is None else f"{low:.3f}-{high:.3f}"
+    return [low, high]
 
 
 def kept_activations_gib(block, x, grad, device) -> float:
@@ -367,10 +354,15 @@ def kept_activations_gib(block, x, grad, device) -> float:
 
 def all_ranks(value: float, device, world_size: int) -> list[float]:
     """``value`` from every rank, in rank order."""
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+    return _gathered([value], device, world_size)[:, 0].tolist()
+
+
+def _gathered(values: list[float], device, world_size: int) -> torch.Tensor:
+    """``[world_size, len(values)]``: every rank's ``values`` (the same count on each), in rank order."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
     gathered = [torch.zeros_like(t) for _ in range(world_size)]
     dist.all_gather(gathered, t)
-    return [v.item() for v in gathered]
+    return torch.stack(gathered)
 
 
 def main(argv=None) -> int:
@@ -457,8 +449,8 @@ def main(argv=None) -> int:
                   f"{r['peak_mem_gib']:9.2f} {r['activations_gib']:10.2f} {r['max_rel_err_vs_first']:12.2e}")
         for m, s in speedups.items():
             b = speedup_bounds[m]
-            print(f"speedup {m} over {base}: {s:.3f}x (latency; 95%: {span(b['latency'])}), "
-                  f"{throughput_speedups[m]:.3f}x (throughput; 95%: {span(b['throughput'])})")
+            print(f"speedup {m} over {base}: {s:.3f}x (latency; 95%: {bounds_span(b['latency'])}), "
+                  f"{throughput_speedups[m]:.3f}x (throughput; 95%: {bounds_span(b['throughput'])})")
         if not accurate:
             print(f"FAIL: a mode's first step differs from {modes[0]}'s by more than {a.max_rel_err:.0e}: {errors}")
         if a.out:
@@ -468,9 +460,9 @@ def main(argv=None) -> int:
                         nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
                         env={k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "CUDA_MODULE_LOADING") if k in os.environ})
             with open(a.out, "w") as f:
-                json.dump(dict(config=vars(a), meta=meta, results=results, speedup=speedups,
-                               throughput_speedup=throughput_speedups, speedup_bounds=speedup_bounds, baseline=base,
-                               accurate=accurate), f, indent=2)
+                json.dump(no_nan(dict(config=vars(a), meta=meta, results=results, speedup=speedups,
+                                      throughput_speedup=throughput_speedups, speedup_bounds=speedup_bounds,
+                                      baseline=base, accurate=accurate)), f, indent=2)
     fluxlite.release_workspaces()
     dist.destroy_process_group()
     return 1 if (not accurate or (a.require_speedup and not ok)) else 0

@@ -221,7 +221,7 @@ class Op:
         if args.ep.activation is not None:
             return "triton"
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
-        return "torch" if 2 * rows * K * N >= MATMUL_MIN_FLOPS else "triton"
+        return "torch" if self.dispatch_flops(args.a, args.weight, rows) >= MATMUL_MIN_FLOPS else "triton"
 
     def fused(self, state: fused.FusedState, plan: fused.Plan, args: Args):
         """The fused call by ``plan``: its producer program beside its consumer."""
@@ -319,12 +319,18 @@ class Op:
             return dispatch.EXPLICIT[impl], None
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(args.options), args.tp, args.a, args.weight, rows)
-        flops = 2.0 * rows * args.a.shape[1] * args.weight.shape[0]
+        flops = self.dispatch_flops(args.a, args.weight, rows)
         floor = self.rule_min_flops_beyond_two
         if empty_gemm(args):  # nothing to measure: it runs as sequential whatever the choice (impl_of)
             return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows, floor), key
         return dispatch.choose(key, args.tp, args.a, flops, run, args.timeout_s, lambda: self.kernel_configs(args),
                                floor), key
+
+    @staticmethod
+    def dispatch_flops(a: torch.Tensor, weight: torch.Tensor, rows: int) -> float:
+        """The GEMM FLOPs per rank that dispatch's rule weighs: ``rows`` (:meth:`dispatch_rows`) by
+        ``a``'s ``K`` by ``weight``'s rows."""
+        return 2.0 * rows * a.shape[1] * weight.shape[0]
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
@@ -425,9 +431,8 @@ class Op:
                                         self.dispatch_rows(a, W, options))
 
         def ruled(key: dispatch.Key | None) -> Choice | None:  # the rule's answer, as choose() gets it
-            rows = self.dispatch_rows(a, group.size(), options)
-            return dispatch.ruled_choice(key, a, 2.0 * rows * a.shape[1] * weight.shape[0],
-                                         self.rule_min_flops_beyond_two)
+            flops = self.dispatch_flops(a, weight, self.dispatch_rows(a, group.size(), options))
+            return dispatch.ruled_choice(key, a, flops, self.rule_min_flops_beyond_two)
         return dispatch.eager_choice_of(signature, key_of, a, ruled)
 
     def _remember(self, key: tuple | None, dispatch_key: dispatch.Key | None, choice: Choice, impl: str,

@@ -70,6 +70,14 @@ def no_nan(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
+def bounds_span(bounds) -> str:
+    """``low-high`` of a ratio's ``[low, high]`` bounds (:func:`fluxlite.dispatch.paired_bounds`), or
+    ``-`` where there are none (too few rounds: infinite, or null as read back from JSON)."""
+    low, high = bounds
+    finite = all(v is not None and math.isfinite(v) for v in (low, high))
+    return f"{low:.3f}-{high:.3f}" if finite else "-"
+
+
 def label(row: dict) -> str:
     return f"{SHORT[row['op']]} {row['M']}x{row['K']}->{row['N']}"
 
