@@ -6,7 +6,14 @@ max over ranks, :func:`time_samples` every round's reading on this rank (the mea
 reduces them over the ranks round by round and compares them in pairs):
 
 - ``throughput``: ``n`` calls back to back, the host queued ahead of the device (on CUDA behind a
-  ``torch.cuda._sleep``), CUDA events around the batch, divided by ``n``. On CPU: wall clock.
+  ``torch.cuda._sleep``), CUDA events around the batch, divided by ``n``. On CPU: wall clock. The
+  ranks meet once more after the sleep, where the device is (a one-element all-reduce, outside the
+  events): their sleeps start as far apart as their hosts leave the barrier, and without it the
+  batch's first call would wait that long for the other ranks. A call that waits for its peers at
+  its start (a replayed one-call graph's null call) took all of it, one that starts on local work
+  part of it: on two H200s the first of 20 replays of one-call graphs took 1.4-4.9 ms where the
+  rest took 1.22-1.24, and the batch read 1.13x the eager calls', whose steady calls were within
+  0.5% of the replays'.
 - ``latency``: the ranks aligned (a device sync and a barrier), one call, a sync: wall clock; the
   median of :data:`LATENCY_CALLS` such calls after an untimed one, as in a loop that waits for each
   call (the untimed call warms what the throughput batch before it may have left cold, e.g.
@@ -85,6 +92,12 @@ class Timer:
             dist.all_reduce(torch.zeros(1, device=self.device), group=self.tp.group)
         self.sync()
 
+    def _meet(self) -> None:
+        """Meet the other ranks on the stream, after what is queued there (a one-element all-reduce
+        on CUDA, whose end starts a batch at once on every rank; on CPU a barrier): nothing synced."""
+        if self.tp.world_size > 1:
+            dist.all_reduce(torch.zeros(1, device=self.device), group=self.tp.group)
+
     def _sleep(self, ms: float) -> None:
         if self.cuda and ms > 0:
             torch.cuda._sleep(int(ms * self.cycles_per_ms))
@@ -94,6 +107,7 @@ class Timer:
         with self._marked("throughput"):
             self.align()
             self._sleep(sleep_ms)
+            self._meet()
             ms, enqueue = self._batch(fn, inputs, first, n)
         return ms / n, enqueue
 

@@ -896,6 +896,28 @@ def test_a_timed_latency_call_follows_the_same_call():
     run_ranks(_latency_after_the_same_call, 1)
 
 
+def _later_start(rank: int, W: int) -> None:
+    import time
+
+    timer = Timer(fluxlite.resolve_group(), torch.device("cpu"))
+    if rank == 1:  # this rank's sleep ahead of the batch ends 0.5 s after the others'
+        timer._sleep = lambda ms: time.sleep(0.5)
+    group = fluxlite.resolve_group().group
+
+    def collective(x):  # each call meets the other ranks, as a fused call's waits do
+        dist.all_reduce(torch.ones(1), group=group)
+
+    ms, _ = timer.throughput(collective, [None], 0, 4, 1.0)
+    everyone = timer.max_over_ranks([ms])[0]
+    assert everyone < 30.0, f"rank {rank}: {ms:.1f} ms per call, {everyone:.1f} the most over the ranks"
+
+
+def test_a_throughput_batch_does_not_time_a_rank_that_starts_it_later():
+    """The ranks meet after the sleep queued ahead of a throughput batch: a rank whose sleep ends
+    0.5 s later is not timed in the others' first call (4 calls: 125 ms a call if it were)."""
+    run_ranks(_later_start, 2)
+
+
 def test_time_samples_can_skip_the_host_mode_and_read_eager_calls_as_host_or_device_bound():
     """Without the host mode a round makes no host call (auto, which reads only the device modes, asks so).
     The eager reading of a round is the longer of the batch's device and host time per call."""
