@@ -26,7 +26,11 @@ all three). Per shape, every rank queues ``--calls`` forced fused calls behind a
   same per-rank problem alone and the fused call: ``gemm / cublas`` is what splitting the GEMM
   costs, ``after / period`` what is left once the compute ends.
 
-``--out DIR`` keeps each rank's Chrome trace (``<op>_<M>x<K>x<N>_r<rank>.json``). On CPU ranks
+``--graph`` traces a user's CUDA graph of one fused call instead, replayed ``--calls`` times back to
+back, and times the replay beside the eager call. Each replay has the capture's parity, so every
+one after the first starts with a null call (:mod:`fluxlite.kernels.align`).
+
+``--out DIR`` keeps each rank's Chrome trace (``<op>_<M>x<K>x<N>[_graph]_r<rank>.json``). On CPU ranks
 there are no device events: the script says so and exits 0 (a smoke run of its own logic).
 """
 
@@ -128,6 +132,8 @@ def parse_args(argv=None):
     p.add_argument("--shapes", nargs="+", type=parse_shape, required=True, metavar="[ag:|rs:|ar:]M,K,N")
     p.add_argument("--calls", type=positive(int), default=6, help="fused calls traced per shape (at least 2)")
     p.add_argument("--warmup", type=positive(int), default=5, help="untimed calls first (capture their replays)")
+    p.add_argument("--graph", action="store_true",
+                   help="trace replays of a CUDA graph of one fused call (a user's graph), not eager calls")
     p.add_argument("--out", default=None, help="keep each rank's Chrome trace in this folder")
     args = p.parse_args(argv)
     if args.calls < 2:
@@ -145,9 +151,15 @@ def trace_shape(shape, tp, device, args, out_dir: Path) -> list[str]:
     fused, gemm = cases["fused"], cases["gemm"]
     for _ in range(args.warmup):
         fused(x), gemm(x)
+    timed = [("cublas", gemm), ("fused", fused)]
+    if args.graph and cuda:  # one call captured, replayed back to back: the same parity every time
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fused(x)
+        fused = lambda _x: graph.replay()  # noqa: E731
+        timed.append(("graph", fused))
     timer = Timer(tp, device)
-    tp_ms = {name: timer.max_over_ranks([timer.throughput(fn, [x], 0, 20, 5.0)[0]])[0]
-             for name, fn in (("cublas", gemm), ("fused", fused))}
+    tp_ms = {name: timer.max_over_ranks([timer.throughput(fn, [x], 0, 20, 5.0)[0]])[0] for name, fn in timed}
     activities = [torch.profiler.ProfilerActivity.CUDA] if cuda else [torch.profiler.ProfilerActivity.CPU]
     timer.align()
     with torch.profiler.profile(activities=activities) as prof:
@@ -156,11 +168,13 @@ def trace_shape(shape, tp, device, args, out_dir: Path) -> list[str]:
         for _ in range(args.calls):
             fused(x)
         timer.sync()
-    path = out_dir / f"{shape.op}_{shape.M}x{shape.K}x{shape.N}_r{tp.rank}.json"
+    path = out_dir / f"{shape.op}_{shape.M}x{shape.K}x{shape.N}{'_graph' if args.graph else ''}_r{tp.rank}.json"
     prof.export_chrome_trace(str(path))
     events = device_events(json.loads(path.read_text()))
+    traced = "graph" if "graph" in tp_ms else "fused"
     head = (f"== {shape.label} rank {tp.rank}: throughput ms cublas {tp_ms['cublas']:.4f} fused {tp_ms['fused']:.4f} "
-            f"(fused / cublas {tp_ms['fused'] / tp_ms['cublas']:.3f})")
+            + (f"graph replay {tp_ms['graph']:.4f} " if traced == "graph" else "")
+            + f"({traced} / cublas {tp_ms[traced] / tp_ms['cublas']:.3f}; traced: {traced})")
     calls = call_breakdown(events)
     if not calls:
         return [head, "   no whole fused call among the device events"

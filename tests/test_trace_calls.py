@@ -108,7 +108,7 @@ def test_device_events_are_sorted_by_name_and_category(script, name, cat, kind):
 
 
 def test_cpu_smoke_run_says_there_are_no_device_events():
-    proc = torchrun(SCRIPT, 2, "--shapes", "ar:8,16,24", "rs:8,16,24", "--calls", "2", "--warmup", "1")
+    proc = torchrun(SCRIPT, 2, "--shapes", "ar:8,16,24", "rs:8,16,24", "--calls", "2", "--warmup", "1", "--graph")
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     for label in ("AR 8x16->24", "RS 8x16->24"):
