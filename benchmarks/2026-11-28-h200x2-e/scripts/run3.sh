@@ -1,0 +1,3 @@
+R=/tmp/r3; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
+timeout 120 python3 benchmarks/2026-11-28-h200x2-e/scripts/cands.py 8192,5000,7000 4096,5000,7000 2048,5000,7000 3072,3000,9000 4096,4968,7832 2048,4968,7832 5000,7000,3000 2500,7000,3000 2500,6000,5000 1250,6000,5000 6000,3000,7000 > $R/cands.log 2>&1; echo "cands rc=$? at ${SECONDS}s"; cat $R/cands.log
+timeout 200 torchrun --standalone --nproc-per-node 2 scripts/trace_calls.py --shapes rs:8192,4968,7832 rs:10000,7000,3000 rs:5000,6000,5000 ag:8192,5000,7000 --out $R/trace > $R/trace.log 2>&1; echo "trace rc=$? at ${SECONDS}s"; grep -v "^W1\|arn" $R/trace.log | grep -iv "^ *[0-9.]* *[0-9.]* *stream" | tail -60

@@ -1,0 +1,6 @@
+R=/tmp/r4; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
+timeout 100 torchrun --standalone --nproc-per-node 2 scripts/bench_gpt.py --hidden 4096 --ffn 14336 --heads 32 --kv-heads 8 --out $R/gpt8b_sp.json > $R/gpt8b_sp.log 2>&1; echo "gpt8b rc=$? at ${SECONDS}s"; grep -iv "warn\|^W1" $R/gpt8b_sp.log | tail -8
+timeout 80 torchrun --standalone --nproc-per-node 2 scripts/bench_layers.py --block mlp --hidden 4096 --ffn 14336 --heads 32 --kv-heads 8 --modes megatron,fused,auto --out $R/mlp8b.json > $R/mlp8b.log 2>&1; echo "mlp8b rc=$? at ${SECONDS}s"; grep -iv "warn\|^W1" $R/mlp8b.log | tail -5
+timeout $((540 - SECONDS)) python3 -m fluxlite.profile --shape ar:1,3000,7000 --shape ar:7,5000,2000 --shape ar:213,2079,1233 --shape ar:200,4104,3629 --shape ar:141,2514,5223 --shape ar:253,1196,7665 --shape ar:241,2289,2276 --shape ar:11449,7251,6504 --shape ar:9853,1982,1220 --shape ar:4125,5143,2163 --shape ar:4994,3759,1992 --shape ar:4856,6880,2947 --shape ar:16197,6640,5666 \
+  --nproc 2 --impls fused,auto --rounds 5 --time-limit $((525 - SECONDS)) --no-progress --out $R/prof > $R/prof.log 2>&1
+echo "prof rc=$? at ${SECONDS}s"; grep -v '^W1' $R/prof.log | grep -A15 'op, M x K' | head -16
