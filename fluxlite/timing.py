@@ -93,9 +93,11 @@ class Timer:
         self.sync()
 
     def _meet(self) -> None:
-        """Meet the other ranks on the stream, after what is queued there (a one-element all-reduce
-        on CUDA, whose end starts a batch at once on every rank; on CPU a barrier): nothing synced."""
-        if self.tp.world_size > 1:
+        """Meet the other ranks after what is queued: on CUDA over NCCL a one-element all-reduce on
+        the stream, whose end starts a batch at once on every rank, the host not synced; on CPU a
+        barrier. Ranks that share a GPU over gloo skip it: gloo's all-reduce of a CUDA tensor waits
+        on the host for the stream, and the batch would no longer be queued ahead of the device."""
+        if self.tp.world_size > 1 and (not self.cuda or dist.get_backend(self.tp.group) == "nccl"):
             dist.all_reduce(torch.zeros(1, device=self.device), group=self.tp.group)
 
     def _sleep(self, ms: float) -> None:

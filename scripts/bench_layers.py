@@ -32,7 +32,8 @@ max over ranks:
 
 * latency: one step with the ranks aligned and synchronised around it (CUDA events);
 * throughput: ``--throughput-steps`` steps queued back to back behind a ``torch.cuda._sleep`` (the
-  host runs ahead), CUDA events around them, per step; ``--rounds`` rounds.
+  host runs ahead) and a one-element all-reduce after it (the ranks start together), CUDA events
+  around the steps, per step; ``--rounds`` rounds.
 
 Each speedup over the first mode comes with the 95% bounds (each side) of the median of its
 per-reading speedups, the modes' readings paired as they were interleaved, each the max over the
@@ -296,7 +297,9 @@ def _megatron_parallel_state(W: int, device) -> None:
 
 def time_throughput(timer: Timer, fn, steps: int) -> float:
     """Milliseconds per call of ``fn`` over ``steps`` calls queued back to back: on CUDA behind a
-    ~50 ms sleep, so that the host runs ahead of the GPU and only the GPU's time counts."""
+    ~50 ms sleep, so that the host runs ahead of the GPU and only the GPU's time counts, the ranks
+    meeting on the device after it (their sleeps start as far apart as their hosts leave the
+    barrier; the first step would otherwise wait that out in its first collective)."""
     timer.align()
     if not timer.cuda:
         t0 = time.perf_counter()
@@ -305,6 +308,7 @@ def time_throughput(timer: Timer, fn, steps: int) -> float:
         return (time.perf_counter() - t0) * 1e3 / steps
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(100_000_000)
+    timer.meet()
     start.record()
     for _ in range(steps):
         fn()
