@@ -152,7 +152,8 @@ def trace_shape(shape, tp, device, args, out_dir: Path) -> list[str]:
     for _ in range(args.warmup):
         fused(x), gemm(x)
     timed = [("cublas", gemm), ("fused", fused)]
-    if args.graph and cuda:  # one call captured, replayed back to back: the same parity every time
+    graphed = args.graph and cuda  # CPU ranks capture nothing: their smoke run makes eager calls
+    if graphed:  # one call captured, replayed back to back: the same parity every time
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fused(x)
@@ -168,12 +169,12 @@ def trace_shape(shape, tp, device, args, out_dir: Path) -> list[str]:
         for _ in range(args.calls):
             fused(x)
         timer.sync()
-    path = out_dir / f"{shape.op}_{shape.M}x{shape.K}x{shape.N}{'_graph' if args.graph else ''}_r{tp.rank}.json"
+    path = out_dir / f"{shape.op}_{shape.M}x{shape.K}x{shape.N}{'_graph' if graphed else ''}_r{tp.rank}.json"
     prof.export_chrome_trace(str(path))
     events = device_events(json.loads(path.read_text()))
-    traced = "graph" if "graph" in tp_ms else "fused"
+    traced = "graph" if graphed else "fused"
     head = (f"== {shape.label} rank {tp.rank}: throughput ms cublas {tp_ms['cublas']:.4f} fused {tp_ms['fused']:.4f} "
-            + (f"graph replay {tp_ms['graph']:.4f} " if traced == "graph" else "")
+            + (f"graph replay {tp_ms['graph']:.4f} " if graphed else "")
             + f"({traced} / cublas {tp_ms[traced] / tp_ms['cublas']:.3f}; traced: {traced})")
     calls = call_breakdown(events)
     if not calls:
