@@ -96,13 +96,6 @@ class Timer:
         else:
             dist.barrier()
 
-    def meet(self) -> None:
-        """Meet the other ranks after the work queued on the stream, without a host sync (NCCL: a
-        one-element all-reduce, so that what follows starts at once on every rank however far apart
-        their queued work started); nothing on CPU or over gloo, whose collectives sync the host."""
-        if self.cuda and dist.get_backend() == "nccl":
-            dist.all_reduce(torch.zeros(1, device=self.device))
-
     def time_once(self, fn) -> float:
         """Milliseconds of one call of ``fn``, ranks aligned first."""
         self.align()

@@ -55,6 +55,17 @@ LATENCY_CALLS = 3
 """Timed latency calls per callable and round (after an untimed one); the round's reading is their median."""
 
 
+def meet(device: torch.device, group: dist.ProcessGroup | None = None) -> None:
+    """Meet the other ranks of ``group`` after the work queued on ``device``: on CUDA over NCCL a
+    one-element all-reduce on the current stream, whose end starts what follows at once on every
+    rank, the host not synced; on CPU a barrier. Ranks that share a GPU over gloo skip it: gloo's
+    all-reduce of a CUDA tensor waits on the host for the stream, and what follows would no longer
+    be queued ahead of the device. Bounded by the group's timeout, as every collective here."""
+    device = torch.device(device)
+    if dist.get_world_size(group) > 1 and (device.type != "cuda" or dist.get_backend(group) == "nccl"):
+        dist.all_reduce(torch.zeros(1, device=device), group=group)
+
+
 class Timer:
     """Times callables on ``device`` for every rank of ``tp`` (see the module docstring)."""
 
@@ -92,14 +103,6 @@ class Timer:
             dist.all_reduce(torch.zeros(1, device=self.device), group=self.tp.group)
         self.sync()
 
-    def _meet(self) -> None:
-        """Meet the other ranks after what is queued: on CUDA over NCCL a one-element all-reduce on
-        the stream, whose end starts a batch at once on every rank, the host not synced; on CPU a
-        barrier. Ranks that share a GPU over gloo skip it: gloo's all-reduce of a CUDA tensor waits
-        on the host for the stream, and the batch would no longer be queued ahead of the device."""
-        if self.tp.world_size > 1 and (not self.cuda or dist.get_backend(self.tp.group) == "nccl"):
-            dist.all_reduce(torch.zeros(1, device=self.device), group=self.tp.group)
-
     def _sleep(self, ms: float) -> None:
         if self.cuda and ms > 0:
             torch.cuda._sleep(int(ms * self.cycles_per_ms))
@@ -109,7 +112,8 @@ class Timer:
         with self._marked("throughput"):
             self.align()
             self._sleep(sleep_ms)
-            self._meet()
+            if self.tp.world_size > 1:
+                meet(self.device, self.tp.group)
             ms, enqueue = self._batch(fn, inputs, first, n)
         return ms / n, enqueue
 

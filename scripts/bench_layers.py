@@ -66,6 +66,7 @@ import fluxlite
 from fluxlite import dispatch
 from fluxlite.demo import Timer
 from fluxlite.profile.report import bounds_span, no_nan
+from fluxlite.timing import meet
 from fluxlite.parallel import (
     ColumnParallelLinear,
     LayerNormColumnParallelLinear,
@@ -308,7 +309,7 @@ def time_throughput(timer: Timer, fn, steps: int) -> float:
         return (time.perf_counter() - t0) * 1e3 / steps
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(100_000_000)
-    timer.meet()
+    meet(timer.device)  # the ranks start the steps together, however far apart their sleeps started
     start.record()
     for _ in range(steps):
         fn()
