@@ -99,8 +99,15 @@ slower than sequential beyond noise in its mode, and ``both`` in neither of its 
 
 While a win or the safety of a candidate that could win is unsettled (its bounds straddle the
 threshold in a reading, or there are too few rounds for bounds), more rounds time sequential and
-the unsettled candidates, up to a bound (:data:`_MEASURE`); what is still unsettled then is not a
-win, and not safe: sequential keeps it.
+the unsettled candidates, up to a bound (:data:`_MEASURE`). What is still unsettled then is decided
+by its median, within the loss bound (``final`` of :func:`decide`): a candidate whose median is
+faster than sequential by more than the tie margin and whose high bound is at most
+``1 + MAX_LOSS`` wins the mode; one whose median is at most 1 is safe in it. So no choice is slower
+than sequential beyond noise, and a call whose readings stay noisy (latency mode at calls of a
+tenth of a millisecond spread by a fifth on 2xH200) is not kept sequential where the rounds that
+did settle say another candidate is faster (counted as neither a win nor safe, an unsettled
+reading would keep GEMM-AllReduce 200x4104->3629's eager calls on 2xH200 sequential at 1.16x the
+fused calls' time, fused's latency bounds straddling 1.02 around a median below 1).
 
 Switches (environment)
 ----------------------
@@ -512,23 +519,30 @@ class Verdict:
 
 
 def _settled_least_worst(labels: list[str], samples: dict[str, dict[str, Sequence[float]]],
-                         ratios: dict[str, dict[str, tuple[float, float, float]]], modes: Sequence[str]) -> str:
+                         ratios: dict[str, dict[str, tuple[float, float, float]]], modes: Sequence[str],
+                         final: bool = False) -> str:
     """The ``both`` choice among ``labels`` (by preference): the one whose worst slowdown over
     ``modes``, against the best median of ``labels`` in each, is least. The first, given up for a
     later one only where their paired per-round ratios settle it at :data:`CONFIDENCE`: the later
     one is faster than the pick by more than :data:`TIE_MARGIN` in a mode where the pick is slower
     than the best by more than that, and in no mode is its slowdown (the pick's times the high
-    bound of their ratio) above the pick's worst. Medians alone would trade configs on noise."""
+    bound of their ratio) above the pick's worst. Medians alone would trade configs on noise.
+    ``final`` (no more rounds to come): a paired ratio whose high bound is within :data:`MAX_LOSS`
+    is read at its median."""
     best = {m: min(ratios[c][m][1] for c in labels) for m in modes}
 
     def slowdown(label: str) -> dict[str, float]:
         return {m: ratios[label][m][1] / best[m] for m in modes}
 
+    def paired(label: str, pick: str, m: str) -> float:
+        _, median, high = paired_bounds(samples[label][m], samples[pick][m])
+        return median if final and high <= 1 + MAX_LOSS else high
+
     pick = labels[0]
     for label in labels[1:]:
         own = slowdown(pick)
         worst = max(own.values())
-        high = {m: _paired_high(samples, label, pick, m) for m in modes}
+        high = {m: paired(label, pick, m) for m in modes}
         faster = any(high[m] < 1 - TIE_MARGIN and own[m] > 1 + TIE_MARGIN for m in modes)
         if faster and all(high[m] * own[m] <= worst for m in modes):
             pick = label
@@ -553,12 +567,13 @@ def _paired_high(samples: dict[str, dict[str, Sequence[float]]], label: str, pic
     return paired_bounds(samples[label][mode], samples[pick][mode])[2]
 
 
-def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str]) -> Verdict:
+def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str], final: bool = False) -> Verdict:
     """The rule of the module docstring, on ``samples``: ``{label: {mode: [ms of each round]}}`` for
     the modes of :data:`MEASURED_MODES` and, where measured, :data:`EAGER` and :data:`HOST`, every
     list one entry per round (NaN where the candidate was not timed that round). ``order``: the labels by preference;
-    the first one in ``samples`` (sequential) is the baseline. The same samples give the same
-    verdict on every rank."""
+    the first one in ``samples`` (sequential) is the baseline. ``final``: no more rounds will be
+    timed, so a reading whose bounds still straddle a threshold is decided by its median within
+    the loss bound. The same samples give the same verdict on every rank."""
     labels = [label for label in order if label in samples]
     base, rest = labels[0], labels[1:]
     # the host time and eager throughput where they were measured
@@ -569,8 +584,17 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
     for label in rest:
         ratios[label] = {m: paired_bounds(samples[label][m], samples[base][m]) for m in timed}
     win_at, safe_at = 1 - TIE_MARGIN, 1 + MAX_LOSS
-    wins = {label: {m: ratios[label][m][2] < win_at for m in modes} for label in rest}
-    safe = {label: all(ratios[label][m][2] <= safe_at for m in both_modes) for label in rest}
+
+    def wins_in(low_median_high: tuple[float, float, float]) -> bool:
+        _, median, high = low_median_high
+        return high < win_at or (final and median < win_at and high <= safe_at)
+
+    def safe_in(low_median_high: tuple[float, float, float]) -> bool:
+        _, median, high = low_median_high
+        return high <= safe_at or (final and median <= 1)
+
+    wins = {label: {m: wins_in(ratios[label][m]) for m in modes} for label in rest}
+    safe = {label: all(safe_in(ratios[label][m]) for m in both_modes) for label in rest}
     chosen = {}
     for m in MEASURED_MODES:
         winners = [label for label in rest if wins[label][m]]
@@ -580,7 +604,7 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str])
         if ties:
             chosen["latency"] = min(ties, key=lambda label: ratios[label][HOST][1])
     both = [base] + [label for label in rest if safe[label] and any(wins[label][m] for m in both_modes)]
-    chosen["both"] = _settled_least_worst(both, samples, ratios, both_modes)
+    chosen["both"] = _settled_least_worst(both, samples, ratios, both_modes, final)
 
     def unsettled(label: str) -> bool:
         r = [ratios[label][m] for m in modes]
@@ -615,8 +639,10 @@ def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], 
                 samples[label][m] += reduced[label][m] if label in timed else [math.nan] * n
         done += n
         verdict = decide(samples, labels)
-        if not verdict.open or done >= rounds.most:
+        if not verdict.open:
             return verdict, samples
+        if done >= rounds.most:
+            return decide(samples, labels, final=True), samples
         timed = [labels[0], *verdict.open]
 
 

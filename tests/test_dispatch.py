@@ -409,6 +409,30 @@ def test_close_or_too_few_rounds_ask_for_more_rounds():
     assert v.open == () and _picks(v) == (SEQ, SEQ, SEQ), v  # the same, but it cannot win: no more rounds
 
 
+def test_what_the_last_round_leaves_unsettled_is_decided_by_its_median_within_the_loss_bound():
+    """Once no more rounds will be timed (``final``), a reading whose bounds still straddle a
+    threshold counts by its median: a win if the median is faster than sequential by more than the
+    tie margin and the high bound is within the loss bound; safe if the median is at most 1. A
+    loss beyond noise stays a loss."""
+    noisy_tie = [0.85, 1.1, 0.95, 1.05, 0.9, 1.08, 0.97, 1.0, 0.92, 1.04]  # latency: median 0.985, high 1.08
+    samples = _with_eager(_samples(50, 10, fused=(0.8, noisy_tie)), 50, fused=0.7)  # eager: settled, 1.4x faster
+    v = dispatch.decide(samples, ORDER)
+    assert _picks(v) == (FUSED, SEQ, SEQ) and v.open == (FUSED,), v  # more rounds could settle it
+    v = dispatch.decide(samples, ORDER, final=True)
+    assert _picks(v) == (FUSED, SEQ, FUSED), v  # not slower at the median: safe; not a win
+    noisy_loss = [r * 1.06 for r in noisy_tie]  # median 1.044: a loss, however noisy
+    v = dispatch.decide(_with_eager(_samples(51, 10, fused=(0.8, noisy_loss)), 51, fused=0.7), ORDER, final=True)
+    assert _picks(v) == (FUSED, SEQ, SEQ), v
+    near_win = [0.96, 1.01, 0.95, 0.97, 1.0, 0.96, 0.98, 0.94, 1.01, 0.97]  # median 0.97, high 1.01
+    v = dispatch.decide(_samples(52, 10, fused=(near_win, 1.0)), ORDER)
+    assert v.throughput == SEQ and v.open == (FUSED,), v
+    v = dispatch.decide(_samples(52, 10, fused=(near_win, 1.0)), ORDER, final=True)
+    assert _picks(v) == (FUSED, SEQ, FUSED), v  # a win within the loss bound; safe in latency (1.0)
+    wide = [0.96, 1.05, 0.95, 0.97, 1.05, 0.96, 0.98, 0.94, 1.05, 0.97]  # median 0.97, high 1.05
+    v = dispatch.decide(_samples(53, 10, fused=(wide, 1.0)), ORDER, final=True)
+    assert _picks(v) == (SEQ, SEQ, SEQ), v
+
+
 def test_without_sequential_the_first_timed_candidate_by_preference_is_the_baseline():
     s = _samples(17, 5, decomposed=(1.0, 1.0), fused=(0.8, 1.2))
     del s[SEQ]
@@ -475,13 +499,18 @@ def _ranks_decide_alike_and_calls_follow_their_mode(rank: int, W: int) -> None:
     assert calls == [(ORDER, 5, 0), ([SEQ, FUSED], 5, 5)] and _picks(verdict) == (FUSED,) * 3, (calls, verdict)
 
     # 2. Rank 1 reads fused no faster in throughput every third round: never settled; after the
-    # most rounds sequential keeps throughput, fused wins latency and is within bound in both.
-    def every_third(q, label, m, r):
-        return 1.0 if label != FUSED else 1.0 if (q, m, r % 3) == (1, "throughput", 0) else 0.9
+    # most rounds its median (0.9) within the loss bound (high 1.0) decides: fused in every mode.
+    # Read 1.1x slower in those rounds instead, it stays beyond the bound: sequential keeps throughput.
+    def every_third(slower):
+        def readings(q, label, m, r):
+            return 1.0 if label != FUSED else slower if (q, m, r % 3) == (1, "throughput", 0) else 0.9
+        return readings
 
-    verdict, calls = measure(every_third, 15)
+    verdict, calls = measure(every_third(1.0), 15)
     assert calls == [(ORDER, 5, 0), ([SEQ, FUSED], 5, 5), ([SEQ, FUSED], 5, 10)], calls
-    assert _picks(verdict) == (SEQ, FUSED, FUSED) and verdict.open == (FUSED,), verdict
+    assert _picks(verdict) == (FUSED, FUSED, FUSED) and verdict.open == (FUSED,), verdict
+    verdict, calls = measure(every_third(1.1), 15)
+    assert len(calls) == 3 and _picks(verdict) == (SEQ, FUSED, SEQ) and verdict.open == (FUSED,), verdict
 
     # 3. An auto call runs the choice of its mode, a repeated fused call included: throughput fused,
     # latency and both (an eager call's) sequential.
