@@ -1,0 +1,2 @@
+R=/tmp/r6; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
+timeout 200 torchrun --standalone --nproc-per-node 2 benchmarks/2026-11-28-h200x2-f/scripts/graphnodes.py rs:8192,14336,8192 rs:4096,4096,8192 rs:2048,8192,4096 rs:1634,4096,4096 ag:8192,8192,14336 ag:2048,4096,4096 ar:8192,8192,8192 ar:256,8192,8192 > $R/graphnodes.log 2>&1; echo "graphnodes rc=$? at ${SECONDS}s"; grep -v "^W1\|arn" $R/graphnodes.log | tail -18
