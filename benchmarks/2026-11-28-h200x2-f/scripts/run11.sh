@@ -1,0 +1,2 @@
+R=/tmp/r11; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
+FLUXLITE_GPU_RANKS=2 timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_gemm_ar.py tests/test_gpu_random.py -k "gemm_ar or random_shapes_match or layer_matrix" > $R/gpu_t.log 2>&1; echo "gpu tests rc=$? $(tail -1 $R/gpu_t.log) at ${SECONDS}s"; grep -E "passed|failed|FAILED|Error" $R/gpu_t.log | head -5
