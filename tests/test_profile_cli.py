@@ -247,20 +247,33 @@ def test_the_auto_column_shows_a_declared_modes_choice_where_it_differs(profiled
 
 def test_the_auto_over_best_column_marks_a_loss_beyond_the_rounds_spread(profiled):
     """The table's ``auto/best`` cell: auto's time over the best candidate's in throughput/latency/eager
-    mode, ``*`` where the median's bounds lie above 1; ``-`` where auto was not timed (in that mode)."""
+    mode, ``^`` where auto ran another implementation than the fastest, ``*`` where the median's
+    bounds lie above 1; ``-`` where auto was not timed (in that mode)."""
     meta, rows = report.read_json(profiled / "profile.json")
     row = rows[0]
+    modes = ("throughput", "latency", "eager")
+    # fused read fastest in every mode, and auto ran it in every mode (a config of it in throughput)
+    row["times_ms"].update({impl: {m: t for m in modes} for impl, t in
+                            (("sequential", 2.0), ("decomposed", 3.0), ("fused", 1.0))})
+    row["auto"] = dict(row["auto"], label="fused", source="measured",
+                       modes=dict(throughput="fused[128x256x64 w8 s3 g16]", latency="fused"))
     row["auto_vs_best"] = dict(throughput=0.994, latency=1.394, eager=1.204)
     row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[1.035, 1.191, 1.404],
                                       eager=[0.98, 1.1, 1.3])
-    head = report.format_table(meta, rows).splitlines()[1]
-    end = head.index("auto/best") + len("auto/best")  # the columns are right-aligned
-
     def cell() -> str:
-        line = report.format_table(meta, rows).splitlines()[2]
+        head, line = report.format_table(meta, rows).splitlines()[1:3]
+        end = head.index("auto/best") + len("auto/best")  # the columns are right-aligned
         return line[:end].split()[-1]
 
     assert cell() == "0.99/1.39*/1.20"
+    row["times_ms"]["sequential"]["latency"] = 0.5  # sequential read fastest in latency mode, auto ran fused
+    assert cell() == "0.99/1.39^*/1.20"
+    row["auto"]["modes"]["latency"] = "sequential"  # ... and now ran it: a reading over 1 is timing spread
+    assert cell() == "0.99/1.39*/1.20"
+    row["auto"] = dict(row["auto"], label="sequential", modes={})  # one choice for every mode: sequential
+    assert cell() == "0.99^/1.39*/1.20^"
+    row["auto"] = dict(row["auto"], label="fused")
+    row["times_ms"]["sequential"]["latency"] = 2.0
     row["auto_vs_best_bounds"] = dict(throughput=[0.973, 0.988, 1.012], latency=[None, 1.2, None])  # too few rounds
     assert cell() == "0.99/1.39/1.20"
     del row["auto_vs_best"]["eager"]  # a fluxlite-profile/2 file: no eager mode

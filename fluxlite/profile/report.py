@@ -142,16 +142,37 @@ def bound_cell(row: dict) -> str:
     return "/".join("-" if math.isnan(v) else f"{v:.2f}" for v in cells) + "x"
 
 
+def auto_ran(row: dict, mode: str) -> str | None:
+    """The implementation (``sequential``, ``decomposed`` or ``fused``, its config left out) that
+    ``auto`` ran in ``mode`` of :data:`AUTO_MODES`: a declared mode's choice in throughput and latency
+    mode, an undeclared call's in eager calls; None where the row does not say."""
+    auto = row.get("auto") or {}
+    label = auto.get("modes", {}).get(mode) if mode != "eager" else None
+    label = label or auto.get("label")  # no choice per mode: one choice for every mode
+    return None if label is None else label.split("[")[0]
+
+
+def fastest(row: dict, mode: str) -> str | None:
+    """Which of ``auto``'s candidates read fastest in ``mode``; None where none was timed."""
+    times = {i: row["times_ms"].get(i, {}).get(mode, math.nan) for i in ("sequential", "decomposed", "fused")}
+    timed = {i: t for i, t in times.items() if not math.isnan(t)}
+    return min(timed, key=timed.get) if timed else None
+
+
 def auto_vs_best_cell(row: dict) -> str:
-    """``auto``'s time over the best candidate's, throughput/latency/eager, each marked ``*`` where
-    the median's 95% bounds over the rounds lie above 1 (``auto`` slower beyond the rounds' spread);
-    ``-`` where ``auto`` was not timed (in that mode)."""
+    """``auto``'s time over the best candidate's, throughput/latency/eager, each marked ``^`` where
+    ``auto`` ran another implementation than the one that read fastest (without it, a figure over 1
+    is one implementation timed twice) and ``*`` where the median's 95% bounds over the rounds lie
+    above 1 (``auto`` slower beyond the rounds' spread); ``-`` where ``auto`` was not timed (in that
+    mode)."""
     bounds = row.get("auto_vs_best_bounds") or {}
     cells = []
     for m in AUTO_MODES:
         v = _auto_vs_best(row, m)
         low = (bounds.get(m) or [None])[0]
-        cells.append("-" if math.isnan(v) else f"{v:.2f}" + ("*" if low is not None and low > 1 else ""))
+        other = auto_ran(row, m) not in (None, fastest(row, m))
+        cells.append("-" if math.isnan(v) else f"{v:.2f}" + ("^" if other else "")
+                     + ("*" if low is not None and low > 1 else ""))
     return "-" if all(c == "-" for c in cells) else "/".join(cells)
 
 
@@ -236,7 +257,7 @@ def format_table(meta: dict, rows: list[dict]) -> str:
     passes = any(r["names"] for r in rows)
     head = ("op, M x K -> N", *(("passes",) if passes else ()), "GEMM", "comm", "copy", "limit", "seq", "decomp",
             "fused", "torch", "fused tp", "fused lat", "bound tp/lat", "fused eff", "auto/best", "auto")
-    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 12, 9, 16, 24)
+    widths = (24, *((16,) if passes else ()), 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 12, 9, 20, 24)  # auto/best: up to 1.00^*/1.00^*/1.00^*
     lines = [f"{title(meta)}; ms are throughput medians over {meta['rounds']} rounds, max over ranks; "
              f"torch {meta['torch']}, triton {meta['triton']}",
              " ".join(f"{h:>{w}}" for h, w in zip(head, widths))]
@@ -265,7 +286,9 @@ def format_table(meta: dict, rows: list[dict]) -> str:
               "fused eff: its " + EFFICIENCY_TEXT,
               "auto/best: auto's time over the fastest of sequential, decomposed and fused, throughput/latency/"
               "eager (eager calls back to back, where auto runs an undeclared call's choice) "
-              "(*: its rounds' 95% bounds lie above 1, a loss beyond the rounds' spread)",
+              "(^: auto ran another implementation than the one that read fastest; without it a figure over "
+              "1 is one implementation timed twice; *: its rounds' 95% bounds lie above 1, a loss beyond the "
+              "rounds' spread)",
               "auto: what impl='auto' runs in a call that declares no mode (and where that came from); "
               "thr / lat: what it runs in a declared mode, where that differs (fluxlite.dispatch.assume_mode)"]
     if under:
