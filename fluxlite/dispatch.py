@@ -619,9 +619,9 @@ def decide(samples: dict[str, dict[str, Sequence[float]]], order: Sequence[str],
 
 def measure_until_settled(timer: Timer, sample: Callable[[list[str], int, int], dict], labels: Sequence[str],
                           rounds: Rounds) -> tuple[Verdict, dict[str, dict[str, list[float]]]]:
-    """Rounds of ``sample`` until :func:`decide` is settled or ``rounds.most`` rounds have run:
-    ``rounds.first``, then ``rounds.more`` at a time of the baseline (``labels[0]``) and the open
-    candidates. ``sample(timed, n, first_round)`` gives this rank's ``{label: {mode: [ms]}}`` of ``n``
+    """Rounds of ``sample`` until :func:`decide` is settled or ``rounds.most`` rounds have run (then
+    its ``final`` verdict): ``rounds.first``, then ``rounds.more`` at a time of the baseline
+    (``labels[0]``) and the open candidates. ``sample(timed, n, first_round)`` gives this rank's ``{label: {mode: [ms]}}`` of ``n``
     rounds of the labels ``timed`` (every rank times the same ones), for the modes of
     :data:`MEASURED_MODES` and, if it measures them, :data:`EAGER` and :data:`HOST`; each reading is
     reduced over the ranks (max), so every rank decides on the same figures. Returns the verdict and the samples

@@ -36,6 +36,7 @@ import math
 import warnings
 from pathlib import Path
 
+from ..dispatch import MEASURED_IMPLS
 from .presets import SHORT
 from .run import AUTO_MODES, BOUND_MODES, IMPLS, REPORTED_MODES, bound
 
@@ -154,7 +155,7 @@ def auto_ran(row: dict, mode: str) -> str | None:
 
 def fastest(row: dict, mode: str) -> str | None:
     """Which of ``auto``'s candidates read fastest in ``mode``; None where none was timed."""
-    times = {i: row["times_ms"].get(i, {}).get(mode, math.nan) for i in ("sequential", "decomposed", "fused")}
+    times = {i: row["times_ms"].get(i, {}).get(mode, math.nan) for i in MEASURED_IMPLS}
     timed = {i: t for i, t in times.items() if not math.isnan(t)}
     return min(timed, key=timed.get) if timed else None
 
