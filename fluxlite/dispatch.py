@@ -187,7 +187,8 @@ call, or the host's where that is longer. The ``both`` choice reads it in place 
 (module docstring)."""
 CALL_MODES = (*MEASURED_MODES, "both")
 """The modes a call can be in (module docstring): each has its choice in :class:`Choices`."""
-CACHE_SCHEMA = "fluxlite-dispatch/5"  # 5: ``both`` reads eager throughput (4: a latency tie by host time)
+CACHE_SCHEMA = "fluxlite-dispatch/6"  # 6: a final verdict reads what is still open at its median (5: ``both``
+# reads eager throughput; 4: a latency tie by host time): choices made by an earlier rule are made again
 MEASURED_IMPLS = ("sequential", "decomposed", "fused")
 MAX_KEYS = 4096  # call signatures whose Key is remembered; past this it starts again
 
