@@ -36,9 +36,8 @@ import math
 import warnings
 from pathlib import Path
 
-from ..dispatch import MEASURED_IMPLS
 from .presets import SHORT
-from .run import AUTO_MODES, BOUND_MODES, IMPLS, REPORTED_MODES, bound
+from .run import AUTO_MODES, BOUND_MODES, IMPLS, REPORTED_MODES, bound, fastest
 
 SCHEMA = "fluxlite-profile/3"
 READABLE = (SCHEMA, "fluxlite-profile/2", "fluxlite-profile/1")
@@ -153,13 +152,6 @@ def auto_ran(row: dict, mode: str) -> str | None:
     return None if label is None else label.split("[")[0]
 
 
-def fastest(row: dict, mode: str) -> str | None:
-    """Which of ``auto``'s candidates read fastest in ``mode``; None where none was timed."""
-    times = {i: row["times_ms"].get(i, {}).get(mode, math.nan) for i in MEASURED_IMPLS}
-    timed = {i: t for i, t in times.items() if not math.isnan(t)}
-    return min(timed, key=timed.get) if timed else None
-
-
 def auto_vs_best_cell(row: dict) -> str:
     """``auto``'s time over the best candidate's, throughput/latency/eager, each marked ``^`` where
     ``auto`` ran another implementation than the one that read fastest (without it, a figure over 1
@@ -171,7 +163,7 @@ def auto_vs_best_cell(row: dict) -> str:
     for m in AUTO_MODES:
         v = _auto_vs_best(row, m)
         low = (bounds.get(m) or [None])[0]
-        other = auto_ran(row, m) not in (None, fastest(row, m))
+        other = auto_ran(row, m) not in (None, fastest(row["times_ms"], m))
         cells.append("-" if math.isnan(v) else f"{v:.2f}" + ("^" if other else "")
                      + ("*" if low is not None and low > 1 else ""))
     return "-" if all(c == "-" for c in cells) else "/".join(cells)

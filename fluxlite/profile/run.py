@@ -139,6 +139,13 @@ def bound(times: dict[str, dict[str, float]]) -> dict[str, float]:
     return {m: t("sequential", m) / t("limit", m) for m in BOUND_MODES}
 
 
+def fastest(times: dict[str, dict[str, float]], mode: str) -> str | None:
+    """Which of ``auto``'s candidates (:data:`fluxlite.dispatch.MEASURED_IMPLS`) read fastest in
+    ``mode`` of ``times[impl][mode]`` (ms); None where none was timed there."""
+    timed = {i: times[i][mode] for i in dispatch.MEASURED_IMPLS if not math.isnan(times.get(i, {}).get(mode, math.nan))}
+    return min(timed, key=timed.get) if timed else None
+
+
 def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, list[float]]] | None = None) -> dict:
     """The figures of a row from ``times[impl][mode]`` (ms; see the module docstring): ``limit_ms``
     and, per implementation of :data:`OVERLAPPED` that was timed, the speedups over sequential
@@ -155,8 +162,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
         return times.get(impl, {}).get(mode, math.nan)
 
     def auto_bounds(mode: str) -> list[float]:
-        best = min(candidates, key=lambda i: t(i, mode))
-        return list(dispatch.paired_bounds(rounds_ms["auto"][mode], rounds_ms[best][mode]))
+        return list(dispatch.paired_bounds(rounds_ms["auto"][mode], rounds_ms[fastest(times, mode)][mode]))
 
     g, seq, lim = t("gemm"), t("sequential"), t("limit")
     timed = [i for i in OVERLAPPED if i in times]
@@ -168,7 +174,7 @@ def derive(times: dict[str, dict[str, float]], rounds_ms: dict[str, dict[str, li
         efficiency={i: limits.efficiency(seq, t(i), lim) for i in timed},
         vs_limit={i: t(i) / lim for i in timed},
         bound=bound(times),
-        auto_vs_best={m: t("auto", m) / min(t(i, m) for i in candidates) for m in AUTO_MODES}
+        auto_vs_best={m: t("auto", m) / t(fastest(times, m), m) for m in AUTO_MODES}
         if "auto" in times and candidates else {},
         auto_vs_best_bounds={m: auto_bounds(m) for m in AUTO_MODES if m in rounds_ms["auto"]}
         if rounds_ms and "auto" in rounds_ms and candidates else {},
