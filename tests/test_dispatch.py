@@ -1064,14 +1064,24 @@ def test_matmul_consumer_rule(M, K, N, dtype, expected, activated):
     # SM_PUSH_MAX_TILES output tiles): one cuBLAS GEMM after the gather, with any activation, where its
     # output rows are whole 16-byte units; not with pulled rows, row scales, a named config, rows off
     # whole 16-byte words or one rank
-    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES, SM_PUSH_MAX_TILES
+    from fluxlite.ops.ag_gemm import SM_PUSH_MAX_BYTES, SM_PUSH_MAX_TILES, WEIGHT_BOUND_ROWS, cut_rereads_weight
 
     size = torch.tensor([], dtype=dtype).element_size()
     small = max(m for m in range(1, 1 << 13) if AG.small_call(2, m, 64, N, size))  # rows of K = 64
-    assert -(-2 * small // 128) * -(-N // 256) < SM_PUSH_MAX_TILES <= -(-2 * (small + 1) // 128) * -(-N // 256)
+    tiles = lambda m: -(-2 * m // 128) * -(-N // 256)  # noqa: E731
+    assert tiles(small) < SM_PUSH_MAX_TILES or cut_rereads_weight(2, small, N)
+    assert tiles(small + 1) >= SM_PUSH_MAX_TILES and not cut_rereads_weight(2, small + 1, N)
     assert AG.small_call(2, 1, SM_PUSH_MAX_BYTES // size, 8, size)
     assert not AG.small_call(2, 1, SM_PUSH_MAX_BYTES // size + 16 // size, 8, size), "over the bytes' bound"
     assert not AG.small_call(1, 1, 64, 8, size), "one rank"
+    # over the tiles' bound: chunks of a GEMM that reads its weight for longer than it computes, whose
+    # cut GEMMs would read a wide weight once per chunk for less than the gather they hide
+    assert -(-2 * 128 // 128) * -(-28672 // 256) >= SM_PUSH_MAX_TILES and AG.small_call(2, 128, 8192, 28672, 2)
+    assert AG.small_call(4, 64, 8192, 28672, 2) and AG.small_call(2, 192, 8192, 64128, 2)
+    assert not AG.small_call(2, WEIGHT_BOUND_ROWS, 4096, 28672, 2), "a compute-bound GEMM's chunks: cut, overlapped"
+    assert not AG.small_call(2, 300, 4096, 7680, 2), "a narrow weight: the gather hidden is worth more"
+    assert not AG.small_call(2, 128, 65536, 28672, 2), "over the bytes' bound"
+    assert not cut_rereads_weight(1, 8, 1 << 20) and cut_rereads_weight(3, 1, 64)
     whole_rows = N * size % 16 == 0
     for ep, w_rows in ((PLAIN, N), (Epilogue("gelu"), N), (Epilogue("swiglu"), 2 * N)):
         args = args_of(small, ep, weight_rows=w_rows, K=64)

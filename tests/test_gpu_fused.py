@@ -139,7 +139,8 @@ def test_thousand_back_to_back_calls_with_varying_m():
 
 def _small_chunks(rank, world_size):
     """AG-GEMM's small chunks, whose rows the SMs push ahead of one cuBLAS GEMM (AllGatherGemm.pushes_by_sm),
-    at random shapes on both sides of its bounds (AllGatherGemm.small_call): every activation, a bias
+    at random shapes on both sides of its bounds (AllGatherGemm.small_call; 30000 output columns put
+    chunks of under 256 rows over the tiles' bound, where cut_rereads_weight decides): every activation, a bias
     or not, rows from a view whose start is off 16 bytes (copied first) or not. Each case three times
     on the same tensors
     with fresh data copied in and the output poisoned (eager on both data halves, then captured into
@@ -156,7 +157,7 @@ def _small_chunks(rank, world_size):
     try:
         for case in range(20):
             m, K = rng.choice([1, 2, 7, 64, 129, 300, 1100]), 8 * rng.randint(1, 512)
-            N, act = rng.choice([8, 40, 1000, 2056]), rng.choice(epilogue.ACTIVATIONS)
+            N, act = rng.choice([8, 40, 1000, 2056, 30000]), rng.choice(epilogue.ACTIVATIONS)
             ep = epilogue.Epilogue(act)
             with_bias, offset = rng.random() < 0.5, rng.choice([0, 1])
             w_rows = 2 * N if ep.gated else N

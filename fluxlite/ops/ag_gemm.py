@@ -30,7 +30,8 @@ pushed rows with no row scale (an activation is a pass after each GEMM)::
               for each peer chunk p, split s: wait (bounded kernel) as above; out[p's rows of s] = ...
 
 A small call (:meth:`AllGatherGemm.pushes_by_sm`: pushed rows of at most :data:`SM_PUSH_MAX_BYTES` a
-rank, no row scale, a whole GEMM of fewer than :data:`SM_PUSH_MAX_TILES` output tiles) has no
+rank, no row scale, a whole GEMM of fewer than :data:`SM_PUSH_MAX_TILES` output tiles, or chunks so
+short that GEMMs cut by chunk would each read the whole weight, :func:`cut_rereads_weight`) has no
 producer: the SMs push its chunk, ahead of the consumer on the caller's stream, and without a named
 kernel config one GEMM takes every row once all have landed::
 
@@ -81,9 +82,10 @@ from .op import Args, Op, check_common, finish_args
 SM_PUSH_MAX_BYTES = 8 << 20
 """A pushed call whose rows (``m * K`` elements a rank) take at most this many bytes (8 MiB) in whole
 16-byte words, with no row scale, and whose whole GEMM has fewer than :data:`SM_PUSH_MAX_TILES`
-output tiles, pushes them by the SMs ahead of its consumer (:mod:`fluxlite.kernels.push_rows`), with
-no producer, and without a named kernel config computes them in one cuBLAS GEMM
-(:meth:`AllGatherGemm.small_call`, :meth:`AllGatherGemm.one_matmul`). Read at every call."""
+output tiles or chunks whose cut GEMMs would reread the weight (:func:`cut_rereads_weight`), pushes
+them by the SMs ahead of its consumer (:mod:`fluxlite.kernels.push_rows`), with no producer, and
+without a named kernel config computes them in one cuBLAS GEMM (:meth:`AllGatherGemm.small_call`,
+:meth:`AllGatherGemm.one_matmul`). Read at every call."""
 
 SM_PUSH_MAX_TILES = 120
 """:data:`SM_PUSH_MAX_BYTES`' second bound: output tiles of 128x256 of the gathered GEMM (``W * m``
@@ -94,6 +96,44 @@ at eight shapes of 10-112 tiles and 256 KiB to 8 MiB a rank, 1.07x at 128 tiles 
 1.08-1.31x at 256 and 448; with ``K`` off a multiple of 64 (the matmul consumer's) 1.10x at 40 tiles
 and 0.87x at 264. On four H200s at TP=4 (one run): 0.43-0.81x at four shapes of 10-80 tiles, 1.02x
 at 128 and 1.16-1.62x at seven of 160-896."""
+
+WEIGHT_BOUND_ROWS = 320
+"""Gathered rows below which a GEMM costs about one read of its weight whatever its rows
+(:func:`cut_rereads_weight`): it does ``2 * rows`` FLOPs per weight element of 2 bytes, and a bf16
+GEMM on an H100 or H200 does some 200-300 FLOPs in the time one byte comes from memory. 320 is
+where the measurements cross (below)."""
+
+MEMORY_OVER_LINK = 12
+"""About how many times faster a GPU reads its own memory than the rows it gathers arrive from its
+peers: 4.8 TB/s against 0.3-0.4 TB/s on an H200 (the copy engine over NVLink), 3.35 against the
+same on an H100 (:func:`cut_rereads_weight`)."""
+
+
+def cut_rereads_weight(world_size: int, m: int, out_features: int) -> bool:
+    """Whether the overlapped paths, which read the weight once per chunk of ``m`` rows (the matmul
+    consumer's GEMMs) or per block of rows (the Triton kernel's tiles), would spend more on those
+    reads than on the gather they hide, so that one GEMM over every gathered row after the gather is
+    the faster.
+
+    A GEMM of ``rows`` costs about ``max(1, rows / R)`` reads of its weight (``R`` =
+    :data:`WEIGHT_BOUND_ROWS`; a read takes ``N * K * 2 / memory`` seconds), so ``W`` GEMMs of ``m``
+    rows cost ``W - max(1, W * m / R)`` reads more than one; they hide at most the gather,
+    ``(W - 1) * m * K * 2 / link`` seconds. ``K`` and the element size cancel::
+
+        cut_rereads_weight  <=>  (W - max(1, W * m / R)) * N  >  MEMORY_OVER_LINK * (W - 1) * m
+
+    Decode and short prefill steps meet it at wide layers. On two H200s (TP=2, forced fused; one
+    GEMM after the SMs' push over the copy engine's push and the overlapped consumer,
+    BENCHMARKS.md, "One GEMM where cut GEMMs would reread the weight"): 0.60-0.88x the device time at
+    seven shapes of 80-200 rows a rank and 14336-64128 columns, 0.87x at 256x8192->28672, 0.98x at
+    240x4096->7680 and 1.04x (0.96x one call at a time) at 256x4096->14336; the overlapped path had
+    taken 1.03-1.67x sequential's time there. At four ranks the push lost at 256 rows a rank and
+    4096-7168 columns (1.02-1.19x; "Small calls"), which the rule leaves overlapped."""
+    if world_size < 2:
+        return False
+    extra_reads = world_size - max(1.0, world_size * m / WEIGHT_BOUND_ROWS)
+    return extra_reads * out_features > MEMORY_OVER_LINK * (world_size - 1) * m
+
 
 PULL = "gathered"  # the variant whose gathered input the caller keeps: pulled into a fresh tensor
 GATHER = "gather"  # the push transport with no GEMM (AllGatherGemm.gather)
@@ -238,11 +278,13 @@ class AllGatherGemm(Op):
     def small_call(world_size: int, m: int, K: int, out_features: int, element_size: int) -> bool:
         """Whether rows ``[m, K]`` a rank, gathered from ``world_size`` ranks into a GEMM of
         ``out_features`` output columns, are a small call: two or more ranks, at most
-        :data:`SM_PUSH_MAX_BYTES` a rank in whole 16-byte words, fewer than :data:`SM_PUSH_MAX_TILES`
-        output tiles."""
+        :data:`SM_PUSH_MAX_BYTES` a rank in whole 16-byte words, and fewer than
+        :data:`SM_PUSH_MAX_TILES` output tiles or chunks whose cut GEMMs would each read the whole
+        weight for less than the gather they hide (:func:`cut_rereads_weight`)."""
         nbytes = m * K * element_size
         tiles = -(-world_size * m // 128) * -(-out_features // 256)
-        return world_size > 1 and 0 < nbytes <= SM_PUSH_MAX_BYTES and nbytes % 16 == 0 and tiles < SM_PUSH_MAX_TILES
+        return (world_size > 1 and 0 < nbytes <= SM_PUSH_MAX_BYTES and nbytes % 16 == 0
+                and (tiles < SM_PUSH_MAX_TILES or cut_rereads_weight(world_size, m, out_features)))
 
     def one_matmul(self, world_size: int, args: Args) -> bool:
         """A call whose rows the SMs push (:meth:`pushes_by_sm`) takes the matmul consumer without a
@@ -250,7 +292,8 @@ class AllGatherGemm(Op):
         all have landed (:meth:`_consume_gathered`). So few rows make the Triton kernel's few tiles
         run their whole ``K`` loops on a few SMs: on two H200s its GEMM took 80 us at
         16x8192->2560 where cuBLAS's took 11, and 44 against 13 us at 128x4096->4096
-        (BENCHMARKS.md); one GEMM also reads the weight once, not once per chunk."""
+        (BENCHMARKS.md); one GEMM also reads the weight once, not once per chunk
+        (:func:`cut_rereads_weight`)."""
         return self.pushes_by_sm(world_size, args)
 
     def prepare(self, state: FusedState, args: Args, config: GemmConfig | None) -> Plan:
