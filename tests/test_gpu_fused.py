@@ -140,7 +140,7 @@ def test_thousand_back_to_back_calls_with_varying_m():
 def _small_chunks(rank, world_size):
     """AG-GEMM's small chunks, whose rows the SMs push ahead of one cuBLAS GEMM (AllGatherGemm.pushes_by_sm),
     at random shapes on both sides of its bounds (AllGatherGemm.small_call; 30000 output columns put
-    chunks of under 256 rows over the tiles' bound, where cut_rereads_weight decides): every activation, a bias
+    chunks of 129 and 300 rows over the tiles' bound, where cut_rereads_weight decides): every activation, a bias
     or not, rows from a view whose start is off 16 bytes (copied first) or not. Each case three times
     on the same tensors
     with fresh data copied in and the output poisoned (eager on both data halves, then captured into

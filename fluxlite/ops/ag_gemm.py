@@ -127,8 +127,11 @@ def cut_rereads_weight(world_size: int, m: int, out_features: int) -> bool:
     BENCHMARKS.md, "One GEMM where cut GEMMs would reread the weight"): 0.60-0.88x the device time at
     seven shapes of 80-200 rows a rank and 14336-64128 columns, 0.87x at 256x8192->28672, 0.98x at
     240x4096->7680 and 1.04x (0.96x one call at a time) at 256x4096->14336; the overlapped path had
-    taken 1.03-1.67x sequential's time there. At four ranks the push lost at 256 rows a rank and
-    4096-7168 columns (1.02-1.19x; "Small calls"), which the rule leaves overlapped."""
+    taken 1.03-1.67x sequential's time there. At four ranks the push lost at 256-384 rows a rank and
+    3456-7168 columns (1.02-1.19x; "Small calls at four ranks"), which the rule leaves overlapped.
+
+    ``out_features`` is the GEMM's output columns; SwiGLU's weight has twice as many rows, so there
+    the rule counts half the weight it rereads and errs toward the overlapped path."""
     if world_size < 2:
         return False
     extra_reads = world_size - max(1.0, world_size * m / WEIGHT_BOUND_ROWS)
