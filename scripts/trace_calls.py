@@ -8,7 +8,7 @@ all three). Per shape, every rank queues ``--calls`` forced fused calls behind a
 ``torch.profiler`` (CUDA activity) and prints, from its trace:
 
 - the device events of one call (the last whole one: a fused call starts with its alignment
-  kernel, so calls are cut there), each with its start from the call's start, its duration and its
+  kernel, or AG-GEMM's gather by the SMs, which aligns the call itself, so calls are cut there), each with its start from the call's start, its duration and its
   stream;
 - the breakdown, medians over the whole calls (:func:`call_breakdown`)::
 
@@ -65,7 +65,7 @@ def kind_of(event: dict) -> str:
     name = event["name"].lower()
     if event.get("cat") == "gpu_memcpy" or any(m in name for m in COPY_MARKS):
         return "copy"
-    if "align_kernel" in name:
+    if "align_kernel" in name or "push_rows_kernel" in name:  # a call's first kernel: it aligns the call
         return "align"
     if any(m in name for m in GEMM_MARKS):
         return "gemm"

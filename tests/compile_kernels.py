@@ -170,10 +170,14 @@ def main() -> None:
                        bounds_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
                        splits="i32", gathered=("i32", 16), chunk=("i32", 16), N=("i32", 16), total="i32",
                        region="i32", reduced_at="i32", timeout_ns="i64"), dict(BLOCK=gather_end.BLOCK), 0))
-    cases.append(("int32", "push_rows (AG-GEMM's small chunk pushed by the SMs)", push_rows.push_rows_kernel,
+    cases.append(("int32", "push_rows (AG-GEMM's small chunk gathered by the SMs, the call's alignment too, W=8)",
+                  push_rows.push_rows_kernel,
                   dict(src="i64", data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16), count_ptr="*i32",
-                       dst_offset16="i32", words16="i32", rank="i32", to_self="i32", world_size="i32", region="i32",
-                       first_slot="i32", splits="i32"), dict(BLOCK=push_rows.BLOCK), 0))
+                       state_ptr="*i32", error_ptr="*i32", counters_ptr="*i32", sig_ptr="*i32", dst_offset16="i32",
+                       words16="i32", rank="i32", to_self="i32", world_size="i32", parity="i32", region="i32",
+                       num_counters="i32", sig_at="i32", ready_at="i32", sig_base="i32", first_slot="i32",
+                       peer_stride="i32", splits="i32", wait="i32", timeout_ns="i64"),
+                  dict(BLOCK=push_rows.BLOCK, REGION_BLOCK=512, COUNTERS_BLOCK=256), 0))
     cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
                   dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", peer_lo="i32", peer_hi="i32", rank="i32",
                        chunk="i32", sig_base="i32", timeout_ns="i64", code="i32"), {}, 0))

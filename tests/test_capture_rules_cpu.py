@@ -185,7 +185,8 @@ def test_the_calls_end_goes_beside_the_producer_only_where_no_rank_shares_its_gp
     state = SimpleNamespace(producer_handle=side, call_start=SimpleNamespace(cuda_event="start"),
                             call_end=SimpleNamespace(cuda_event="end"))
     call = SimpleNamespace(state=state, ws=SimpleNamespace(device=SimpleNamespace(index=0), shares_gpu=shares_gpu),
-                           plan=SimpleNamespace(consumer="triton"), align=lambda: order.append(("align",)))
+                           plan=SimpleNamespace(consumer="triton"), align=lambda: order.append(("align",)),
+                           consume_aligns=False)
     program = SimpleNamespace(steps=["a step"], staged=[], on_stream=(["before"], ["after"]))
     Call._enqueue(call, program, lambda: order.append(("consumer",)), lambda: order.append(("end",)))
     join = ("wait", main, "end")

@@ -391,40 +391,164 @@ def test_gather_end_returns_at_once_after_an_earlier_failure():
     assert case.out[case.mc :].isnan().all()
 
 
-@pytest.mark.parametrize("W,r,words,sms,splits,to_self", [
-    (2, 0, 1, 4, 1, False), (3, 1, 4096 + 3, 2, 2, True), (4, 3, 3 * 4096, 2, 1, False), (3, 2, 2 * 4096 - 1, 5, 4, True)])
-def test_push_rows_lands_our_rows_in_every_peer_then_sets_their_flags(W, r, words, sms, splits, to_self):
-    """Rank ``r`` of ``W`` pushes ``words`` 16-byte words into every peer's data half (random) at our
-    offset: every peer holds them bit for bit there and is unchanged elsewhere, our own half is
-    untouched (``to_self``: holds them too), every peer's data flags of our chunk (``splits`` of them)
-    are set and no other flag,
-    and the programs' count is back to 0. Cases: one word, ragged tiles shared by fewer programs than
-    tiles, whole tiles, more programs than tiles."""
-    epoch = 5
-    g = torch.Generator().manual_seed(words)
+def _push(flags, halves, rows, r, parity, state, *, words, sms, splits, wait=False, to_self=False, offset=0,
+          timeout_s=1.0, error=None, signature=(61, 62, 63, 64), counters=None):
+    """Launch the SMs' gather (rank ``r`` of ``len(flags)``) on host tensors; returns the error
+    record. Checks what every launch must leave: the programs' count and go back at 0, the tile
+    counters zeroed (they start stale here)."""
+    W = len(flags)
+    error = torch.zeros(RECORD_WORDS, dtype=torch.int32) if error is None else error
+    counters = torch.randint(1, 100, (sch.num_counters(W),), dtype=torch.int32)
+    count = torch.zeros(2, dtype=torch.int32)
+    alignment = dict(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
+                     error=error, counters=counters, signature=torch.tensor(signature, dtype=torch.int32),
+                     parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
+                     sig_at=sch.signature_slot(W, parity, r), ready_at=sch.region_start(W, parity) + sch.ready_slot(r),
+                     timeout_s=timeout_s)
+    push_kern.launch(src=rows.data_ptr(), nbytes=16 * words,
+                     data_bases=torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64), count=count,
+                     dst_offset=offset, first_slot=sch.data_slot(W, r, 0), splits=splits, wait=wait, sms=sms,
+                     alignment=alignment, cache={}, to_self=to_self)
+    assert count.tolist() == [0, 0], "the programs' count and go must be back at 0"
+    assert counters.abs().sum().item() == 0, f"tile counters left: {counters.tolist()}"
+    return error
+
+
+def _random_rows(W, r, words, seed):
+    """``(rows, halves, offset)``: rank ``r``'s ``words`` 16-byte words of random rows, every rank's
+    random data half, and our rows' offset in a half (after a 48-byte head that nothing writes)."""
+    g = torch.Generator().manual_seed(seed)
     rows = torch.randint(-2**31, 2**31 - 1, (4 * words,), generator=g, dtype=torch.int32)
-    offset = 48 + r * 16 * words  # bytes; after a 48-byte head that nothing writes
     halves = [torch.randint(-2**31, 2**31 - 1, (12 + W * 4 * words,), generator=g, dtype=torch.int32)
               for _ in range(W)]
+    return rows, halves, 48 + r * 16 * words
+
+
+@pytest.mark.parametrize("W,r,words,sms,splits,to_self", [
+    (2, 0, 1, 4, 1, False), (3, 1, 4096 + 3, 2, 2, True), (4, 3, 3 * 4096, 2, 1, False), (3, 2, 2 * 4096 - 1, 5, 4, True)])
+def test_push_rows_starts_the_call_lands_our_rows_in_every_peer_then_sets_their_flags(W, r, words, sms, splits,
+                                                                                       to_self):
+    """Rank ``r`` of ``W`` starts a call of parity 1 on flags full of junk (the parities alternate:
+    no null call) and pushes ``words`` 16-byte words into every peer's data half (random) at our
+    offset: every peer holds them bit for bit there and is unchanged elsewhere, our own half is
+    untouched (``to_self``: holds them too); our previous call's region is cleared and this call's
+    left alone; every peer got our signature, our ready flag and our data flags of the chunk
+    (``splits`` of them) and nothing else; the call is counted and the next parity is 0. Cases: one
+    word, ragged tiles shared by fewer programs than tiles, whole tiles, more programs than tiles."""
+    parity = 1
+    rows, halves, offset = _random_rows(W, r, words, seed=words)
     before = [h.clone() for h in halves]
-    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
-    count = torch.zeros(1, dtype=torch.int32)
-    push_kern.launch(src=rows.data_ptr(), nbytes=16 * words,
-                     data_bases=torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64),
-                     flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64), count=count,
-                     dst_offset=offset, rank=r, world_size=W, region=sch.region_start(W, epoch % 2),
-                     first_slot=sch.data_slot(W, r, 0), splits=splits, sms=sms, cache={}, to_self=to_self)
+    flags = [torch.randint(0, 3, (sch.num_flag_slots(W),), dtype=torch.int32) for _ in range(W)]
+    flags_before = [f.clone() for f in flags]
+    state = torch.tensor([parity, 4, 9], dtype=torch.int32)
+    error = _push(flags, halves, rows, r, parity, state, words=words, sms=sms, splits=splits, to_self=to_self,
+                  offset=offset)
+    assert error.tolist() == [0] * RECORD_WORDS
+    assert state.tolist() == [1 - parity, 4, 10]
     at = slice(offset // 4, offset // 4 + 4 * words)
     for p in range(W):
         expected = before[p].clone()
         if p != r or to_self:
             expected[at] = rows
         assert torch.equal(halves[p], expected), f"rank {p}'s data half"
-        set_slots = set(flags[p].nonzero().flatten().tolist())
-        wanted = set() if p == r else {_slot(W, epoch, sch.data_slot(W, r, s)) for s in range(splits)}
-        assert set_slots == wanted, f"rank {p}'s flags: {sorted(set_slots)}, expected {sorted(wanted)}"
-        assert set(flags[p][sorted(set_slots)].tolist()) <= {sch.SET}
-    assert count.item() == 0
+        want = flags_before[p].clone()
+        if p == r:
+            last = sch.region_start(W, 1 - parity)
+            want[last : last + sch.region_slots(W)] = 0
+        else:
+            sig = sch.signature_slot(W, parity, r)
+            want[sig : sig + sch.SIG_WORDS] = torch.tensor((61, 62, 63, 64), dtype=torch.int32)
+            for slot in [sch.ready_slot(r)] + [sch.data_slot(W, r, s) for s in range(splits)]:
+                want[sch.region_start(W, parity) + slot] = sch.SET
+        assert torch.equal(flags[p], want), f"rank {p}'s flags: {(flags[p] != want).nonzero().flatten().tolist()}"
+
+
+@pytest.mark.parametrize("parity", [0, 1])
+def test_push_rows_runs_a_null_call_before_it_pushes(parity):
+    """The device's last call used this parity too (a one-call graph replayed): rank 0 of 3, whose
+    peers already arrived at the null call, must count it, clear both regions of its own flags and
+    then push and announce as usual."""
+    W, r, words, splits = 3, 0, 3, 2
+    R, other = sch.region_slots(W), 1 - parity
+    rows, halves, offset = _random_rows(W, r, words, seed=parity)
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    mine = flags[r]
+    mine[sch.region_start(W, parity) : sch.region_start(W, parity) + R] = 9  # the previous call's flags
+    for p in (1, 2):
+        mine[sch.region_start(W, other) + sch.ready_slot(p)] = sch.SET  # their null call's arrival
+    state = torch.tensor([1 - parity, 2, 4], dtype=torch.int32)
+    error = _push(flags, halves, rows, r, parity, state, words=words, sms=2, splits=splits, offset=offset)
+    assert error.tolist() == [0] * RECORD_WORDS
+    assert state.tolist() == [1 - parity, 3, 5], "a null call is counted apart from calls"
+    assert mine[: 2 * R].abs().sum().item() == 0, "both regions clear: the previous call's and the null call's"
+    for p in (1, 2):
+        assert torch.equal(halves[p][offset // 4 : offset // 4 + 4 * words], rows)
+        region = flags[p][sch.region_start(W, parity) :]
+        assert region[sch.ready_slot(r)] == sch.SET and flags[p][sch.region_start(W, other) + sch.ready_slot(r)] == 1
+        assert all(region[sch.data_slot(W, r, s)] == sch.SET for s in range(splits))
+
+
+def _peers_sent(flags, W, r, parity, sig, splits, missing=None):
+    """Every peer of rank ``r`` arrived with ``sig`` in ``flags[r]`` and sent every split of its rows,
+    but ``missing``: ``(peer, split)`` never sent."""
+    for p in range(W):
+        if p == r:
+            continue
+        at = sch.signature_slot(W, parity, p)
+        flags[r][at : at + sch.SIG_WORDS] = torch.tensor(sig, dtype=torch.int32)
+        flags[r][sch.region_start(W, parity) + sch.ready_slot(p)] = sch.SET
+        for s in range(splits):
+            if (p, s) != missing:
+                flags[r][sch.region_start(W, parity) + sch.data_slot(W, p, s)] = sch.SET
+
+
+def test_push_rows_waits_for_every_peers_every_split():
+    """With ``wait``, rank 1 of 3 returns once both peers' both splits are in: nothing recorded."""
+    W, r, parity, splits, sig = 3, 1, 0, 2, (61, 62, 63, 64)
+    rows, halves, offset = _random_rows(W, r, 5, seed=11)
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    _peers_sent(flags, W, r, parity, sig, splits)
+    state = torch.tensor([parity, 0, 3], dtype=torch.int32)
+    t0 = time.monotonic()
+    error = _push(flags, halves, rows, r, parity, state, words=5, sms=3, splits=splits, wait=True, offset=offset,
+                  timeout_s=30.0, signature=sig)
+    assert error.tolist() == [0] * RECORD_WORDS and time.monotonic() - t0 < 20.0
+
+
+def test_push_rows_wait_records_a_peer_whose_rows_never_come():
+    """With ``wait``, rank 0 of 3: peer 2 never sends split 1. The launch ends after its timeout with
+    a record naming peer 2, that data flag, peer 2's own chunk and the call (the device's count,
+    advanced by this launch), mirrored to the host; the host's error says gathered rows."""
+    W, r, parity, splits, sig = 3, 0, 1, 2, (61, 62, 63, 64)
+    rows, halves, offset = _random_rows(W, r, 2, seed=12)
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    _peers_sent(flags, W, r, parity, sig, splits, missing=(2, 1))
+    state = torch.tensor([parity, 0, 6], dtype=torch.int32)
+    error, mirror = _mirrored_record()
+    _push(flags, halves, rows, r, parity, state, words=2, sms=2, splits=splits, wait=True, offset=offset,
+          timeout_s=0.01, error=error, signature=sig)
+    assert _mirrored(error, mirror)
+    code, slot, call, seen, peer, chunk = error.tolist()[:6]
+    assert (code, slot, call, seen, peer, chunk) == (ERR_TIMEOUT_AG, sch.data_slot(W, 2, 1), 7, 0, 2, 2)
+    exc = exception_from_record(error.tolist(), rank=r, world_size=W, timeout_s=0.01)
+    assert isinstance(exc, FluxliteTimeoutError) and "gathered rows" in str(exc)
+    assert (exc.rank, exc.peer, exc.chunk, exc.split, exc.epoch) == (0, 2, 2, 1, 7)
+
+
+def test_push_rows_wait_records_a_peer_in_another_call():
+    """With ``wait``: peer 1 arrived with another call's signature. A mismatch is recorded with both
+    signatures at once, not a wait."""
+    W, r, parity = 2, 0, 0
+    mine, theirs = (61, 62, 63, 64), (61, 62, 63, 65)
+    rows, halves, offset = _random_rows(W, r, 1, seed=13)
+    flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
+    _peers_sent(flags, W, r, parity, theirs, 1)
+    state = torch.tensor([parity, 0, 0], dtype=torch.int32)
+    error = _push(flags, halves, rows, r, parity, state, words=1, sms=1, splits=1, wait=True, offset=offset,
+                  timeout_s=30.0, signature=mine)
+    exc = exception_from_record(error.tolist(), rank=r, world_size=W, timeout_s=30.0)
+    assert error[0] == ERR_MISMATCH and isinstance(exc, FluxliteCallMismatchError)
+    assert exc.peer == 1 and exc.theirs == sch.describe_signature(theirs) and exc.mine == sch.describe_signature(mine)
 
 
 def test_push_rows_refuses_what_it_cannot_move_in_16_byte_words():
@@ -432,9 +556,8 @@ def test_push_rows_refuses_what_it_cannot_move_in_16_byte_words():
     bases = torch.tensor([data.data_ptr()] * 2, dtype=torch.int64)
     for src, nbytes, offset in ((data.data_ptr() + 4, 16, 0), (data.data_ptr(), 8, 0), (data.data_ptr(), 16, 4)):
         with pytest.raises(ValueError, match="multiples of 16"):
-            push_kern.launch(src=src, nbytes=nbytes, data_bases=bases, flag_bases=bases,
-                             count=torch.zeros(1, dtype=torch.int32), dst_offset=offset, rank=0, world_size=2,
-                             region=0, first_slot=0, splits=1, sms=1, cache={})
+            push_kern.launch(src=src, nbytes=nbytes, data_bases=bases, count=torch.zeros(2, dtype=torch.int32),
+                             dst_offset=offset, first_slot=0, splits=1, wait=False, sms=1, alignment={}, cache={})
 
 
 def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s, **kw):

@@ -177,6 +177,7 @@ class Call:
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
         self.feed: producer.Feed | None = None  # CUDA, a consumer of many launches: the producer as it goes
+        self.consume_aligns = False  # the consumer's first kernel starts the call (run)
         if ws.is_cuda:
             cu.ensure_context(ws.device.index)
             self.stream = torch._C._cuda_getCurrentRawStream(ws.device.index)
@@ -227,6 +228,11 @@ class Call:
         """Start the call on the device (CPU: the host): :meth:`FusedState.align`, which also announces
         it to the peers."""
         self.state.align(self.parity, self.epoch, self.timeout_s, self.plan.signature_dev, self.plan.ready_on_arrival)
+
+    def align_args(self) -> dict:
+        """CUDA: what a kernel that starts this call itself passes to its alignment
+        (:meth:`FusedState.align_args`)."""
+        return self.state.align_args(self.parity, self.timeout_s, self.plan.signature_dev, self.plan.ready_on_arrival)
 
     def kernel_args(self) -> dict:
         """The arguments every fused kernel launch takes from the plan, the workspace and the call."""
@@ -283,7 +289,7 @@ class Call:
         return tuple(key)
 
     def run(self, program: Callable[[], producer.Program], consume, replay_key: tuple | None = None,
-            copied: tuple[int, ...] = (), end: Callable[[], None] | None = None) -> None:
+            copied: tuple[int, ...] = (), end: Callable[[], None] | None = None, consume_aligns: bool = False) -> None:
         """Run the producer ``program()`` (thread or stream) beside ``consume()``; join; raise any failure.
         (``program`` is asked for only when the call does not replay: a replay needs none.)
 
@@ -295,9 +301,12 @@ class Call:
         that the producer's copies read or write (those of its program). ``end``: kernels that
         end the call once the consumer is done (GEMM-AllReduce's gather), launched on the caller's
         stream behind it and beside the producer's last steps, which it must not touch (on CPU: this
-        thread, after the producer thread).
+        thread, after the producer thread). ``consume_aligns``: ``consume()`` starts the call itself
+        (:meth:`align_args` in its first kernel; on CPU :meth:`align`), for a call with no producer
+        whose first kernel can do it beside its own work (AG-GEMM's gather by the SMs).
         """
         state = self.state
+        self.consume_aligns = consume_aligns
         if self.ws.is_cuda:
             if not self._replay(replay_key, copied, program, consume, end):
                 self._enqueue(program(), consume, end)
@@ -310,7 +319,8 @@ class Call:
             if state.blocking:
                 state.synchronize()
             return
-        self.align()
+        if not consume_aligns:
+            self.align()
         future = state.submit(self._produce_on_thread, program().steps)
         try:
             consume()
@@ -361,7 +371,8 @@ class Call:
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
-        self.align()
+        if not self.consume_aligns:
+            self.align()
         if not program.steps:  # no producer (the one shots, AG-GEMM's SM push): no stream to fork and join
             consume()
             if end is not None:

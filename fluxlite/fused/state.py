@@ -114,9 +114,10 @@ class FusedState:
         self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
         self.gather_kernels: dict = {}  # GEMM-AllReduce's gather end, warmed up (kernels.gather_end)
-        # AG-GEMM's push of a small chunk by the SMs (fluxlite.kernels.push_rows): its programs' count, 0
+        # AG-GEMM's push of a small chunk by the SMs (fluxlite.kernels.push_rows): its programs' count and
+        # program 0's go, 0
         # between launches, and its kernels, warmed up
-        self.push_count = torch.zeros(1, dtype=torch.int32, device=ws.device)
+        self.push_count = torch.zeros(2, dtype=torch.int32, device=ws.device)
         self.push_kernels: dict = {}
         self.split_wait_kernels: dict = {}  # the matmul consumer's bounded wait (fluxlite.kernels.split_wait)
         self._scratch: torch.Tensor | None = None  # bytes of this rank's own for a call's working data (scratch)
@@ -274,6 +275,16 @@ class FusedState:
         peers' buffers)."""
         return self._bind()[2][parity]
 
+    def align_args(self, parity: int, timeout_s: float, signature: torch.Tensor, ready: bool) -> dict:
+        """CUDA: the arguments of a call's alignment (:func:`fluxlite.kernels.align.launch` but its
+        ``cache``), for the alignment kernel or a kernel that starts the call itself
+        (:mod:`fluxlite.kernels.push_rows`)."""
+        W, r = self.ws.world_size, self.ws.rank
+        return dict(state=self.sequence, flag_bases=self.flag_bases(), error=self.error, counters=self.counters,
+                    signature=signature, parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
+                    sig_at=sch.signature_slot(W, parity, r),
+                    ready_at=sch.region_start(W, parity) + sch.ready_slot(r) if ready else -1, timeout_s=timeout_s)
+
     def align(self, parity: int, call: int, timeout_s: float, signature: torch.Tensor, ready: bool) -> None:
         """Start call ``call`` of parity ``parity``: count it, zero the tile counters, clear the
         previous call's flags, make the device's call sequence alternate parities, and announce the
@@ -282,13 +293,11 @@ class FusedState:
         kernel, on the current stream (in a graph it replays with the graph). CPU (no graphs; tests
         make the host skip a parity): the same steps on the host, whose count is then the host's."""
         ws, W, r = self.ws, self.ws.world_size, self.ws.rank
-        sig_at = sch.signature_slot(W, parity, r)
-        ready_at = sch.region_start(W, parity) + sch.ready_slot(r) if ready else -1
         if ws.is_cuda:
-            align.launch(state=self.sequence, flag_bases=self.flag_bases(), error=self.error, counters=self.counters,
-                         signature=signature, parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
-                         sig_at=sig_at, ready_at=ready_at, timeout_s=timeout_s, cache=self._align_kernels)
+            align.launch(**self.align_args(parity, timeout_s, signature, ready), cache=self._align_kernels)
             return
+        sig_at = sch.signature_slot(W, parity, r)
+        ready_at = sch.region_start(W, parity) + sch.ready_slot(r)
         self.sequence[2] += 1
         self.counters.zero_()
         self._clear(1 - int(self.sequence[0]))
@@ -426,20 +435,26 @@ class FusedState:
             W = ws.world_size
             own = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32, device=ws.device)
             alone = torch.tensor([own.data_ptr()], dtype=torch.int64).to(ws.device)
+            signature = torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device)
             align.launch(state=self.sequence, flag_bases=alone, error=self.error, counters=self.counters,
-                         signature=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device), parity=0,
-                         rank=0, world_size=1, region=sch.region_slots(W), sig_at=sch.signature_slot(W, 0, 0),
-                         ready_at=-1, timeout_s=self._timeout_s, cache=self._align_kernels)
+                         signature=signature, parity=0, rank=0, world_size=1, region=sch.region_slots(W),
+                         sig_at=sch.signature_slot(W, 0, 0), ready_at=-1, timeout_s=self._timeout_s,
+                         cache=self._align_kernels)
             # GEMM-AllReduce's gather end, likewise: alone, no split to wait for or move.
             nothing = torch.zeros(1, 16, dtype=torch.bfloat16, device=ws.device)
             gather_end.launch(out=nothing, data_bases=alone, flag_bases=alone, bounds=own[:1], error=self.error,
                               call=self.call_number, rank=0, world_size=1, gathered=0, chunk_rows=1, region=0,
                               reduced_at=sch.reduced_slot(W, 0, 0), timeout_s=self._timeout_s, sms=1,
                               cache=self.gather_kernels)
-            # AG-GEMM's push by the SMs, likewise: no peer to push to or flag to set.
-            push_rows.launch(src=scratch.data_ptr(), nbytes=16, data_bases=alone, flag_bases=alone,
-                             count=self.push_count, dst_offset=0, rank=0, world_size=1, region=0, first_slot=0,
-                             splits=1, sms=1, cache=self.push_kernels)
+            # AG-GEMM's gather by the SMs, likewise: its alignment on the no-op branch (the device
+            # expects parity 1 after the alignment kernel above), no peer to push to, wait for or announce to.
+            push_rows.launch(src=scratch.data_ptr(), nbytes=16, data_bases=alone, count=self.push_count, dst_offset=0,
+                             first_slot=0, splits=1, wait=True, sms=1, cache=self.push_kernels,
+                             alignment=dict(state=self.sequence, flag_bases=alone, error=self.error,
+                                            counters=self.counters, signature=signature, parity=1, rank=0,
+                                            world_size=1, region=sch.region_slots(W),
+                                            sig_at=sch.signature_slot(W, 1, 0), ready_at=-1,
+                                            timeout_s=self._timeout_s))
             # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
                               error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),

@@ -50,7 +50,65 @@ import triton
 import triton.language as tl
 
 from . import launch as direct
-from .device_flags import SIG_WORDS, TIMEOUT_ALIGN, wait_set
+from .device_flags import SIG_WORDS, TIMEOUT_ALIGN, cta_barrier, wait_set
+
+
+@triton.jit
+def open_call(state_ptr, flag_bases_ptr, counters_ptr, rank, region, num_counters,
+              REGION_BLOCK: tl.constexpr, COUNTERS_BLOCK: tl.constexpr):
+    """Count the call, zero its tile counters and clear the previous call's region of this rank's
+    flags. Returns the parity the device expects next (``state[0]``): the call's own unless the
+    previous call used it too, when :func:`null_call` must run first."""
+    # Every thread reads before any writes: a program of several warps (the SMs' push) runs this too.
+    calls = tl.load(state_ptr + 2, volatile=True)
+    cta_barrier()
+    tl.store(state_ptr + 2, calls + 1)
+    offs_c = tl.arange(0, COUNTERS_BLOCK)
+    tl.store(counters_ptr + offs_c, tl.zeros((COUNTERS_BLOCK,), tl.int32), mask=offs_c < num_counters)
+    mine = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32))
+    offs = tl.arange(0, REGION_BLOCK)
+    next_parity = tl.load(state_ptr, volatile=True)
+    tl.store(mine + (1 - next_parity) * region + offs, tl.zeros((REGION_BLOCK,), tl.int32), mask=offs < region)
+    return next_parity
+
+
+@triton.jit
+def null_call(state_ptr, flag_bases_ptr, error_ptr, parity, rank, world_size, region, timeout_ns,
+              REGION_BLOCK: tl.constexpr):
+    """A barrier through region ``1 - parity`` (clear): after it every peer has finished the
+    previous call, which used ``parity`` too. Counted in ``state[1]``; bounded (a peer that never
+    arrives is recorded as ``TIMEOUT_ALIGN``)."""
+    other = 1 - parity
+    mine = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32))
+    for p in range(0, world_size):
+        if p != rank:
+            theirs = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32)) + other * region
+            tl.atomic_xchg(theirs + rank, 1, sem="release", scope="sys")
+    for p in range(0, world_size):
+        if p != rank:
+            wait_set(mine + other * region + p, state_ptr + 2, error_ptr, timeout_ns, TIMEOUT_ALIGN, p, p, -1)
+    offs = tl.arange(0, REGION_BLOCK)
+    tl.store(mine + other * region + offs, tl.zeros((REGION_BLOCK,), tl.int32), mask=offs < region)
+    nulls = tl.load(state_ptr + 1, volatile=True)
+    cta_barrier()
+    tl.store(state_ptr + 1, nulls + 1)
+
+
+@triton.jit
+def announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at):
+    """Write the call's signature into every peer, then (``ready_at >= 0``) set our ready flag there;
+    the device's next call must use the other parity."""
+    offs_s = tl.arange(0, SIG_WORDS)
+    sig = tl.load(sig_ptr + offs_s)
+    for p in range(0, world_size):
+        if p != rank:
+            theirs = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32))
+            tl.store(theirs + sig_at + offs_s, sig)
+            if ready_at >= 0:
+                tl.atomic_xchg(theirs + ready_at, 1, sem="release", scope="sys")
+    # Release: the signatures are visible before anything later in the stream (AG return_gathered's
+    # producer sets `ready` after this kernel).
+    tl.atomic_xchg(state_ptr, 1 - parity, sem="release", scope="sys")
 
 
 @triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "num_counters", "sig_at", "ready_at",
@@ -68,35 +126,11 @@ def align_kernel(
     REGION_BLOCK: tl.constexpr,  # a power of two >= region (slots of one parity region)
     COUNTERS_BLOCK: tl.constexpr,  # a power of two >= num_counters
 ):
-    tl.store(state_ptr + 2, tl.load(state_ptr + 2, volatile=True) + 1)
-    offs_c = tl.arange(0, COUNTERS_BLOCK)
-    tl.store(counters_ptr + offs_c, tl.zeros((COUNTERS_BLOCK,), tl.int32), mask=offs_c < num_counters)
-    mine = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32))
-    offs = tl.arange(0, REGION_BLOCK)
-    next_parity = tl.load(state_ptr, volatile=True)
-    tl.store(mine + (1 - next_parity) * region + offs, tl.zeros((REGION_BLOCK,), tl.int32), mask=offs < region)
-    if next_parity != parity:
-        other = 1 - parity
-        for p in range(0, world_size):
-            if p != rank:
-                theirs = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32)) + other * region
-                tl.atomic_xchg(theirs + rank, 1, sem="release", scope="sys")
-        for p in range(0, world_size):
-            if p != rank:
-                wait_set(mine + other * region + p, state_ptr + 2, error_ptr, timeout_ns, TIMEOUT_ALIGN, p, p, -1)
-        tl.store(mine + other * region + offs, tl.zeros((REGION_BLOCK,), tl.int32), mask=offs < region)
-        tl.store(state_ptr + 1, tl.load(state_ptr + 1, volatile=True) + 1)
-    offs_s = tl.arange(0, SIG_WORDS)
-    sig = tl.load(sig_ptr + offs_s)
-    for p in range(0, world_size):
-        if p != rank:
-            theirs = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32))
-            tl.store(theirs + sig_at + offs_s, sig)
-            if ready_at >= 0:
-                tl.atomic_xchg(theirs + ready_at, 1, sem="release", scope="sys")
-    # Release: the signatures are visible before anything later in the stream (AG return_gathered's
-    # producer sets `ready` after this kernel).
-    tl.atomic_xchg(state_ptr, 1 - parity, sem="release", scope="sys")
+    expected = open_call(state_ptr, flag_bases_ptr, counters_ptr, rank, region, num_counters, REGION_BLOCK,
+                         COUNTERS_BLOCK)
+    if expected != parity:
+        null_call(state_ptr, flag_bases_ptr, error_ptr, parity, rank, world_size, region, timeout_ns, REGION_BLOCK)
+    announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
 
 
 def launch(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor, counters: torch.Tensor,

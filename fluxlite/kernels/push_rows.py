@@ -1,32 +1,46 @@
-"""AG-GEMM's push of a small chunk by the SMs: this rank's rows stored into every peer's data half,
-then the peers' data flags of the chunk set, in one launch on the caller's stream ahead of the
-consumer.
+"""AG-GEMM's gather of a small chunk by the SMs: the call's alignment, this rank's rows stored into
+every peer's data half, the peers' data flags set and (with ``wait``) a bounded wait for every peer's
+rows, in one launch on the caller's stream ahead of the consumer.
 
 Math
 ----
 With ``W`` ranks, this rank ``r``'s rows are ``nbytes`` contiguous bytes at ``src``, and they go to
-the same offset ``dst_offset`` of every peer's data half of the call's parity (``data_bases[p]``),
-and with ``to_self`` of ours too (a consumer that reads every rank's rows from there). The
-``programs`` programs take 16 KiB tiles round robin::
+the same offset ``dst_offset`` of every peer's data half of the call's parity ``P``
+(``data_bases[p]``), and with ``to_self`` of ours too (a consumer that reads every rank's rows from
+there). The ``programs`` programs take 16 KiB tiles round robin::
 
-    every target p, every tile t of this program:  data_bases[p][dst_offset + t] = src[t]
+    program 0:  open the call; null call if the device's last call used P too   (kernels.align)
+                go = 1                                   (release, GPU scope)
+                announce the call: signatures, ready     (kernels.align)
+    others:     wait go == 1                             (acquire, GPU scope)
+    every program, every target p, every tile t of it:   data_bases[p][dst_offset + t] = src[t]
     count += 1                          (acq_rel, system scope, after a CTA barrier: publishes the tiles)
     the program whose add makes the count whole (old == programs - 1):
-        every peer p, split s < splits:  p.flags[region + first_slot + s] = SET   (release, system scope)
-        count = 0                       (the next launch starts from zero: launches on one stream
+        every peer p, split s < splits:  p.flags[P][first_slot + s] = SET   (release, system scope)
+        count = go = 0                  (the next launch starts from zero: launches on one stream
                                          never overlap)
+        with wait, every peer p, split s:  wait ready, signature, flags[P][data_slot(p, s)]  (bounded)
 
 The acquire of the count by the last program, then its release of each flag, publishes every
 program's stores before the flags (cumulativity), as the copy engine's copy and then its flag
 copy do on the producer stream.
 
+Why the pushes wait for program 0's ``go``: a push into a peer's half ``P`` is safe once the peer has
+finished its last call of parity ``P``. Where the parities alternate that is already known (this
+rank waited for the peer's rows of the previous call, sent after that peer had started it), and
+``go`` comes as soon as program 0 has cleared the previous call's flags. Where the device's last call
+used ``P`` too (a one-call graph replayed), only the null call's barrier says so, and ``go`` follows
+it. The other programs spin on ``go`` only while program 0 runs, which the GPU starts no later than
+them (it dispatches a grid's programs in order, and a launch here has no more programs than SMs).
+
+Why one launch: the alignment kernel, the push and a one-program wait launched apart cost about
+13 us at a decode step's few rows on two H200s, where NCCL's all-gather takes about 5 (BENCHMARKS.md);
+here the announcement and the clearing of the flags overlap the pushes, and two launches go.
 Why SMs, for small chunks: a copy-engine copy into a peer is a node that costs a CUDA graph launch
 about 28 us of host time on two H200s, however small (docs/cuda_graphs.md), and each copy and its
-flag take some microseconds to start. A call whose rows are pushed by this kernel has no producer
-at all: its graph is kernels only (alignment, push, then the consumer's: a bounded wait and
-cuBLAS's GEMM, or the Triton kernel) on one stream, and a user's graph of one such call replayed in
-3.8-6.7 us of host time against 6.4-11.6 with the copy engine (BENCHMARKS.md).
-The kernel waits for nothing, so it cannot deadlock behind the consumer, which it precedes.
+flag take some microseconds to start. A call whose rows are gathered by this kernel has no producer
+at all: its graph is kernels only (this one, then the consumer's: cuBLAS's GEMM, or the Triton
+kernel, which waits itself) on one stream.
 
 It runs on the caller's stream ahead of the consumer rather than beside it: the persistent
 consumer may hold every SM while it waits for the peers' rows, and a peer's consumer waits for
@@ -37,8 +51,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import schedule as sch
 from . import launch as direct
-from .device_flags import signal_add
+from .align import announce, null_call, open_call
+from .device_flags import TIMEOUT_AG, cta_barrier, signal_add, wait_peer
 from .gather_end import copy_run
 
 BLOCK = 4096
@@ -46,24 +62,54 @@ BLOCK = 4096
 NUM_WARPS = 8
 
 
-@triton.jit(do_not_specialize=["src", "dst_offset16", "words16", "rank", "to_self", "world_size", "region",
-                               "first_slot", "splits"])
+@triton.jit(do_not_specialize=["src", "dst_offset16", "words16", "rank", "to_self", "world_size", "parity",
+                               "region", "num_counters", "sig_at", "ready_at", "sig_base", "first_slot",
+                               "peer_stride", "splits", "wait", "timeout_ns"])
 def push_rows_kernel(
     src,             # int64 address of this rank's rows (16-byte aligned)
     data_bases_ptr,  # int64 [W]: every rank's data half of the call's parity, as mapped here
     flag_bases_ptr,  # int64 [W]: every rank's flag array, as mapped here
-    count_ptr,       # int32: the programs' count (0 before the launch, 0 after)
+    count_ptr,       # int32 [2]: the programs' count and program 0's go (both 0 before the launch and after)
+    state_ptr,       # int32 [3]: the device's call sequence (kernels.align)
+    error_ptr,       # int32 error record
+    counters_ptr,    # int32 [num_counters] the call's tile counters
+    sig_ptr,         # int32 [SIG_WORDS] this call's signature
     dst_offset16,    # where our rows go in a data half, in 16-byte units
     words16,         # bytes to push, in 16-byte units
     rank,
     to_self,         # 1: our own data half gets the rows too (no flag: nothing waits on them)
     world_size,
-    region,          # the call's region: its first slot in every flag array
+    parity,          # the call's parity: its flag region and data half
+    region,          # slots of one parity region (schedule.region_slots)
+    num_counters,
+    sig_at,          # slot (of every flag array) where this rank's signature of the call's parity goes
+    ready_at,        # slot of this rank's ready flag in the call's region
+    sig_base,        # region offset of peer 0's signature of the call's parity
     first_slot,      # region offset of our data flag of split 0 (schedule.data_slot(W, rank, 0))
+    peer_stride,     # distance between consecutive peers' data flags (schedule.peer_slots())
     splits,          # data flags to set per peer (consecutive slots)
+    wait,            # 1: the last program then waits for every peer's every split
+    timeout_ns,
     BLOCK: tl.constexpr,
+    REGION_BLOCK: tl.constexpr,  # a power of two >= region
+    COUNTERS_BLOCK: tl.constexpr,  # a power of two >= num_counters
 ):
     first, step = tl.program_id(0), tl.num_programs(0)
+    go_ptr = count_ptr + 1
+    if first == 0:
+        expected = open_call(state_ptr, flag_bases_ptr, counters_ptr, rank, region, num_counters, REGION_BLOCK,
+                             COUNTERS_BLOCK)
+        if expected != parity:
+            null_call(state_ptr, flag_bases_ptr, error_ptr, parity, rank, world_size, region, timeout_ns,
+                      REGION_BLOCK)
+        cta_barrier()  # every thread's clears, before the release
+        tl.atomic_xchg(go_ptr, 1, sem="release", scope="gpu")
+        announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
+    else:
+        go = tl.atomic_add(go_ptr, 0, sem="acquire", scope="gpu")
+        while go == 0:
+            go = tl.atomic_add(go_ptr, 0, sem="acquire", scope="gpu")
+        cta_barrier()  # no thread pushes ahead of the acquire
     source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
     n = words16.to(tl.int64) * 4  # int32 words
     for p in range(0, world_size):
@@ -73,10 +119,19 @@ def push_rows_kernel(
     if signal_add(count_ptr, 1) == step - 1:
         for p in range(0, world_size):
             if p != rank:
-                flags = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32)) + region + first_slot
+                flags = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32)) + parity * region + first_slot
                 for s in range(0, splits):
                     tl.atomic_xchg(flags + s, 1, sem="release", scope="sys")
+        tl.atomic_xchg(go_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(count_ptr, 0, sem="relaxed", scope="gpu")
+        if wait != 0:
+            mine = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32)) + parity * region
+            sync = (mine, sig_ptr, error_ptr, state_ptr + 2)
+            for p in range(0, world_size):
+                if p != rank:
+                    for s in range(0, splits):
+                        wait_peer(sync, first_slot + (p - rank) * peer_stride + s, sig_base, timeout_ns, TIMEOUT_AG,
+                                  p, p)
 
 
 def programs_for(nbytes: int, sms: int) -> int:
@@ -84,18 +139,30 @@ def programs_for(nbytes: int, sms: int) -> int:
     return max(1, min(sms, -(-nbytes // (4 * BLOCK))))
 
 
-def launch(*, src: int, nbytes: int, data_bases: torch.Tensor, flag_bases: torch.Tensor, count: torch.Tensor,
-           dst_offset: int, rank: int, world_size: int, region: int, first_slot: int, splits: int, sms: int,
-           cache: dict, to_self: bool = False) -> None:
-    """Launch :func:`push_rows_kernel` on the current stream: ``nbytes`` at address ``src`` into every
-    peer's data half (``data_bases``, int64 ``[W]``; ``to_self``: ours too) at ``dst_offset`` bytes,
-    then ``splits`` data flags from ``first_slot`` of region ``region`` of every peer's flag array
-    (``flag_bases``, int64 ``[W]``). ``src``, ``nbytes`` and ``dst_offset`` are multiples of 16;
-    ``count``: an int32 that is 0 (the kernel leaves it 0); ``sms``: the most programs to launch."""
+def launch(*, src: int, nbytes: int, data_bases: torch.Tensor, count: torch.Tensor, dst_offset: int,
+           first_slot: int, splits: int, wait: bool, sms: int, alignment: dict, cache: dict,
+           to_self: bool = False) -> None:
+    """Launch :func:`push_rows_kernel` on the current stream: the call's alignment by ``alignment``
+    (:func:`fluxlite.kernels.align.launch`'s arguments but ``cache``: ``state``, ``flag_bases``,
+    ``error``, ``counters``, ``signature``, ``parity``, ``rank``, ``world_size``, ``region``,
+    ``sig_at``, ``ready_at``, ``timeout_s``), then ``nbytes`` at address ``src`` into every peer's
+    data half (``data_bases``, int64 ``[W]``; ``to_self``: ours too) at ``dst_offset`` bytes, then
+    ``splits`` data flags from ``first_slot`` of the call's region of every peer's flag array, then,
+    with ``wait``, a bounded wait for every peer's ``splits`` data flags (a timeout is recorded as
+    gathered rows, ``ERR_TIMEOUT_AG``). ``src``, ``nbytes`` and ``dst_offset`` are multiples of 16;
+    ``count``: int32 ``[2]`` of zeros (the kernel leaves them so); ``sms``: the most programs to
+    launch."""
     if src % 16 or nbytes % 16 or dst_offset % 16:
         raise ValueError(f"push_rows: src, nbytes and dst_offset must be multiples of 16, got {src}, {nbytes}, "
                          f"{dst_offset}")
+    al = alignment
+    W, parity, region, counters = al["world_size"], al["parity"], al["region"], al["counters"]
+    sig_base = sch.signature_slot(W, parity, 0) - sch.region_start(W, parity)
     direct.launch(push_rows_kernel, cache, programs_for(nbytes, sms),
-                  (src, data_bases, flag_bases, count, dst_offset // 16, nbytes // 16, rank, int(to_self), world_size,
-                   region, first_slot, splits),
-                  dict(BLOCK=BLOCK), num_warps=NUM_WARPS, num_stages=1)
+                  (src, data_bases, al["flag_bases"], count, al["state"], al["error"], counters, al["signature"],
+                   dst_offset // 16, nbytes // 16, al["rank"], int(to_self), W, parity, region, counters.numel(),
+                   al["sig_at"], al["ready_at"], sig_base, first_slot, sch.peer_slots(), splits, int(wait),
+                   int(al["timeout_s"] * 1e9)),
+                  dict(BLOCK=BLOCK, REGION_BLOCK=triton.next_power_of_2(region),
+                       COUNTERS_BLOCK=triton.next_power_of_2(counters.numel())),
+                  num_warps=NUM_WARPS, num_stages=1)

@@ -35,10 +35,10 @@ short that GEMMs cut by chunk would each read the whole weight, :func:`cut_rerea
 producer: the SMs push its chunk, ahead of the consumer on the caller's stream, and without a named
 kernel config one GEMM takes every row once all have landed::
 
-    align:    as above
-    push:     every peer p: p.gathered[r] <- a; then p.pushed (r, s) = 1 for every split s
-              (one kernel, fluxlite.kernels.push_rows; our own gathered[r] <- a too)
-    consumer: wait (bounded kernel) for every peer's every split; out = act(scale * gathered @ W.T + b)
+    gather:   one kernel (fluxlite.kernels.push_rows): align as above, beside the push:
+              every peer p: p.gathered[r] <- a; then p.pushed (r, s) = 1 for every split s
+              (our own gathered[r] <- a too); then wait (bounded) for every peer's every split
+    consumer: out = act(scale * gathered @ W.T + b)
 
 A replayed call's graph is then kernels only, which launch in a fraction of a copy node's time, and
 the GEMM reads the weight once, not once per chunk: with under a wave of tiles the Triton kernel's
@@ -292,7 +292,7 @@ class AllGatherGemm(Op):
     def one_matmul(self, world_size: int, args: Args) -> bool:
         """A call whose rows the SMs push (:meth:`pushes_by_sm`) takes the matmul consumer without a
         named kernel config (:meth:`Op.consumer_of`): one cuBLAS GEMM over every gathered row once
-        all have landed (:meth:`_consume_gathered`). So few rows make the Triton kernel's few tiles
+        all have landed (:meth:`_push_by_sm` waits for them). So few rows make the Triton kernel's few tiles
         run their whole ``K`` loops on a few SMs: on two H200s its GEMM took 80 us at
         16x8192->2560 where cuBLAS's took 11, and 44 against 13 us at 128x4096->4096
         (BENCHMARKS.md); one GEMM also reads the weight once, not once per chunk
@@ -355,14 +355,15 @@ class AllGatherGemm(Op):
             whole = plan.consumer != "triton"  # the matmul consumer: one GEMM over every row, ours too
 
             def push_then_consume() -> None:
-                self._push_by_sm(call, a, to_self=whole)
+                self._push_by_sm(call, a, to_self=whole, wait=whole)
                 if whole:
-                    self._consume_gathered(call, args, gathered, out)
+                    self._product(args, out, gathered, None)  # every rank's rows, which the push waited for
                 else:
                     consume()
 
-            # No producer, no copy (a program of no steps: no side stream to fork and join)
-            call.run(lambda: call.program((), list), push_then_consume, key)
+            # No producer, no copy (a program of no steps: no side stream to fork and join); the
+            # push starts the call
+            call.run(lambda: call.program((), list), push_then_consume, key, consume_aligns=True)
             return out, None
         # The producer's own tensors (not the workspace's, whose buffers change only with its
         # generation, which drops every program and graph): what its program and a replay's check
@@ -376,11 +377,12 @@ class AllGatherGemm(Op):
         call.run(program, consume, key, copied)
         return out, (None if push else gathered)
 
-    def _push_by_sm(self, call: Call, a: torch.Tensor, to_self: bool) -> None:
-        """Our rows into every peer's data half (``to_self``: and into ours), then our data flags of
-        every split on every peer (:meth:`pushes_by_sm`): on CUDA one kernel on the current stream,
-        ahead of the consumer (:mod:`fluxlite.kernels.push_rows`); on CPU the host's copies and
-        stores, in the same place."""
+    def _push_by_sm(self, call: Call, a: torch.Tensor, to_self: bool, wait: bool) -> None:
+        """Start the call, push our rows into every peer's data half (``to_self``: into ours too),
+        set our data flags of every split on every peer, and with ``wait`` wait for every peer's
+        (:meth:`pushes_by_sm`): on CUDA one kernel on the current stream, ahead of the consumer
+        (:mod:`fluxlite.kernels.push_rows`); on CPU the host's alignment, copies, stores and waits, in
+        the same order."""
         state, ws, parity = call.state, call.ws, call.parity
         W, r = ws.world_size, ws.rank
         nbytes = a.numel() * a.element_size()
@@ -390,17 +392,20 @@ class AllGatherGemm(Op):
         splits = call.plan.sched.splits
         if ws.is_cuda:
             push_rows.launch(src=a.data_ptr(), nbytes=nbytes, data_bases=state.data_bases(parity),
-                             flag_bases=state.flag_bases(), count=state.push_count, dst_offset=offset, rank=r,
-                             world_size=W, region=sch.region_start(W, parity), first_slot=sch.data_slot(W, r, 0),
-                             splits=splits, sms=gemm_core.sm_count(a.device), cache=state.push_kernels,
-                             to_self=to_self)
+                             count=state.push_count, dst_offset=offset, first_slot=sch.data_slot(W, r, 0),
+                             splits=splits, wait=wait, sms=gemm_core.sm_count(a.device),
+                             alignment=call.align_args(), cache=state.push_kernels, to_self=to_self)
             return
+        call.align()
         peers = [p for p in range(W) if p != r]
         for p in peers + [r] * to_self:
             ctypes.memmove(ws.data_addr(p, parity) + offset, a.data_ptr(), nbytes)
         for p in peers:  # after every copy: x86 keeps the order of these stores (fluxlite.host_flags)
             for s in range(splits):
                 host_store(call.flag_addr(p, sch.data_slot(W, r, s)), sch.SET)
+        for split in range(splits) if wait else ():
+            for p in peers:
+                call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=p, split=split, what="gathered rows")
 
     def gather(self, a: torch.Tensor, tp: TPGroup, timeout_s: float,
                arrived: Callable[[slice, torch.Tensor], None] | None = None) -> torch.Tensor:
@@ -478,22 +483,6 @@ class AllGatherGemm(Op):
         z = src.new_empty((src.shape[0], weight.shape[0])) if ep.gated else dst
         cublaslt.linear_into(z, src, weight, bias, ep.scale)
         epilogue.activate_into(dst if ep.gated else None, z, ep.activation)
-
-    def _consume_gathered(self, call: Call, args: Args, gathered: torch.Tensor, out: torch.Tensor) -> None:
-        """The matmul consumer of a call whose rows the SMs pushed, ours into our own buffer too
-        (:meth:`one_matmul`): a bounded wait for every peer's every split (on CUDA one kernel per
-        split, :meth:`~fluxlite.fused.call.Call.wait_split`; on CPU the host's), then one GEMM over
-        all ``W * m`` gathered rows."""
-        ws, plan = call.ws, call.plan
-        W, r = ws.world_size, ws.rank
-        for split in range(plan.sched.splits):
-            if ws.is_cuda:
-                call.wait_split(split, peer=None, code=ERR_TIMEOUT_AG)
-                continue
-            for p in range(W):
-                if p != r:
-                    call.wait_peer(sch.data_slot(W, p, split), peer=p, chunk=p, split=split, what="gathered rows")
-        self._product(args, out, gathered, None)
 
     def _by_split(self, call: Call, m: int, variant: str, arrived) -> None:
         """The matmul consumer's walk: ``arrived(None)`` for this rank's chunk (no wait), then for each
