@@ -105,10 +105,13 @@ def announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_a
             theirs = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32))
             tl.store(theirs + sig_at + offs_s, sig)
             if ready_at >= 0:
+                cta_barrier()  # every thread's signature words, before the release
                 tl.atomic_xchg(theirs + ready_at, 1, sem="release", scope="sys")
-    # Release: the signatures are visible before anything later in the stream (AG return_gathered's
-    # producer sets `ready` after this kernel).
-    tl.atomic_xchg(state_ptr, 1 - parity, sem="release", scope="sys")
+    if ready_at >= 0:  # each peer's ready flag published our signature there
+        tl.store(state_ptr, 1 - parity)
+    else:  # AG return_gathered's producer sets `ready` after this kernel: the signatures go first
+        cta_barrier()
+        tl.atomic_xchg(state_ptr, 1 - parity, sem="release", scope="sys")
 
 
 @triton.jit(do_not_specialize=["parity", "rank", "world_size", "region", "num_counters", "sig_at", "ready_at",

@@ -7,14 +7,14 @@ Math
 With ``W`` ranks, this rank ``r``'s rows are ``nbytes`` contiguous bytes at ``src``, and they go to
 the same offset ``dst_offset`` of every peer's data half of the call's parity ``P``
 (``data_bases[p]``), and with ``to_self`` of ours too (a consumer that reads every rank's rows from
-there). The ``programs`` programs take 16 KiB tiles round robin::
+there). Program 0 starts the call while the others take 16 KiB tiles round robin::
 
     program 0:  open the call; null call if the device's last call used P too   (kernels.align)
                 go = 1                                   (release, GPU scope)
                 announce the call: signatures, ready     (kernels.align)
     others:     wait go == 1                             (acquire, GPU scope)
-    every program, every target p, every tile t of it:   data_bases[p][dst_offset + t] = src[t]
-    count += 1                          (acq_rel, system scope, after a CTA barrier: publishes the tiles)
+                every target p, every tile t of this program:  data_bases[p][dst_offset + t] = src[t]
+    every program: count += 1    (acq_rel, system scope, after a CTA barrier: publishes its stores)
     the program whose add makes the count whole (old == programs - 1):
         every peer p, split s < splits:  p.flags[P][first_slot + s] = SET   (release, system scope)
         count = go = 0                  (the next launch starts from zero: launches on one stream
@@ -94,9 +94,9 @@ def push_rows_kernel(
     REGION_BLOCK: tl.constexpr,  # a power of two >= region
     COUNTERS_BLOCK: tl.constexpr,  # a power of two >= num_counters
 ):
-    first, step = tl.program_id(0), tl.num_programs(0)
+    program, programs = tl.program_id(0), tl.num_programs(0)
     go_ptr = count_ptr + 1
-    if first == 0:
+    if program == 0:  # the call's alignment, beside the others' pushes
         expected = open_call(state_ptr, flag_bases_ptr, counters_ptr, rank, region, num_counters, REGION_BLOCK,
                              COUNTERS_BLOCK)
         if expected != parity:
@@ -105,18 +105,18 @@ def push_rows_kernel(
         cta_barrier()  # every thread's clears, before the release
         tl.atomic_xchg(go_ptr, 1, sem="release", scope="gpu")
         announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
-    else:
+    else:  # a push: tiles program - 1, program - 1 + (programs - 1), ...
         go = tl.atomic_add(go_ptr, 0, sem="acquire", scope="gpu")
         while go == 0:
             go = tl.atomic_add(go_ptr, 0, sem="acquire", scope="gpu")
         cta_barrier()  # no thread pushes ahead of the acquire
-    source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
-    n = words16.to(tl.int64) * 4  # int32 words
-    for p in range(0, world_size):
-        if (p != rank) | (to_self != 0):
-            base = tl.multiple_of(tl.load(data_bases_ptr + p).to(tl.pointer_type(tl.int32)), 16)
-            copy_run(base + dst_offset16.to(tl.int64) * 4, source, 0, n, first, step, BLOCK)
-    if signal_add(count_ptr, 1) == step - 1:
+        source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
+        n = words16.to(tl.int64) * 4  # int32 words
+        for p in range(0, world_size):
+            if (p != rank) | (to_self != 0):
+                base = tl.multiple_of(tl.load(data_bases_ptr + p).to(tl.pointer_type(tl.int32)), 16)
+                copy_run(base + dst_offset16.to(tl.int64) * 4, source, 0, n, program - 1, programs - 1, BLOCK)
+    if signal_add(count_ptr, 1) == programs - 1:
         for p in range(0, world_size):
             if p != rank:
                 flags = tl.load(flag_bases_ptr + p).to(tl.pointer_type(tl.int32)) + parity * region + first_slot
@@ -135,8 +135,8 @@ def push_rows_kernel(
 
 
 def programs_for(nbytes: int, sms: int) -> int:
-    """Programs for ``nbytes``: one per tile, at most one per SM."""
-    return max(1, min(sms, -(-nbytes // (4 * BLOCK))))
+    """Programs for ``nbytes``: the alignment's, then one per tile, at most one per SM in all."""
+    return 1 + max(1, min(sms - 1, -(-nbytes // (4 * BLOCK))))
 
 
 def launch(*, src: int, nbytes: int, data_bases: torch.Tensor, count: torch.Tensor, dst_offset: int,
