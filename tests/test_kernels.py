@@ -425,7 +425,7 @@ def _random_rows(W, r, words, seed):
 
 
 @pytest.mark.parametrize("W,r,words,sms,splits,to_self", [
-    (2, 0, 1, 4, 1, False), (3, 1, 4096 + 3, 2, 2, True), (4, 3, 3 * 4096, 2, 1, False), (3, 2, 2 * 4096 - 1, 5, 4, True)])
+    (2, 0, 1, 4, 1, False), (3, 1, 4096 + 3, 2, 2, True), (4, 3, 3 * 4096, 2, 1, False), (3, 2, 3 * 4096 - 1, 5, 4, True)])
 def test_push_rows_starts_the_call_lands_our_rows_in_every_peer_then_sets_their_flags(W, r, words, sms, splits,
                                                                                        to_self):
     """Rank ``r`` of ``W`` starts a call of parity 1 on flags full of junk (the parities alternate:
@@ -433,8 +433,10 @@ def test_push_rows_starts_the_call_lands_our_rows_in_every_peer_then_sets_their_
     offset: every peer holds them bit for bit there and is unchanged elsewhere, our own half is
     untouched (``to_self``: holds them too); our previous call's region is cleared and this call's
     left alone; every peer got our signature, our ready flag and our data flags of the chunk
-    (``splits`` of them) and nothing else; the call is counted and the next parity is 0. Cases: one
-    word, ragged tiles shared by fewer programs than tiles, whole tiles, more programs than tiles."""
+    (``splits`` of them) and nothing else; the call is counted and the next parity is 0. Cases (the
+    pushing programs besides program 0, at most ``sms - 1`` and one per tile): one word, ragged tiles
+    shared by fewer programs than tiles, whole tiles by one program, a ragged last tile of three
+    programs."""
     parity = 1
     rows, halves, offset = _random_rows(W, r, words, seed=words)
     before = [h.clone() for h in halves]

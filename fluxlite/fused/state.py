@@ -114,9 +114,8 @@ class FusedState:
         self.call_number = self.sequence[2:]  # the kernels' call_ptr
         self._align_kernels: dict = {}
         self.gather_kernels: dict = {}  # GEMM-AllReduce's gather end, warmed up (kernels.gather_end)
-        # AG-GEMM's push of a small chunk by the SMs (fluxlite.kernels.push_rows): its programs' count and
-        # program 0's go, 0
-        # between launches, and its kernels, warmed up
+        # AG-GEMM's gather of a small chunk by the SMs (fluxlite.kernels.push_rows): its programs' count
+        # and program 0's go (both 0 between launches), and its kernels, warmed up
         self.push_count = torch.zeros(2, dtype=torch.int32, device=ws.device)
         self.push_kernels: dict = {}
         self.split_wait_kernels: dict = {}  # the matmul consumer's bounded wait (fluxlite.kernels.split_wait)
@@ -447,7 +446,8 @@ class FusedState:
                               reduced_at=sch.reduced_slot(W, 0, 0), timeout_s=self._timeout_s, sms=1,
                               cache=self.gather_kernels)
             # AG-GEMM's gather by the SMs, likewise: its alignment on the no-op branch (the device
-            # expects parity 1 after the alignment kernel above), no peer to push to, wait for or announce to.
+            # expects parity 1 after the alignment kernel above), no peer to push to, wait for or
+            # announce to.
             push_rows.launch(src=scratch.data_ptr(), nbytes=16, data_bases=alone, count=self.push_count, dst_offset=0,
                              first_slot=0, splits=1, wait=True, sms=1, cache=self.push_kernels,
                              alignment=dict(state=self.sequence, flag_bases=alone, error=self.error,

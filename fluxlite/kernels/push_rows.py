@@ -34,8 +34,8 @@ it. The other programs spin on ``go`` only while program 0 runs, which the GPU s
 them (it dispatches a grid's programs in order, and a launch here has no more programs than SMs).
 
 Why one launch: the alignment kernel, the push and a one-program wait launched apart cost about
-13 us at a decode step's few rows on two H200s, where NCCL's all-gather takes about 5 (BENCHMARKS.md);
-here the announcement and the clearing of the flags overlap the pushes, and two launches go.
+13 us at a decode step's 8 rows on two H200s, where NCCL's all-gather takes about 5; in one launch,
+the announcement and the clearing of the flags beside the pushes, 8.4 us (BENCHMARKS.md).
 Why SMs, for small chunks: a copy-engine copy into a peer is a node that costs a CUDA graph launch
 about 28 us of host time on two H200s, however small (docs/cuda_graphs.md), and each copy and its
 flag take some microseconds to start. A call whose rows are gathered by this kernel has no producer
