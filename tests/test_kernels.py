@@ -407,7 +407,8 @@ def _push(flags, halves, rows, r, parity, state, *, words, sms, splits, wait=Fal
                      timeout_s=timeout_s)
     push_kern.launch(src=rows.data_ptr(), nbytes=16 * words,
                      data_bases=torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64), count=count,
-                     dst_offset=offset, first_slot=sch.data_slot(W, r, 0), splits=splits, wait=wait, sms=sms,
+                     dst_offset=offset, first_slot=sch.data_slot(W, r, 0), splits=splits, wait=wait,
+                     sig_base=sch.signature_slot(W, parity, 0) - sch.region_start(W, parity), sms=sms,
                      alignment=alignment, cache={}, to_self=to_self)
     assert count.tolist() == [0, 0], "the programs' count and go must be back at 0"
     assert counters.abs().sum().item() == 0, f"tile counters left: {counters.tolist()}"
@@ -559,7 +560,8 @@ def test_push_rows_refuses_what_it_cannot_move_in_16_byte_words():
     for src, nbytes, offset in ((data.data_ptr() + 4, 16, 0), (data.data_ptr(), 8, 0), (data.data_ptr(), 16, 4)):
         with pytest.raises(ValueError, match="multiples of 16"):
             push_kern.launch(src=src, nbytes=nbytes, data_bases=bases, count=torch.zeros(2, dtype=torch.int32),
-                             dst_offset=offset, first_slot=0, splits=1, wait=False, sms=1, alignment={}, cache={})
+                             dst_offset=offset, first_slot=0, splits=1, wait=False, sig_base=0, sms=1, alignment={},
+                             cache={})
 
 
 def _split_wait(flags, sig, error, epoch, rank, W, split, timeout_s, **kw):

@@ -449,7 +449,7 @@ class FusedState:
             # expects parity 1 after the alignment kernel above), no peer to push to, wait for or
             # announce to.
             push_rows.launch(src=scratch.data_ptr(), nbytes=16, data_bases=alone, count=self.push_count, dst_offset=0,
-                             first_slot=0, splits=1, wait=True, sms=1, cache=self.push_kernels,
+                             first_slot=0, splits=1, wait=True, sig_base=0, sms=1, cache=self.push_kernels,
                              alignment=dict(state=self.sequence, flag_bases=alone, error=self.error,
                                             counters=self.counters, signature=signature, parity=1, rank=0,
                                             world_size=1, region=sch.region_slots(W),

@@ -12,7 +12,7 @@ there). Program 0 starts the call while the others take 16 KiB tiles round robin
     program 0:  open the call; null call if the device's last call used P too   (kernels.align)
                 go = 1                                   (release, GPU scope)
                 announce the call: signatures, ready     (kernels.align)
-    others:     wait go == 1                             (acquire, GPU scope)
+    others:     wait go == 1                             (acquire, bounded)
                 every target p, every tile t of this program:  data_bases[p][dst_offset + t] = src[t]
     every program: count += 1    (acq_rel, system scope, after a CTA barrier: publishes its stores)
     the program whose add makes the count whole (old == programs - 1):
@@ -31,7 +31,9 @@ rank waited for the peer's rows of the previous call, sent after that peer had s
 ``go`` comes as soon as program 0 has cleared the previous call's flags. Where the device's last call
 used ``P`` too (a one-call graph replayed), only the null call's barrier says so, and ``go`` follows
 it. The other programs spin on ``go`` only while program 0 runs, which the GPU starts no later than
-them (it dispatches a grid's programs in order, and a launch here has no more programs than SMs).
+them (it dispatches a grid's programs in order, and a launch here has no more programs than SMs);
+the spin is bounded all the same, at twice the call's timeout, so that program 0's own bounded
+wait (the null call's) is recorded first where a peer is missing.
 
 Why one launch: the alignment kernel, the push and a one-program wait launched apart cost about
 13 us at a decode step's 8 rows on two H200s, where NCCL's all-gather takes about 5; in one launch,
@@ -54,7 +56,7 @@ import triton.language as tl
 from .. import schedule as sch
 from . import launch as direct
 from .align import announce, null_call, open_call
-from .device_flags import TIMEOUT_AG, cta_barrier, signal_add, wait_peer
+from .device_flags import TIMEOUT_AG, TIMEOUT_ALIGN, cta_barrier, signal_add, wait_peer, wait_set
 from .gather_end import copy_run
 
 BLOCK = 4096
@@ -106,10 +108,9 @@ def push_rows_kernel(
         tl.atomic_xchg(go_ptr, 1, sem="release", scope="gpu")
         announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
     else:  # a push: tiles program - 1, program - 1 + (programs - 1), ...
-        go = tl.atomic_add(go_ptr, 0, sem="acquire", scope="gpu")
-        while go == 0:
-            go = tl.atomic_add(go_ptr, 0, sem="acquire", scope="gpu")
-        cta_barrier()  # no thread pushes ahead of the acquire
+        # Bounded past program 0's own bounded wait (the null call's): a program 0 that never ran
+        # is recorded as this rank's missing arrival at its alignment.
+        wait_set(go_ptr, state_ptr + 2, error_ptr, 2 * timeout_ns, TIMEOUT_ALIGN, 0, rank, -1)
         source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
         n = words16.to(tl.int64) * 4  # int32 words
         for p in range(0, world_size):
@@ -140,7 +141,7 @@ def programs_for(nbytes: int, sms: int) -> int:
 
 
 def launch(*, src: int, nbytes: int, data_bases: torch.Tensor, count: torch.Tensor, dst_offset: int,
-           first_slot: int, splits: int, wait: bool, sms: int, alignment: dict, cache: dict,
+           first_slot: int, splits: int, wait: bool, sig_base: int, sms: int, alignment: dict, cache: dict,
            to_self: bool = False) -> None:
     """Launch :func:`push_rows_kernel` on the current stream: the call's alignment by ``alignment``
     (:func:`fluxlite.kernels.align.launch`'s arguments but ``cache``: ``state``, ``flag_bases``,
@@ -149,15 +150,15 @@ def launch(*, src: int, nbytes: int, data_bases: torch.Tensor, count: torch.Tens
     data half (``data_bases``, int64 ``[W]``; ``to_self``: ours too) at ``dst_offset`` bytes, then
     ``splits`` data flags from ``first_slot`` of the call's region of every peer's flag array, then,
     with ``wait``, a bounded wait for every peer's ``splits`` data flags (a timeout is recorded as
-    gathered rows, ``ERR_TIMEOUT_AG``). ``src``, ``nbytes`` and ``dst_offset`` are multiples of 16;
-    ``count``: int32 ``[2]`` of zeros (the kernel leaves them so); ``sms``: the most programs to
-    launch."""
+    gathered rows, ``ERR_TIMEOUT_AG``; ``sig_base``: the region offset of peer 0's signature of the
+    call's parity, :attr:`fluxlite.fused.call.Call.signature_base`). ``src``, ``nbytes`` and
+    ``dst_offset`` are multiples of 16; ``count``: int32 ``[2]`` of zeros (the kernel leaves them
+    so); ``sms``: the most programs to launch."""
     if src % 16 or nbytes % 16 or dst_offset % 16:
         raise ValueError(f"push_rows: src, nbytes and dst_offset must be multiples of 16, got {src}, {nbytes}, "
                          f"{dst_offset}")
     al = alignment
     W, parity, region, counters = al["world_size"], al["parity"], al["region"], al["counters"]
-    sig_base = sch.signature_slot(W, parity, 0) - sch.region_start(W, parity)
     direct.launch(push_rows_kernel, cache, programs_for(nbytes, sms),
                   (src, data_bases, al["flag_bases"], count, al["state"], al["error"], counters, al["signature"],
                    dst_offset // 16, nbytes // 16, al["rank"], int(to_self), W, parity, region, counters.numel(),

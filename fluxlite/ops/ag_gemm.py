@@ -393,8 +393,9 @@ class AllGatherGemm(Op):
         if ws.is_cuda:
             push_rows.launch(src=a.data_ptr(), nbytes=nbytes, data_bases=state.data_bases(parity),
                              count=state.push_count, dst_offset=offset, first_slot=sch.data_slot(W, r, 0),
-                             splits=splits, wait=wait, sms=gemm_core.sm_count(a.device),
-                             alignment=call.align_args(), cache=state.push_kernels, to_self=to_self)
+                             splits=splits, wait=wait, sig_base=call.signature_base,
+                             sms=gemm_core.sm_count(a.device), alignment=call.align_args(), cache=state.push_kernels,
+                             to_self=to_self)
             return
         call.align()
         peers = [p for p in range(W) if p != r]
