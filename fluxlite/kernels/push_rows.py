@@ -109,8 +109,9 @@ def push_rows_kernel(
         announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
     else:  # a push: tiles program - 1, program - 1 + (programs - 1), ...
         # Bounded past program 0's own bounded wait (the null call's): a program 0 that never ran
-        # is recorded as this rank's missing arrival at its alignment.
-        wait_set(go_ptr, state_ptr + 2, error_ptr, 2 * timeout_ns, TIMEOUT_ALIGN, 0, rank, -1)
+        # is recorded as this rank's missing arrival at its alignment. Doubled in 64 bits: Triton
+        # types a timeout under 2.15 s as int32, and twice one of 1.08 s or more would wrap.
+        wait_set(go_ptr, state_ptr + 2, error_ptr, 2 * timeout_ns.to(tl.int64), TIMEOUT_ALIGN, 0, rank, -1)
         source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
         n = words16.to(tl.int64) * 4  # int32 words
         for p in range(0, world_size):
