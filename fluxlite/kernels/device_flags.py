@@ -67,6 +67,9 @@ _MIRROR = tl.constexpr(MIRROR_WORD)
 
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
 """What one spin costs under the Triton interpreter (measured 150-250 us), to bound it in time."""
+ARRIVED_GRACE = tl.constexpr(8)
+"""A wait for an arrived peer's data is bounded at ``timeout_ns * (1 + 1 / ARRIVED_GRACE)``
+(:func:`wait_peer`)."""
 TIMER_LANES = tl.constexpr(1024)  # >= the threads of any launch (32 warps): each thread reads the timer
 
 
@@ -167,10 +170,15 @@ def wait_peer(sync, slot, sig_base, timeout_ns, code, peer, chunk):
 
     1. ``peer``'s ready flag (slot ``peer``, schedule.ready_slot): it has written its signature here;
     2. its signature (at ``flags[sig_base + peer * SIG_WORDS]``) equals ours;
-    3. the data flag ``slot``.
+    3. the data flag ``slot``, bounded at an eighth more than ``timeout_ns``
+       (:data:`ARRIVED_GRACE`).
 
     Checking the signature before the data flag means a peer in another call is reported at once,
-    whichever flags that call sets. Returns the error code in force: 0 when the data may be used.
+    whichever flags that call sets. Why the grace: once a peer has arrived, its data can still queue
+    behind a peer that has not (at three or more ranks, AG-GEMM's pull of an arrived peer's rows
+    waits in our producer's program behind the pull of a missing peer's). Programs of one kernel wait
+    on both at once, and the longer bound makes the wait on the missing peer's arrival the one
+    recorded. Returns the error code in force: 0 when the data may be used.
     """
     flags_ptr, sig_ptr, error_ptr, call_ptr = sync[0], sync[1], sync[2], sync[3]
     err = wait_set(flags_ptr + peer, call_ptr, error_ptr, timeout_ns, code, peer, peer, chunk)
@@ -187,7 +195,10 @@ def wait_peer(sync, slot, sig_base, timeout_ns, code, peer, chunk):
                 _publish(error_ptr)
             err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
-        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk)
+        # In 64 bits: Triton types a timeout under 2.15 s as int32, and an eighth more could wrap.
+        arrived = timeout_ns.to(tl.int64)
+        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, arrived + arrived // ARRIVED_GRACE, code, slot, peer,
+                       chunk)
     return err
 
 
