@@ -16,6 +16,8 @@ import time
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from fluxlite import schedule as sch
 from fluxlite.epilogue import PLAIN, Epilogue
@@ -31,7 +33,7 @@ from fluxlite.kernels import push_rows as push_kern
 from fluxlite.kernels import split_wait as split_wait_kern
 from fluxlite.ops import AG, AR, RS
 from fluxlite.kernels.device_flags import (ERR_MISMATCH, ERR_TIMEOUT_AG, ERR_TIMEOUT_ALIGN, ERR_TIMEOUT_FINISHED,
-                                           ERR_TIMEOUT_RS, MIRROR_WORD, RECORD_WORDS)
+                                           ERR_TIMEOUT_RS, MIRROR_WORD, RECORD_WORDS, longer)
 
 from .dist_utils import run_ranks
 
@@ -927,3 +929,22 @@ def test_gemm_ar_pads_for_its_kernel_only_in_two_shots():
     assert AR.one_shot(2, 4, 4096, 2) and not AR.one_shot(2, 1 << 13, 4096, 2)
     assert AR.kernel_operands(state, small) is small
     assert AR.kernel_operands(state, large).a.shape == (1 << 13, 128)
+
+
+
+@triton.jit
+def _longer_kernel(out_ptr, timeout_ns, DIVISOR: tl.constexpr):
+    tl.store(out_ptr, longer(timeout_ns, DIVISOR))
+
+
+@pytest.mark.parametrize("timeout_ns", [1, 10**9, 2 * 10**9, 2**31 - 1, 2**31, 15 * 10**9, int(9.2e18)])
+@pytest.mark.parametrize("divisor", [1, 8])
+def test_a_longer_bound_neither_wraps_nor_exceeds_int64(timeout_ns, divisor):
+    """The doubled bound of the gather kernel's wait for its program 0 (divisor 1) and an arrived
+    peer's eighth more (8), from the timeouts a launch passes (``int(timeout_s * 1e9)``): Triton
+    types one under 2**31 as int32, where twice 2 s wrapped negative (a wait that gave up at its
+    first spin); the longest timeout fluxlite takes (9.2e9 s) counts as 2**62 - 1 ns (146 years)."""
+    out = torch.zeros(1, dtype=torch.int64)
+    _longer_kernel[(1,)](out, timeout_ns, DIVISOR=divisor)
+    t = min(timeout_ns, 2**62 - 1)
+    assert out.item() == t + t // divisor

@@ -67,6 +67,7 @@ _MIRROR = tl.constexpr(MIRROR_WORD)
 
 INTERPRET_SPIN_NS = tl.constexpr(200_000)
 """What one spin costs under the Triton interpreter (measured 150-250 us), to bound it in time."""
+_CAP_NS = tl.constexpr(2**62 - 1)
 ARRIVED_GRACE = tl.constexpr(8)
 """A wait for an arrived peer's data is bounded at ``timeout_ns * (1 + 1 / ARRIVED_GRACE)``
 (:func:`wait_peer`)."""
@@ -164,6 +165,15 @@ def wait_set(flag_ptr, call_ptr, error_ptr, timeout_ns, code, slot, peer, chunk)
 
 
 @triton.jit
+def longer(timeout_ns, divisor: tl.constexpr):
+    """``timeout_ns * (1 + 1 / divisor)`` in 64 bits, of a timeout taken as at most ``2**62 - 1`` ns
+    (146 years): Triton types a timeout under 2.15 s as int32, and the largest timeout fluxlite
+    takes (9.2e18 ns) fills an int64."""
+    t = tl.minimum(timeout_ns.to(tl.int64), _CAP_NS)
+    return t + t // divisor
+
+
+@triton.jit
 def wait_peer(sync, slot, sig_base, timeout_ns, code, peer, chunk):
     """Wait for ``peer``'s data behind flag ``slot`` of the call's flag region, bounded. ``sync`` is
     the call's ``(flags, signature, error record, call count)`` pointers (:func:`sync_args`):
@@ -195,9 +205,7 @@ def wait_peer(sync, slot, sig_base, timeout_ns, code, peer, chunk):
                 _publish(error_ptr)
             err = tl.full((), MISMATCH, tl.int32)
     if err == 0:
-        # In 64 bits: Triton types a timeout under 2.15 s as int32, and an eighth more could wrap.
-        arrived = timeout_ns.to(tl.int64)
-        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, arrived + arrived // ARRIVED_GRACE, code, slot, peer,
+        err = wait_set(flags_ptr + slot, call_ptr, error_ptr, longer(timeout_ns, ARRIVED_GRACE), code, slot, peer,
                        chunk)
     return err
 

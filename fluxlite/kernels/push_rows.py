@@ -56,7 +56,7 @@ import triton.language as tl
 from .. import schedule as sch
 from . import launch as direct
 from .align import announce, null_call, open_call
-from .device_flags import TIMEOUT_AG, TIMEOUT_ALIGN, cta_barrier, signal_add, wait_peer, wait_set
+from .device_flags import TIMEOUT_AG, TIMEOUT_ALIGN, cta_barrier, longer, signal_add, wait_peer, wait_set
 from .gather_end import copy_run
 
 BLOCK = 4096
@@ -108,10 +108,9 @@ def push_rows_kernel(
         tl.atomic_xchg(go_ptr, 1, sem="release", scope="gpu")
         announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
     else:  # a push: tiles program - 1, program - 1 + (programs - 1), ...
-        # Bounded past program 0's own bounded wait (the null call's): a program 0 that never ran
-        # is recorded as this rank's missing arrival at its alignment. Doubled in 64 bits: Triton
-        # types a timeout under 2.15 s as int32, and twice one of 1.08 s or more would wrap.
-        wait_set(go_ptr, state_ptr + 2, error_ptr, 2 * timeout_ns.to(tl.int64), TIMEOUT_ALIGN, 0, rank, -1)
+        # Bounded past program 0's own bounded wait (the null call's), at twice the timeout: a
+        # program 0 that never ran is recorded as this rank's missing arrival at its alignment.
+        wait_set(go_ptr, state_ptr + 2, error_ptr, longer(timeout_ns, 1), TIMEOUT_ALIGN, 0, rank, -1)
         source = tl.multiple_of(src.to(tl.pointer_type(tl.int32)), 16)
         n = words16.to(tl.int64) * 4  # int32 words
         for p in range(0, world_size):
