@@ -46,7 +46,33 @@ PRELOAD = [*SCRIPT_PRELOAD, "pytest", "tests.dist_utils", "tests.numerics", "tor
 _START = "forkserver"
 
 
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A port for rank 0 to listen on, free when checked: drawn below the kernel's ephemeral range.
+
+    A port the kernel hands out for a bind to port 0 comes from that range, from which every
+    outgoing connection of every process (the other tests' ranks, NCCL's and the stores' clients)
+    takes its local port too: between this check and rank 0's listen, one may take it
+    (``EADDRINUSE``). Below the range only another listener can."""
+    import random
+
+    top = min(_ephemeral_start(), 32768)
+    draw = random.SystemRandom()
+    for _ in range(64):
+        port = draw.randrange(top // 2, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
