@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ import fluxlite
 from fluxlite._cli import ArgumentParser, comma_list, positive, threads_per_rank
 from fluxlite._sequential import all_gather_rows
 from fluxlite._validate import IMPLS as ALL_IMPLS
+from fluxlite.group import free_local_port
 
 IMPLS = ("sequential", "fused", "auto")  # the default
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
@@ -73,10 +73,8 @@ def _single_process_env() -> None:
     """Without torchrun: a 1-rank group on a free local port."""
     if "RANK" in os.environ:
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(free_local_port()))
 
 
 class Timer:

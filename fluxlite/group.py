@@ -97,6 +97,36 @@ def resolve_group(group: dist.ProcessGroup | None = None) -> TPGroup:
 _EXIT_GRACE_S = 0.05
 
 
+def free_local_port() -> int:
+    """A TCP port on 127.0.0.1 for a rank-0 store to listen on, free when checked, drawn below the
+    kernel's ephemeral port range.
+
+    A port that the kernel hands out for a bind to port 0 comes from that range, from which every
+    outgoing connection of every process (other jobs' ranks, NCCL's and the stores' clients) takes
+    its local port too: between this check and rank 0's listen one may take it, and the job fails
+    with ``EADDRINUSE``. Below the range only another listener can."""
+    import random
+    import socket
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = min(int(f.read().split()[0]), 32768)
+    except (OSError, ValueError, IndexError):
+        top = 32768
+    draw = random.SystemRandom()
+    for _ in range(64):
+        port = draw.randrange(top // 2, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every draw taken: whatever the kernel gives
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _drain_gloo_at_exit() -> None:
     if not PROCESS.exit_grace_registered:
         PROCESS.exit_grace_registered = True

@@ -20,7 +20,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import traceback
@@ -46,36 +45,11 @@ PRELOAD = [*SCRIPT_PRELOAD, "pytest", "tests.dist_utils", "tests.numerics", "tor
 _START = "forkserver"
 
 
-def _ephemeral_start() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_port() -> int:
-    """A port for rank 0 to listen on, free when checked: drawn below the kernel's ephemeral range.
+    """A port for rank 0 to listen on (:func:`fluxlite.group.free_local_port`)."""
+    from fluxlite.group import free_local_port
 
-    A port the kernel hands out for a bind to port 0 comes from that range, from which every
-    outgoing connection of every process (the other tests' ranks, NCCL's and the stores' clients)
-    takes its local port too: between this check and rank 0's listen, one may take it
-    (``EADDRINUSE``). Below the range only another listener can."""
-    import random
-
-    top = min(_ephemeral_start(), 32768)
-    draw = random.SystemRandom()
-    for _ in range(64):
-        port = draw.randrange(top // 2, top)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_local_port()
 
 
 def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
@@ -132,7 +106,7 @@ def run_ranks(fn, world_size: int, *args, timeout_s: float = 20.0, env: dict | N
 # run SCRIPT as __main__ (stdout and stderr into OUT_DIR/run{i}_rank{r}.{out,err}) and then leave the
 # interpreter the normal way; print each rank's exit code (negative: killed by that signal) as JSON.
 LAUNCHER = """
-import gc, json, os, runpy, socket, sys
+import gc, json, os, runpy, sys
 for name in json.loads(sys.argv[1]):  # once, before any rank forks
     try:
         __import__(name)
@@ -142,9 +116,8 @@ gc.freeze()  # what is imported stays out of every rank's collections, the one a
 nproc, runs, out, script, args = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
 codes = []
 for run in range(runs):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from fluxlite.group import free_local_port
+    port = free_local_port()
     pids = []
     for rank in range(nproc):
         sys.stdout.flush()

@@ -147,3 +147,23 @@ def _resolved_by_name(rank: int, W: int) -> None:
 
 def test_groups_resolve_once_per_group_and_never_to_a_destroyed_one():
     run_ranks(_resolved_by_name, 2)
+
+
+def test_a_free_local_port_lies_below_the_ephemeral_range_and_can_be_listened_on() -> None:
+    """Ranks spawned by the profiler, the demo and the tests listen on a port drawn below the range
+    from which outgoing connections take theirs, so none can take it before rank 0 listens."""
+    import socket
+
+    from fluxlite.group import free_local_port
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except OSError:
+        pytest.skip("no /proc port range on this system")
+    ports = {free_local_port() for _ in range(20)}
+    assert all(min(low, 32768) // 2 <= p < min(low, 32768) for p in ports), sorted(ports)
+    assert len(ports) > 1, "the same port every time"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports.pop()))
+        s.listen()

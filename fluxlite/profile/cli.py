@@ -410,15 +410,12 @@ def _spawned_rank(rank: int, args, port: int) -> None:
 def _spawn(args) -> int:
     """Run the ranks as child processes; a SIGINT or SIGTERM here is passed on to them (rank 0
     first: it writes the results). The exit status is rank 0's, else the first failed rank's."""
-    import socket
-
     import torch.multiprocessing as mp
     from torch.multiprocessing.spawn import ProcessException
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.start_processes(_spawned_rank, args=(args, port), nprocs=args.world_size, join=False)
+    from ..group import free_local_port
+
+    ctx = mp.start_processes(_spawned_rank, args=(args, free_local_port()), nprocs=args.world_size, join=False)
 
     received = []
 
