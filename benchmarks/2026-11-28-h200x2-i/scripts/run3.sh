@@ -1,5 +1,5 @@
 R=/tmp/r3; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
-# Ran at 2c9ebfb.
+# Ran at 43075a6.
 # The arrived-peer grace and the 64-bit timeout on the GPU: four ranks on two GPUs (the missing peer
 # twice), the safety file, the missing-peer cases, then the random shapes alone.
 UNTIL=330; source benchmarks/2026-11-28-h200x2-h/scripts/lane.sh

@@ -1,5 +1,5 @@
 R=/tmp/r4; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
-# Ran at 2c9ebfb.
+# Ran at 43075a6.
 # The random shapes alone, then the missing-peer cases; GEMM-AllReduce's file beside them.
 UNTIL=290; source benchmarks/2026-11-28-h200x2-h/scripts/lane.sh
 lane tests/test_gpu_random.py:190 &

@@ -1,5 +1,5 @@
 R=/tmp/r5; source benchmarks/2026-11-27-h200x2-o/scripts/common.sh; export R
-# Ran at 9542ee5+: the one 64-bit bound helper on the GPU: the missing-peer cases at two ranks, four
+# Ran at 43a8cf9: the one 64-bit bound helper on the GPU: the missing-peer cases at two ranks, four
 # ranks on two GPUs (a missing peer, the SMs' small calls).
 mkdir -p $R/tests
 ( t0=$SECONDS; FLUXLITE_GPU_RANKS=2 timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_fused.py -k "missing_peer or small_chunks" > $R/tests/fused.log 2>&1
