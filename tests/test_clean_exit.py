@@ -19,6 +19,8 @@ costs a fraction of a second instead of three interpreters' start-up.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from .dist_utils import run_script
@@ -63,3 +65,56 @@ def test_layers_runs_exit_cleanly(tmp_path):
             where = f"run {run + 1} of {RUNS}, rank {rank} (exit code {rc})"
             assert "terminate called" not in err, f"{where}: the rank aborted at exit:\n{err[-6000:]}"
             assert rc == 0, f"{where}: the rank failed:\n{err[-6000:]}"
+
+
+_ORPHANS = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.dist_utils import die_with_parent
+for asks in (True, False):
+    if os.fork() == 0:
+        if asks:
+            die_with_parent()
+        print(int(asks), os.getpid(), flush=True)
+        time.sleep(120)
+        os._exit(0)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # ended, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_rank_ends_with_the_process_that_started_it():
+    """The test harness's ranks call ``die_with_parent``: killed with its parent (a pytest that a
+    time limit kills), a rank does not stay behind spinning; a process that did not ask stays."""
+    import os
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHANS, str(Path(__file__).resolve().parents[1])],
+                              stdout=subprocess.PIPE, text=True)
+    pids = dict(map(int, parent.stdout.readline().split()) for _ in range(2))  # asked (1) or not (0) -> pid
+    asked, other = pids[1], pids[0]
+    try:
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while not _gone(asked) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(asked), "the rank outlived its parent"
+        assert not _gone(other), "a process that did not ask ended too: the check proves nothing"
+    finally:
+        for pid in (asked, other):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
