@@ -127,6 +127,22 @@ def free_local_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent() -> None:
+    """End this process when the one that started it ends (Linux's ``PR_SET_PDEATHSIG``; elsewhere
+    nothing): for ranks that a tool spawns, so that a tool killed outright (``SIGKILL``, a time
+    limit) leaves no rank behind spinning in a wait on a GPU that later jobs use."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request
+        os._exit(1)
+
+
 def _drain_gloo_at_exit() -> None:
     if not PROCESS.exit_grace_registered:
         PROCESS.exit_grace_registered = True

@@ -52,25 +52,10 @@ def free_port() -> int:
     return free_local_port()
 
 
-def die_with_parent() -> None:
-    """End this process when the one that started it ends (Linux: ``PR_SET_PDEATHSIG``).
-
-    A rank whose pytest is killed (a suite's time limit, ``timeout``) would otherwise stay behind,
-    spinning in a wait on a GPU, or a CPU core, that the next tests use."""
-    import ctypes
-    import signal
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent ended before the request
-        os._exit(1)
-
-
 def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
-    die_with_parent()
+    from fluxlite.group import die_with_parent
+
+    die_with_parent()  # a pytest killed by a time limit leaves no rank behind
     os.environ.clear()
     os.environ.update(env)
     torch.set_num_threads(1)  # W ranks share 2 CI cores

@@ -18,14 +18,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .dist_utils import die_with_parent, free_port
+from .dist_utils import free_port
 
 # Never use NVLink multicast on the shared test machines.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def _entry(rank: int, world_size: int, port: int, fn, args, env) -> None:
-    die_with_parent()
+    from fluxlite.group import die_with_parent
+
+    die_with_parent()  # a pytest killed by a time limit leaves no rank spinning on a GPU
     os.environ.update(env)
     # A rank still running this long before the harness kills it prints every thread's stack:
     # a hang then says where it is.

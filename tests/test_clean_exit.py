@@ -70,7 +70,7 @@ def test_layers_runs_exit_cleanly(tmp_path):
 _ORPHANS = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from tests.dist_utils import die_with_parent
+from fluxlite.group import die_with_parent
 for asks in (True, False):
     if os.fork() == 0:
         if asks:
@@ -92,8 +92,9 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_rank_ends_with_the_process_that_started_it():
-    """The test harness's ranks call ``die_with_parent``: killed with its parent (a pytest that a
-    time limit kills), a rank does not stay behind spinning; a process that did not ask stays."""
+    """Ranks that the test harness or the profiler spawns call ``fluxlite.group.die_with_parent``:
+    killed with its parent (a pytest or a profiler killed outright), a rank does not stay behind
+    spinning; a process that did not ask stays."""
     import os
     import signal
     import subprocess

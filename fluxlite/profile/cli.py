@@ -400,6 +400,9 @@ def _profile(args, signals: _Signals) -> int:
 
 
 def _spawned_rank(rank: int, args, port: int) -> None:
+    from ..group import die_with_parent
+
+    die_with_parent()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(args.world_size), LOCAL_WORLD_SIZE=str(args.world_size))
     status = profile_on_this_rank(args)
