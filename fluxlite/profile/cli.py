@@ -21,7 +21,8 @@ ranks; the default is one per visible GPU where there are two or more (else, or 
 cpu``, 2 CPU ranks). Under torchrun it uses torchrun's ranks. It writes ``profile.json``,
 ``profile.csv`` and ``profile.png`` to ``--out`` and prints a table; the JSON and CSV are rewritten
 after every shape. Ctrl-C, SIGTERM or ``--time-limit`` stop it early: it writes the shapes measured
-so far (marked partial) and exits with 130, 143 or 124. ``--tune`` also measures what
+so far (marked partial) and exits with 130, 143 or 124; a profiler killed outright takes the ranks
+it spawned with it (Linux). ``--tune`` also measures what
 ``impl="auto"`` should run for each shape and fills the dispatch cache (fluxlite/dispatch.py).
 
 CPU ranks only exercise the profiler's protocol: their times say nothing about GPU performance.
