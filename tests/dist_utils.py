@@ -117,9 +117,10 @@ for name in json.loads(sys.argv[1]):  # once, before any rank forks
         pass
 gc.freeze()  # what is imported stays out of every rank's collections, the one at exit too: a run takes half the time
 nproc, runs, out, script, args = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+from fluxlite.group import die_with_parent, free_local_port
+die_with_parent()  # the launcher, and below each rank, ends with the pytest that started it
 codes = []
 for run in range(runs):
-    from fluxlite.group import free_local_port
     port = free_local_port()
     pids = []
     for rank in range(nproc):
@@ -127,6 +128,7 @@ for run in range(runs):
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            die_with_parent()
             for fd, ext in ((1, "out"), (2, "err")):
                 path = os.path.join(out, f"run{run}_rank{rank}.{ext}")
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
