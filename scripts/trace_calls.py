@@ -8,8 +8,8 @@ all three). Per shape, every rank queues ``--calls`` forced fused calls behind a
 ``torch.profiler`` (CUDA activity) and prints, from its trace:
 
 - the device events of one call (the last whole one: a fused call starts with its alignment
-  kernel, or AG-GEMM's gather by the SMs, which aligns the call itself, so calls are cut there), each with its start from the call's start, its duration and its
-  stream;
+  kernel, or AG-GEMM's gather by the SMs, which aligns the call itself, so calls are cut there),
+  each with its start from the call's start, its duration and its stream;
 - the breakdown, medians over the whole calls (:func:`call_breakdown`)::
 
       period   one call's start to the next one's

@@ -91,7 +91,7 @@ def test_an_eager_replay_is_captured_again_when_its_copied_memory_is_a_new_alloc
     bindings = Bindings()
     call = SimpleNamespace(capturing=False, op="ag_gemm", stream=5, _bindings=lambda: bindings,
                            state=SimpleNamespace(capture=capture),
-                           _enqueue=lambda program, consume, end: enqueued.append(program))
+                           _enqueue=lambda program, consume, end, consume_aligns: enqueued.append(program))
     replay = lambda: Call._replay(call, ("key",), (0x1000, 0x2000), lambda: "program", None)  # noqa: E731
 
     assert replay() is False and not captured and not launched  # first sighting: eager
@@ -185,8 +185,7 @@ def test_the_calls_end_goes_beside_the_producer_only_where_no_rank_shares_its_gp
     state = SimpleNamespace(producer_handle=side, call_start=SimpleNamespace(cuda_event="start"),
                             call_end=SimpleNamespace(cuda_event="end"))
     call = SimpleNamespace(state=state, ws=SimpleNamespace(device=SimpleNamespace(index=0), shares_gpu=shares_gpu),
-                           plan=SimpleNamespace(consumer="triton"), align=lambda: order.append(("align",)),
-                           consume_aligns=False)
+                           plan=SimpleNamespace(consumer="triton"), align=lambda: order.append(("align",)))
     program = SimpleNamespace(steps=["a step"], staged=[], on_stream=(["before"], ["after"]))
     Call._enqueue(call, program, lambda: order.append(("consumer",)), lambda: order.append(("end",)))
     join = ("wait", main, "end")

@@ -402,11 +402,10 @@ def _push(flags, halves, rows, r, parity, state, *, words, sms, splits, wait=Fal
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32) if error is None else error
     counters = torch.randint(1, 100, (sch.num_counters(W),), dtype=torch.int32)
     count = torch.zeros(2, dtype=torch.int32)
-    alignment = dict(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
-                     error=error, counters=counters, signature=torch.tensor(signature, dtype=torch.int32),
-                     parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
-                     sig_at=sch.signature_slot(W, parity, r), ready_at=sch.region_start(W, parity) + sch.ready_slot(r),
-                     timeout_s=timeout_s)
+    flag_bases = torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64)
+    alignment = align_kern.arguments(state=state, flag_bases=flag_bases, error=error, counters=counters,
+                                     signature=torch.tensor(signature, dtype=torch.int32), parity=parity, rank=r,
+                                     world_size=W, ready=True, timeout_s=timeout_s)
     push_kern.launch(src=rows.data_ptr(), nbytes=16 * words,
                      data_bases=torch.tensor([h.data_ptr() for h in halves], dtype=torch.int64), count=count,
                      dst_offset=offset, first_slot=sch.data_slot(W, r, 0), splits=splits, wait=wait,
@@ -771,12 +770,10 @@ def _align(flags, state, parity, rank=0, timeout_s=1.0, ready=True, signature=(7
     W = len(flags)
     error = torch.zeros(RECORD_WORDS, dtype=torch.int32) if error is None else error
     counters = torch.randint(1, 100, (sch.num_counters(W),), dtype=torch.int32)
-    align_kern.launch(state=state, flag_bases=torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64),
-                      error=error, counters=counters, signature=torch.tensor(signature, dtype=torch.int32),
-                      parity=parity, rank=rank, world_size=W, region=sch.region_slots(W),
-                      sig_at=sch.signature_slot(W, parity, rank),
-                      ready_at=sch.region_start(W, parity) + sch.ready_slot(rank) if ready else -1,
-                      timeout_s=timeout_s, cache={})
+    flag_bases = torch.tensor([f.data_ptr() for f in flags], dtype=torch.int64)
+    align_kern.launch(**align_kern.arguments(state=state, flag_bases=flag_bases, error=error, counters=counters,
+                                             signature=torch.tensor(signature, dtype=torch.int32), parity=parity,
+                                             rank=rank, world_size=W, ready=ready, timeout_s=timeout_s), cache={})
     assert counters.abs().sum().item() == 0, f"tile counters left: {counters.tolist()}"
     return error
 
@@ -929,7 +926,6 @@ def test_gemm_ar_pads_for_its_kernel_only_in_two_shots():
     assert AR.one_shot(2, 4, 4096, 2) and not AR.one_shot(2, 1 << 13, 4096, 2)
     assert AR.kernel_operands(state, small) is small
     assert AR.kernel_operands(state, large).a.shape == (1 << 13, 128)
-
 
 
 @triton.jit

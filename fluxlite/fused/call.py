@@ -177,7 +177,6 @@ class Call:
         self.deadline = time.monotonic() + timeout_s
         self.failed: BaseException | None = None  # the first failure of the producer or the consumer
         self.feed: producer.Feed | None = None  # CUDA, a consumer of many launches: the producer as it goes
-        self.consume_aligns = False  # the consumer's first kernel starts the call (run)
         if ws.is_cuda:
             cu.ensure_context(ws.device.index)
             self.stream = torch._C._cuda_getCurrentRawStream(ws.device.index)
@@ -306,10 +305,9 @@ class Call:
         whose first kernel can do it beside its own work (AG-GEMM's gather by the SMs).
         """
         state = self.state
-        self.consume_aligns = consume_aligns
         if self.ws.is_cuda:
-            if not self._replay(replay_key, copied, program, consume, end):
-                self._enqueue(program(), consume, end)
+            if not self._replay(replay_key, copied, program, consume, end, consume_aligns):
+                self._enqueue(program(), consume, end, consume_aligns)
             state.note_timeout(self.timeout_s)
             if self.capturing:  # a replay's failure surfaces at the next check (the record's mirror) or synchronize()
                 if state.blocking:  # Python's default warning filter shows it once per process
@@ -348,7 +346,8 @@ class Call:
                 state.poison(exc)
                 raise
 
-    def _enqueue(self, program: producer.Program, consume, end: Callable[[], None] | None = None) -> None:
+    def _enqueue(self, program: producer.Program, consume, end: Callable[[], None] | None = None,
+                 consume_aligns: bool = False) -> None:
         """Enqueue the call on the current stream (the caller's, or the capture stream of its own
         graph), where the alignment kernel and the consumer launch, and on the producer stream,
         which forks from it (after the alignment kernel, which announced the call to the peers) and
@@ -367,11 +366,12 @@ class Call:
         launches on this stream behind the consumer and every producer step's enqueueing, but not
         behind the producer stream's work: the stream joins it after ``end`` (GEMM-AllReduce's end
         copies the peers' earlier splits while the producer's last copies are on their way), except
-        where ranks share a GPU, where it launches after the join.
+        where ranks share a GPU, where it launches after the join. ``consume_aligns``: as in
+        :meth:`run` (no alignment kernel: ``consume()`` starts the call).
         """
         state = self.state
         main, side = torch._C._cuda_getCurrentRawStream(self.ws.device.index), state.producer_handle
-        if not self.consume_aligns:
+        if not consume_aligns:
             self.align()
         if not program.steps:  # no producer (the one shots, AG-GEMM's SM push): no stream to fork and join
             consume()
@@ -408,7 +408,7 @@ class Call:
             end()
 
     def _replay(self, key: tuple | None, copied: tuple[int, ...], program: Callable[[], producer.Program],
-                consume, end: Callable[[], None] | None = None) -> bool:
+                consume, end: Callable[[], None] | None = None, consume_aligns: bool = False) -> bool:
         """Replay this eager call's work from the graph of ``key``, captured now if ``key`` was seen
         once before; ``False`` (nothing enqueued) when the call runs without a graph: no key, the
         first sighting, past :data:`MAX_GRAPHS`, or under a user's capture.
@@ -437,7 +437,8 @@ class Call:
         buffers = cu.buffer_ids(copied)
         if graph is _SEEN_ONCE or graph.buffers != buffers:
             try:
-                graph = self.state.capture(lambda: self._enqueue(program(), consume, end))._replace(buffers=buffers)
+                graph = self.state.capture(lambda: self._enqueue(program(), consume, end, consume_aligns))._replace(
+                    buffers=buffers)
             except Exception as exc:  # run it eagerly: the peers are waiting for this call's flags
                 graphs[key] = _NO_GRAPH
                 warnings.warn(f"fluxlite: capturing a fused {self.op} call to replay failed, so it runs without a "

@@ -278,11 +278,9 @@ class FusedState:
         """CUDA: the arguments of a call's alignment (:func:`fluxlite.kernels.align.launch` but its
         ``cache``), for the alignment kernel or a kernel that starts the call itself
         (:mod:`fluxlite.kernels.push_rows`)."""
-        W, r = self.ws.world_size, self.ws.rank
-        return dict(state=self.sequence, flag_bases=self.flag_bases(), error=self.error, counters=self.counters,
-                    signature=signature, parity=parity, rank=r, world_size=W, region=sch.region_slots(W),
-                    sig_at=sch.signature_slot(W, parity, r),
-                    ready_at=sch.region_start(W, parity) + sch.ready_slot(r) if ready else -1, timeout_s=timeout_s)
+        return align.arguments(state=self.sequence, flag_bases=self.flag_bases(), error=self.error,
+                               counters=self.counters, signature=signature, parity=parity, rank=self.ws.rank,
+                               world_size=self.ws.world_size, ready=ready, timeout_s=timeout_s)
 
     def align(self, parity: int, call: int, timeout_s: float, signature: torch.Tensor, ready: bool) -> None:
         """Start call ``call`` of parity ``parity``: count it, zero the tile counters, clear the
@@ -435,10 +433,16 @@ class FusedState:
             own = torch.zeros(sch.num_flag_slots(W), dtype=torch.int32, device=ws.device)
             alone = torch.tensor([own.data_ptr()], dtype=torch.int64).to(ws.device)
             signature = torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device)
-            align.launch(state=self.sequence, flag_bases=alone, error=self.error, counters=self.counters,
-                         signature=signature, parity=0, rank=0, world_size=1, region=sch.region_slots(W),
-                         sig_at=sch.signature_slot(W, 0, 0), ready_at=-1, timeout_s=self._timeout_s,
-                         cache=self._align_kernels)
+
+            def alone_call(parity: int) -> dict:
+                """Rank 0 alone (no peer, no ready flag to set) on flags of its own laid out for W
+                ranks, so that the kernels compiled are those the calls launch."""
+                slots = align.arguments(state=self.sequence, flag_bases=alone, error=self.error,
+                                        counters=self.counters, signature=signature, parity=parity, rank=0,
+                                        world_size=W, ready=False, timeout_s=self._timeout_s)
+                return dict(slots, world_size=1)
+
+            align.launch(**alone_call(0), cache=self._align_kernels)
             # GEMM-AllReduce's gather end, likewise: alone, no split to wait for or move.
             nothing = torch.zeros(1, 16, dtype=torch.bfloat16, device=ws.device)
             gather_end.launch(out=nothing, data_bases=alone, flag_bases=alone, bounds=own[:1], error=self.error,
@@ -450,11 +454,7 @@ class FusedState:
             # announce to.
             push_rows.launch(src=scratch.data_ptr(), nbytes=16, data_bases=alone, count=self.push_count, dst_offset=0,
                              first_slot=0, splits=1, wait=True, sig_base=0, sms=1, cache=self.push_kernels,
-                             alignment=dict(state=self.sequence, flag_bases=alone, error=self.error,
-                                            counters=self.counters, signature=signature, parity=1, rank=0,
-                                            world_size=1, region=sch.region_slots(W),
-                                            sig_at=sch.signature_slot(W, 1, 0), ready_at=-1,
-                                            timeout_s=self._timeout_s))
+                             alignment=alone_call(1))
             # The matmul consumers' bounded wait for the peers' data, likewise.
             split_wait.launch(flags=own, sig=torch.zeros(sch.SIG_WORDS, dtype=torch.int32, device=ws.device),
                               error=self.error, call=self.call_number, first=sch.data_slot(W, 0, 0),

@@ -49,6 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import schedule as sch
 from . import launch as direct
 from .device_flags import SIG_WORDS, TIMEOUT_ALIGN, cta_barrier, wait_set
 
@@ -134,6 +135,18 @@ def align_kernel(
     if expected != parity:
         null_call(state_ptr, flag_bases_ptr, error_ptr, parity, rank, world_size, region, timeout_ns, REGION_BLOCK)
     announce(state_ptr, flag_bases_ptr, sig_ptr, parity, rank, world_size, sig_at, ready_at)
+
+
+def arguments(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor, counters: torch.Tensor,
+              signature: torch.Tensor, parity: int, rank: int, world_size: int, ready: bool, timeout_s: float) -> dict:
+    """A call's alignment as :func:`launch` takes it (but ``cache``), and a kernel that starts the
+    call itself (:mod:`fluxlite.kernels.push_rows`): the flag slots from the schedule; ``ready``:
+    whether this kernel sets our ready flag on the peers."""
+    W = world_size
+    return dict(state=state, flag_bases=flag_bases, error=error, counters=counters, signature=signature,
+                parity=parity, rank=rank, world_size=W, region=sch.region_slots(W),
+                sig_at=sch.signature_slot(W, parity, rank),
+                ready_at=sch.region_start(W, parity) + sch.ready_slot(rank) if ready else -1, timeout_s=timeout_s)
 
 
 def launch(*, state: torch.Tensor, flag_bases: torch.Tensor, error: torch.Tensor, counters: torch.Tensor,
