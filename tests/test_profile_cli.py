@@ -505,6 +505,56 @@ def test_the_profiles_calls_write_into_kept_outputs():
     run_ranks(_kept_outputs, 2)
 
 
+@pytest.mark.parametrize("dtype,K,N,padded", [
+    (torch.float32, 13, 7, (16, 8)), (torch.bfloat16, 13, 7, (16, 8)), (torch.bfloat16, 5000, 3500, (5000, 3504)),
+    (torch.bfloat16, 24, 16, None), (torch.float32, 12, 8, None), (torch.float16, 40, 36, (40, 40)),
+])
+def test_the_baseline_gemm_runs_on_whole_16_byte_rows(dtype, K, N, padded):
+    """The profiler's GEMM and limit run on operands zero-padded to whole 16-byte rows: the product's
+    first ``N`` columns are ``a @ weight.T`` (float64 reference), the padding's are zero, and
+    operands already whole are the caller's tensors themselves."""
+    from fluxlite.profile.run import whole_row_operands
+
+    M = 9
+    a, w = torch.randn(M, K).to(dtype), torch.randn(N, K).to(dtype)
+    pa, pw = whole_row_operands(a, w)
+    if padded is None:
+        assert pa is a and pw is w
+        return
+    assert (pa.shape[1], pw.shape[0]) == padded and pw.shape[1] == padded[0]
+    for t in (pa, pw):
+        assert t.is_contiguous() and t.shape[-1] * t.element_size() % 16 == 0
+    out = torch.full((M, padded[1]), float("nan"), dtype=torch.float64)
+    torch.matmul(pa.double(), pw.double().t(), out=out)
+    ref = a.double() @ w.double().t()
+    torch.testing.assert_close(out[:, :N], ref, rtol=1e-12, atol=1e-12)
+    assert torch.equal(out[:, N:], torch.zeros(M, padded[1] - N, dtype=torch.float64))
+
+
+def _the_gemm_case_runs_on_whole_rows(rank: int, W: int) -> None:
+    """Each op's ``gemm`` case (the limit runs it too) is the per-rank GEMM on whole-row operands:
+    its first ``N`` columns match the rank's GEMM on the operands as given."""
+    from fluxlite.profile import run
+    from fluxlite.profile.presets import Shape
+
+    tp = fluxlite.resolve_group()
+    for op, M in (("ag_gemm", 3 * W), ("gemm_rs", 3 * W), ("gemm_ar", 5)):
+        make, cases = run.op_case(Shape(op, M, 13, 7), tp, torch.float32, torch.device("cpu"))
+        x = make()
+        a = x["gathered"] if op == "ag_gemm" else x["a"]
+        out = cases["gemm"](x)
+        assert out.shape == (M, 8), (op, out.shape)
+        ref = a.double() @ x["w"].double().t()
+        torch.testing.assert_close(out[:, :7].double(), ref, rtol=1e-5, atol=1e-5)
+        assert torch.count_nonzero(out[:, 7:]) == 0
+
+
+def test_the_gemm_case_runs_on_whole_rows():
+    from tests.dist_utils import run_ranks
+
+    run_ranks(_the_gemm_case_runs_on_whole_rows, 2)
+
+
 def test_presets_derive_the_anchor_shapes():
     from fluxlite.profile.presets import model_shapes
 

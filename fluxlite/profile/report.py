@@ -55,10 +55,10 @@ BOUND_TEXT = ("bound tp / lat: sequential over the limit in throughput / latency
               "call's reduction)")
 UNDER_LIMIT = 0.03
 """How far under the limit (relative) a fused time is marked as under it, past the rounds' spread."""
-UNDER_LIMIT_TEXT = ("!: fused ran under the limit, which is then no floor: torch.matmul, which the GEMM, the limit "
-                    "and sequential run, was slower on these operands than the fused call's own GEMMs (several "
-                    "times where rows are off 16 bytes, K or N off a multiple of 8 in bf16, which the fused "
-                    "call pads or hands to cuBLASLt with their alignment); its efficiency then exceeds 1")
+UNDER_LIMIT_TEXT = ("!: fused ran under the limit, which is then no floor: the fused call's own GEMMs beat "
+                    "torch.matmul on whole-16-byte rows, which the GEMM and the limit run (cuBLASLt without a "
+                    "workspace, or the Triton kernel at some shapes off 128), or the clocks moved between the "
+                    "timings; its efficiency then exceeds 1")
 
 
 def no_nan(v):
