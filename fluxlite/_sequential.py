@@ -38,10 +38,106 @@ def reduce_scatter_rows(x: torch.Tensor, tp: TPGroup, out: torch.Tensor | None =
     return out
 
 
+ROW_UNIT_BYTES = 16
+"""cuBLAS runs its fast kernels only where every row of ``a``, the weight and the output is a whole
+number of 16-byte units (``K`` and ``N`` multiples of 8 in bf16)."""
+# The rates below were measured on an H200 (bf16, M of 256-8192, K and N of 2000-13227).
+ODD_ROW_FLOPS = 1.1e14
+"""FLOP/s of cuBLAS's GEMM where a row off 16 bytes is an odd number of elements (2-byte aligned):
+95-122 TFLOP/s measured."""
+EVEN_ROW_FLOPS = 2.2e14
+"""The same where such rows are 4- or 8-byte aligned: 196-264 TFLOP/s measured."""
+ALIGNED_FLOPS = 6.5e14
+"""FLOP/s of the same GEMMs on operands padded to whole rows: 660-780 TFLOP/s from 2048 rows."""
+PAD_BYTES_PER_S = 0.8e12
+"""Bytes per second of a copy whose source rows are off 16 bytes (``a`` and the weight where ``K``
+is off, the output's columns where ``N`` is): a source read element by element."""
+ROW_PAD_BYTES_PER_S = 1.6e12
+"""Bytes per second of the weight's copy where only ``N`` is off: whole rows, a zeroed tail."""
+OP_SECONDS = 15e-6
+"""What each extra operation of the padding costs beyond its bytes: its host time and its launch.
+Small calls are bound by it."""
+
+
+def whole_row_operands(a: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a, weight)`` with ``K`` and ``N`` zero-padded up to whole :data:`ROW_UNIT_BYTES` rows
+    (``a: [M, K] -> [M, Kp]``, ``weight: [N, K] -> [Np, Kp]``; a padded one is a contiguous copy),
+    or the tensors themselves where their rows already are whole units. Zeros add nothing to the product; the
+    padding adds at most ``16 / e - 1`` columns."""
+    unit = ROW_UNIT_BYTES // a.element_size()
+    pad_k, pad_n = -a.shape[1] % unit, -weight.shape[0] % unit
+    if not (pad_k or pad_n):
+        return a, weight
+    return zero_padded(a, 0, pad_k), zero_padded(weight, pad_n, pad_k)
+
+
+def zero_padded(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``x: [R, C]`` as a contiguous ``[R + rows, C + cols]`` with zeros after: one copy, and only the
+    padding zeroed (a whole zero fill first cost an H200 up to 1.6x the time at large weights)."""
+    if not cols and not rows:
+        return x
+    R, C = x.shape
+    y = x.new_empty((R + rows, C + cols))
+    y[:R, :C].copy_(x)
+    if cols:
+        y[:R, C:].zero_()
+    if rows:
+        y[R:].zero_()
+    return y
+
+
+def pays_to_pad(M: int, K: int, N: int, element_size: int) -> bool:
+    """Whether ``[M, K] @ [N, K].T`` runs faster on operands padded to whole 16-byte rows
+    (:func:`whole_row_operands`): where ``K`` or ``N`` is off them, and the time cuBLAS's slower
+    kernels would take beyond the padded GEMM's exceeds the padding's cost. That cost is the copies
+    of ``a`` (where ``K`` is off) and the weight, the output's columns copied back (where ``N`` is
+    off), and :data:`OP_SECONDS` for each of these operations. The rates are an H200's (the
+    constants above). Decode-sized GEMMs read the weight once whatever the alignment, so they stay as
+    they are."""
+    e, unit = element_size, ROW_UNIT_BYTES // element_size
+    pad_k, pad_n = -K % unit, -N % unit
+    if not (pad_k or pad_n) or M == 0:
+        return False
+    odd = (pad_k and K % 2) or (pad_n and N % 2)
+    flops = 2.0 * M * K * N
+    saved = flops / (ODD_ROW_FLOPS if odd else EVEN_ROW_FLOPS) - flops / ALIGNED_FLOPS
+    cost = e * N * K / (PAD_BYTES_PER_S if pad_k else ROW_PAD_BYTES_PER_S) + OP_SECONDS
+    if pad_k:
+        cost += e * M * K / PAD_BYTES_PER_S + OP_SECONDS
+    if pad_n:
+        cost += e * M * N / PAD_BYTES_PER_S + OP_SECONDS
+    return saved > cost
+
+
+def pads_rows(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether :func:`linear_into` runs ``x @ weight.T`` on padded operands: cuBLAS's GEMMs in fp16
+    or bf16 on CUDA, where :func:`pays_to_pad`."""
+    return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
+            and pays_to_pad(x.shape[0], x.shape[1], weight.shape[0], x.element_size()))
+
+
 def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 alpha: float = 1.0) -> torch.Tensor:
     """``alpha * x @ weight.T (+ bias)``, written into ``out`` when given: one cuBLAS GEMM, the bias and
-    ``alpha`` in its epilogue."""
+    ``alpha`` in its epilogue. Where :func:`pads_rows` says so, on operands zero-padded to whole
+    16-byte rows (:func:`whole_row_operands`), the padded output's columns then copied into ``out``.
+
+    Shapes: ``x: [M, K]``, ``weight: [N, K]``, ``bias: [N]``, ``out: [M, N]``."""
+    if not pads_rows(x, weight):
+        return _gemm_into(out, x, weight, bias, alpha)
+    N = weight.shape[0]
+    xp, wp = whole_row_operands(x, weight)
+    pad_n = wp.shape[0] - N
+    if not pad_n:
+        return _gemm_into(out, xp, wp, bias, alpha)
+    wide = _gemm_into(None, xp, wp, None if bias is None else torch.nn.functional.pad(bias, (0, pad_n)), alpha)
+    if out is None:
+        out = x.new_empty((x.shape[0], N))
+    return out.copy_(wide[:, :N])
+
+
+def _gemm_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               alpha: float) -> torch.Tensor:
     if out is None:
         out = x.new_empty((x.shape[0], weight.shape[0]))
     if bias is not None:
@@ -61,7 +157,7 @@ def epilogue_linear(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Ten
     if not ep.row_scaled:
         z = linear_into(None if ep.gated else out, x, weight, bias, ep.scale)
         return activate_into(out if ep.gated else None, z, ep.activation)
-    y = apply_epilogue(x @ weight.t(), ep, bias, row_scale, x.dtype)
+    y = apply_epilogue(linear_into(None, x, weight, None), ep, bias, row_scale, x.dtype)
     if out is None:
         return y
     return out.copy_(y)

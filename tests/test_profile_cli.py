@@ -513,7 +513,7 @@ def test_the_baseline_gemm_runs_on_whole_16_byte_rows(dtype, K, N, padded):
     """The profiler's GEMM and limit run on operands zero-padded to whole 16-byte rows: the product's
     first ``N`` columns are ``a @ weight.T`` (float64 reference), the padding's are zero, and
     operands already whole are the caller's tensors themselves."""
-    from fluxlite.profile.run import whole_row_operands
+    from fluxlite._sequential import whole_row_operands
 
     M = 9
     a, w = torch.randn(M, K).to(dtype), torch.randn(N, K).to(dtype)

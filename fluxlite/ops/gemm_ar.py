@@ -12,7 +12,7 @@ only on what the call signature holds.
 ``[M, N]`` sits at the start of its data half ``P`` (symmetric)::
 
     align:  every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
-    GEMM:   partial = a @ weight.T, into our data half P                (torch.matmul: cuBLAS on CUDA)
+    GEMM:   partial = a @ weight.T, into our data half P                (cuBLAS: fluxlite._sequential.linear_into)
     reduce: every peer d: d.finished[r] = 1; wait for every peer's ready, signature and finished
             (bounded); out = scale * sum_q partial_q + b, q in rank order, each read where it lies
             (one kernel on CUDA, kernels/one_shot.py, reading the peers' memory; the /dev/shm
@@ -61,6 +61,7 @@ import torch
 import torch.distributed as dist
 
 from .. import schedule as sch
+from .._sequential import linear_into
 from ..epilogue import PLAIN
 from ..epilogue import apply as apply_epilogue
 from ..fused import Call
@@ -127,11 +128,12 @@ class GemmAllReduce(GemmReduceScatter):
 
     # ---- the references ----------------------------------------------------------------------------
     def sequential(self, args: Args) -> torch.Tensor:
-        """The GEMM, the all-reduce, then the epilogue once: ``torch.matmul`` then NCCL's
-        ``all_reduce``, into ``out`` where given and nothing follows them."""
+        """The GEMM, the all-reduce, then the epilogue once: cuBLAS
+        (:func:`~fluxlite._sequential.linear_into`) then NCCL's ``all_reduce``, into ``out`` where
+        given and nothing follows them."""
         a, out = args.a, args.out
         into_out = args.ep == PLAIN and out is not None
-        partial = torch.matmul(a, args.weight.t(), out=out) if into_out else a @ args.weight.t()
+        partial = linear_into(out if into_out else None, a, args.weight, None)
         if args.tp.world_size > 1:
             dist.all_reduce(partial, group=args.tp.group)
         return self._finish(partial, args)
@@ -144,7 +146,7 @@ class GemmAllReduce(GemmReduceScatter):
         partial = a.new_empty((M, weight.shape[0]))
         works = []
         for lo in range(0, M, chunk):
-            torch.matmul(a[lo : lo + chunk], weight.t(), out=partial[lo : lo + chunk])
+            linear_into(partial[lo : lo + chunk], a[lo : lo + chunk], weight, None)
             works.append(dist.all_reduce(partial[lo : lo + chunk], group=args.tp.group, async_op=True))
         for work in works:
             work.wait()

@@ -45,7 +45,7 @@ from .. import _cublaslt as cublaslt
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
-from .._sequential import reduce_scatter_rows
+from .._sequential import linear_into, reduce_scatter_rows
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
 from ..host_flags import host_set_flag, host_store
@@ -112,7 +112,8 @@ class GemmReduceScatter(Op):
         """The GEMM, the reduce-scatter, then the epilogue once."""
         a, bias, ep, out = args.a, args.bias, args.ep, args.out
         plain = ep == epilogue.PLAIN
-        reduced = reduce_scatter_rows(a @ args.weight.t(), args.tp, out if plain else None)  # into out if nothing follows
+        partial = linear_into(None, a, args.weight, None)
+        reduced = reduce_scatter_rows(partial, args.tp, out if plain else None)  # into out if nothing follows
         if not plain:
             reduced = apply_epilogue(reduced, ep, bias, None, a.dtype)
             bias = None
@@ -137,9 +138,9 @@ class GemmReduceScatter(Op):
         steps = []
         for i in range(1, W):
             dst, src = (r + i) % W, (r - i) % W
-            torch.matmul(a[dst * mc : (dst + 1) * mc], weight.t(), out=partials[dst])
+            linear_into(partials[dst], a[dst * mc : (dst + 1) * mc], weight, None)
             steps.append(exchange(tp, [(partials[dst], dst)], [(received[src], src)]))
-        acc = (a[r * mc : (r + 1) * mc] @ weight.t()).to(torch.promote_types(a.dtype, torch.float32))
+        acc = linear_into(None, a[r * mc : (r + 1) * mc], weight, None).to(torch.promote_types(a.dtype, torch.float32))
         for works in steps:
             wait_all(works)
         for p in range(W):  # a fixed order on every rank
@@ -185,7 +186,7 @@ class GemmReduceScatter(Op):
         producer and no copy::
 
             align:  every peer d: d.signature[P][r] <- ours; d.ready[r] = 1
-            GEMM:   partial = a @ weight.T, into our data half P                (torch.matmul: cuBLAS on CUDA)
+            GEMM:   partial = a @ weight.T, into our data half P     (cuBLAS on CUDA: fluxlite._sequential.linear_into)
             reduce: every peer d: d.finished[r] = 1; wait for every peer's ready, signature and finished
                     (bounded); out = scale * sum_q partial_q[our rows] + b, q in rank order
                     (one kernel on CUDA, fluxlite.kernels.one_shot; the /dev/shm mappings on CPU)
@@ -204,7 +205,7 @@ class GemmReduceScatter(Op):
         out = args.out if args.out is not None else a.new_empty((rows, N))
 
         def consume_torch() -> None:
-            torch.matmul(a, weight.t(), out=partial)
+            linear_into(partial, a, weight, None)
             for p in range(W):  # after the partial: x86 keeps the order of these stores (fluxlite.host_flags)
                 if p != r:
                     host_store(call.flag_addr(p, sch.finished_slot(W, r)), sch.SET)
@@ -218,7 +219,7 @@ class GemmReduceScatter(Op):
             out.copy_(apply_epilogue(acc, ep, bias, None, a.dtype))
 
         def consume_triton() -> None:
-            torch.matmul(a, weight.t(), out=partial)
+            linear_into(partial, a, weight, None)
             one_shot.launch(partials=state.data_bases(parity), out=out, bias=bias, flag_bases=state.flag_bases(),
                             flags=state.region(parity), sig=plan.signature_dev, counters=state.counters,
                             error=state.error, call=state.call_number, rank=r, world_size=W,

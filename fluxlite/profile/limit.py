@@ -4,7 +4,7 @@ The floor of an overlapped op is not ``max(T_gemm, T_comm)``. The copy engine th
 bytes over the links also reads and writes the same HBM (and L2) as the GEMM, so a GEMM with the
 transfer running beside it is slower than the GEMM alone. The limit is therefore measured, not
 computed: the makespan of the GEMM (``torch.matmul``, cuBLAS on CUDA, on operands whose rows are
-whole 16-byte units: :func:`fluxlite.profile.run.whole_row_operands`) on the caller's stream while
+whole 16-byte units: :func:`fluxlite._sequential.whole_row_operands`) on the caller's stream while
 a copy engine moves the op's bytes on a second stream, both started together::
 
     T_limit = makespan(gemm on stream 1  ||  copies on stream 2)

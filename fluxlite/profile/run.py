@@ -1,7 +1,8 @@
 """What the profiler times for one (op, shape), on every rank: the cases and the figures of a row.
 
 Implementations timed (:data:`IMPLS`), all in the same rounds: ``gemm`` (the per-rank GEMM alone,
-``torch.matmul`` on operands with whole 16-byte rows, :func:`whole_row_operands`), ``comm`` (the collective alone), ``copy`` (the op's bytes moved by the copy
+``torch.matmul`` on operands with whole 16-byte rows, :func:`fluxlite._sequential.whole_row_operands`),
+``comm`` (the collective alone), ``copy`` (the op's bytes moved by the copy
 engine alone) and ``limit`` (the GEMM with that copy running beside it: what an overlapped op can
 cost at best, :mod:`fluxlite.profile.limit`); ``sequential``, ``decomposed`` and ``fused``
 (fluxlite's ops), ``torch_symm_mem`` (``torch.ops.symm_mem``'s fused op, on CUDA where it works;
@@ -39,7 +40,7 @@ import torch.distributed as dist
 import fluxlite
 
 from .. import dispatch
-from .._sequential import all_gather_rows, reduce_scatter_rows
+from .._sequential import all_gather_rows, reduce_scatter_rows, whole_row_operands
 from ..group import TPGroup
 from . import limit as limits
 from .presets import Shape
@@ -96,7 +97,9 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
         return torch.ops.symm_mem.one_shot_all_reduce(x["symm"], "sum", group_name)
 
     def gemm(x):
-        """The per-rank GEMM alone, on operands whose rows are whole 16-byte units (:func:`whole_row_operands`)."""
+        """The per-rank GEMM alone, on operands whose rows are whole 16-byte units, padded once per
+        input set (:func:`~fluxlite._sequential.whole_row_operands`): what the hardware allows for these
+        sizes, where a fused or sequential call pays for any padding it does."""
         return torch.matmul(x["gemm_a"], x["gemm_w"].t())
 
     torch_op = torch_ar
@@ -112,28 +115,6 @@ def op_case(shape: Shape, tp: TPGroup, dtype: torch.dtype, device: torch.device)
                  **{impl: (lambda x, impl=impl: call(x, impl)) for impl in ("sequential", "decomposed", "fused")},
                  torch_symm_mem=torch_op, auto=lambda x: call(x, "auto"))
     return make, {name: fn for name, fn in cases.items() if fn is not None}
-
-
-ROW_UNIT_BYTES = 16
-"""The row unit of the baseline GEMM's operands: cuBLAS runs its fast kernels only where every row of
-``a``, the weight and the output starts on a 16-byte boundary."""
-
-
-def whole_row_operands(a: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(a, weight)`` with ``K`` and ``N`` zero-padded up to whole :data:`ROW_UNIT_BYTES` rows
-    (``a: [M, K] -> [M, Kp]``, ``weight: [N, K] -> [Np, Kp]``), or the tensors themselves where their
-    rows already are whole units.
-
-    This is what the profiler's GEMM and its limit run: the GEMM that the hardware allows for these
-    sizes. On rows off 16 bytes (``K`` or ``N`` off a multiple of 8 in bf16) ``torch.matmul`` on the
-    operands as given is several times slower, which would make the limit no floor; a fused call
-    itself pads such operands or runs a kernel that does not need them aligned. The padding adds at
-    most ``16 / e - 1`` columns, and zeros add nothing to the product."""
-    unit = ROW_UNIT_BYTES // a.element_size()
-    pad_k, pad_n = -a.shape[1] % unit, -weight.shape[0] % unit
-    if not (pad_k or pad_n):
-        return a, weight
-    return torch.nn.functional.pad(a, (0, pad_k)), torch.nn.functional.pad(weight, (0, pad_k, 0, pad_n))
 
 
 def symmetric_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, group_name: str):
