@@ -62,8 +62,8 @@ Small calls are bound by it."""
 def whole_row_operands(a: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(a, weight)`` with ``K`` and ``N`` zero-padded up to whole :data:`ROW_UNIT_BYTES` rows
     (``a: [M, K] -> [M, Kp]``, ``weight: [N, K] -> [Np, Kp]``; a padded one is a contiguous copy),
-    or the tensors themselves where their rows already are whole units. Zeros add nothing to the product; the
-    padding adds at most ``16 / e - 1`` columns."""
+    or the tensors themselves where their rows already are whole units. Zeros add nothing to the
+    product; the padding adds at most ``16 / e - 1`` columns."""
     unit = ROW_UNIT_BYTES // a.element_size()
     pad_k, pad_n = -a.shape[1] % unit, -weight.shape[0] % unit
     if not (pad_k or pad_n):
@@ -98,7 +98,7 @@ def pays_to_pad(M: int, K: int, N: int, element_size: int) -> bool:
     pad_k, pad_n = -K % unit, -N % unit
     if not (pad_k or pad_n) or M == 0:
         return False
-    odd = (pad_k and K % 2) or (pad_n and N % 2)
+    odd = bool(pad_k and K % 2) or bool(pad_n and N % 2)  # rows 2-byte aligned: cuBLAS's slowest kernels
     flops = 2.0 * M * K * N
     saved = flops / (ODD_ROW_FLOPS if odd else EVEN_ROW_FLOPS) - flops / ALIGNED_FLOPS
     cost = e * N * K / (PAD_BYTES_PER_S if pad_k else ROW_PAD_BYTES_PER_S) + OP_SECONDS
@@ -138,6 +138,7 @@ def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor,
 
 def _gemm_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                alpha: float) -> torch.Tensor:
+    """:func:`linear_into` on the operands as given: one cuBLAS GEMM."""
     if out is None:
         out = x.new_empty((x.shape[0], weight.shape[0]))
     if bias is not None:

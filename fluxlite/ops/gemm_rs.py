@@ -140,7 +140,8 @@ class GemmReduceScatter(Op):
             dst, src = (r + i) % W, (r - i) % W
             linear_into(partials[dst], a[dst * mc : (dst + 1) * mc], weight, None)
             steps.append(exchange(tp, [(partials[dst], dst)], [(received[src], src)]))
-        acc = linear_into(None, a[r * mc : (r + 1) * mc], weight, None).to(torch.promote_types(a.dtype, torch.float32))
+        acc = linear_into(None, a[r * mc : (r + 1) * mc], weight, None)
+        acc = acc.to(torch.promote_types(a.dtype, torch.float32))
         for works in steps:
             wait_all(works)
         for p in range(W):  # a fixed order on every rank
