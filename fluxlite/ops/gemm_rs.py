@@ -45,7 +45,7 @@ from .. import _cublaslt as cublaslt
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
-from .._sequential import linear_into, reduce_scatter_rows
+from .._sequential import ROW_UNIT_BYTES, linear_into, pays_to_pad, reduce_scatter_rows
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
 from ..host_flags import host_set_flag, host_store
@@ -103,6 +103,17 @@ class GemmReduceScatter(Op):
 
     def out_shape(self, args: Args) -> tuple[int, int]:
         return args.a.shape[0] // args.tp.world_size, args.weight.shape[0]
+
+    def rule_flops(self, a: torch.Tensor, weight: torch.Tensor, rows: int) -> float:
+        """0 (the rule runs sequential) where the output's rows are off 16 bytes (``N`` off a multiple
+        of 8 in bf16) and sequential pads its GEMM to whole rows (:func:`fluxlite._sequential.pays_to_pad`):
+        there the fused kernel stores and reduces those rows by pointer, and on two H200s took
+        1.20-1.37x sequential's time at seven shapes of 6144-16384 rows (BENCHMARKS.md). Else the
+        GEMM's FLOPs."""
+        N, e = weight.shape[0], a.element_size()
+        if (N * e) % ROW_UNIT_BYTES and pays_to_pad(a.shape[0], a.shape[1], N, e):
+            return 0.0
+        return super().rule_flops(a, weight, rows)
 
     def dispatch_rows(self, a: torch.Tensor, world_size: int, options: dict) -> int:
         return a.shape[0]
