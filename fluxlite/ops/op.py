@@ -335,7 +335,8 @@ class Op:
     def rule_flops(self, a: torch.Tensor, weight: torch.Tensor, rows: int) -> float:
         """The FLOPs dispatch's rule weighs for a call (:func:`fluxlite.dispatch.rule`, where ``auto``
         measures nothing): the GEMM's (:meth:`dispatch_flops`), or 0 where an op's fused path is known
-        to lose to sequential whatever the size."""
+        to lose to sequential at the call's shapes (GEMM-RS's at large calls with output rows off 16
+        bytes)."""
         return self.dispatch_flops(a, weight, rows)
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
