@@ -767,6 +767,11 @@ def _rule_floors(rank: int, W: int) -> None:
     fluxlite.gemm_rs(a, w[: N - 1])
     fluxlite.gemm_ar(a, w[: N - 1])
     assert seen == [(3e11, 0.0), (3e11, flops * (N - 1) / N)], seen
+    seen.clear()  # and where the op asks dispatch.choose itself (a call that eager_choice_of leaves to it)
+    from fluxlite.ops import RS as op
+
+    args = op.check(a, w[: N - 1], None, group=None, impl="auto", timeout=None, out=None, **op.option_defaults)
+    assert op.choose("auto", args, lambda choice: None)[0].impl == "sequential" and seen == [(3e11, 0.0)], seen
 
 
 def test_each_op_hands_the_rule_its_own_floor_beyond_two_ranks():
