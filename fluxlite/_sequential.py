@@ -39,8 +39,8 @@ def reduce_scatter_rows(x: torch.Tensor, tp: TPGroup, out: torch.Tensor | None =
 
 
 ROW_UNIT_BYTES = 16
-"""cuBLAS runs its fast kernels only where every row of ``a``, the weight and the output is a whole
-number of 16-byte units (``K`` and ``N`` multiples of 8 in bf16)."""
+"""cuBLAS runs its fast kernels, and TMA loads rows, only where every row of ``a``, the weight and the
+output is a whole number of 16-byte units (``K`` and ``N`` multiples of 8 in bf16)."""
 # The rates below were measured on an H200 (bf16, M of 256-8192, K and N of 2000-13227).
 ODD_ROW_FLOPS = 1.1e14
 """FLOP/s of cuBLAS's GEMM where a row off 16 bytes is an odd number of elements (2-byte aligned):

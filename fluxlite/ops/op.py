@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 from .. import dispatch, epilogue, fused
 from .. import schedule as sch
+from .._sequential import ROW_UNIT_BYTES
 from .._validate import check_disjoint, check_impl, check_operands, check_out, check_timeout, operands_as_used
 from ..dispatch import GPU_FUSED_DTYPES, Choice
 from ..host_flags import resolve_timeout
@@ -212,7 +213,7 @@ class Op:
         if config is not None or not self.has_matmul_consumer(args):
             return "triton"
         K, N = args.a.shape[1], args.weight.shape[0]
-        if args.ep.out_features(N) * args.a.element_size() % 16:
+        if args.ep.out_features(N) * args.a.element_size() % ROW_UNIT_BYTES:
             return "triton"
         if self.one_matmul(state.ws.world_size, args):
             return "torch"
@@ -484,8 +485,8 @@ def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
     pads alike (``Kp`` is in the call's signature)."""
     a, weight = args.a, args.weight
     (N, K), size = weight.shape, a.element_size()
-    k_ok = (K * size) % 16 == 0
-    weight_ok = k_ok if weight.is_contiguous() else (N * size) % 16 == 0
+    k_ok = (K * size) % ROW_UNIT_BYTES == 0
+    weight_ok = k_ok if weight.is_contiguous() else (N * size) % ROW_UNIT_BYTES == 0
     if (k_ok and weight_ok) or state.consumer != "triton":
         return args
     if not weight_ok:
