@@ -758,46 +758,11 @@ def _rule_floors(rank: int, W: int) -> None:
     fluxlite.gemm_ar(a, w)
     flops = 2.0 * 2 * W * K * N
     assert seen == [(0.0, W * flops), (3e11, flops), (3e11, flops)], seen
-    # GEMM-RS with output rows off whole units, as large as sequential pads (forced here: CPU shapes
-    # are small): the rule weighs no FLOPs, and so runs sequential
-    import importlib
-
-    importlib.import_module("fluxlite.ops.gemm_rs").pays_to_pad = lambda M, K, N, e: True
-    seen.clear()
-    fluxlite.gemm_rs(a, w[: N - 1])
-    fluxlite.gemm_ar(a, w[: N - 1])
-    assert seen == [(3e11, 0.0), (3e11, flops * (N - 1) / N)], seen
-    seen.clear()  # and where the op asks dispatch.choose itself (a call that eager_choice_of leaves to it)
-    from fluxlite.ops import RS as op
-
-    args = op.check(a, w[: N - 1], None, group=None, impl="auto", timeout=None, out=None, **op.option_defaults)
-    assert op.choose("auto", args, lambda choice: None)[0].impl == "sequential" and seen == [(3e11, 0.0)], seen
 
 
 def test_each_op_hands_the_rule_its_own_floor_beyond_two_ranks():
     """``auto`` without measuring (``FLUXLITE_AUTO=off``) asks the rule with the op's floor."""
     run_ranks(_rule_floors, 3, env={"FLUXLITE_AUTO": "off"})
-
-
-@pytest.mark.parametrize("M,K,N,sequential", [
-    (6144, 8192, 3500, True),     # output rows off 16 bytes, large enough that sequential pads: 1.37x fused
-    (15646, 13227, 6639, True),   # K off too
-    (6144, 8192, 3504, False),    # whole rows
-    (64, 8192, 3500, False),      # too small to pad: sequential runs cuBLAS on the rows as they are
-])
-def test_the_rule_runs_gemm_rs_with_output_rows_off_16_bytes_as_sequential(M, K, N, sequential):
-    """Where ``auto`` measures nothing, GEMM-RS whose output rows are off 16 bytes and whose
-    sequential GEMM pads them runs sequential (its fused kernel lost 1.20-1.37x there); GEMM-AllReduce
-    and AG-GEMM keep the rule's answer by FLOPs, and so does GEMM-RS elsewhere."""
-    from fluxlite.ops import AR
-
-    a, w = torch.empty(M, K, dtype=torch.bfloat16, device="meta"), torch.empty(N, K, dtype=torch.bfloat16, device="meta")
-    flops = 2.0 * M * K * N
-    assert RS.rule_flops(a, w, M) == (0.0 if sequential else flops)
-    assert AR.rule_flops(a, w, M) == flops and AG.rule_flops(a, w, M) == flops
-    cuda = torch.device("cuda", 0)
-    ruled = dispatch.rule(2, RS.rule_flops(a, w, M), cuda, torch.bfloat16, M)
-    assert ruled.impl == ("sequential" if sequential else dispatch.rule(2, flops, cuda, torch.bfloat16, M).impl)
 
 
 def test_a_fused_path_without_the_gemm_kernel_is_one_candidate():

@@ -190,7 +190,8 @@ def test_small_chunks_pushed_by_the_sms_at_random_shapes():
 def _small_rs_calls(rank, world_size):
     """GEMM-RS's one shot (GemmReduceScatter.one_shot: cuBLAS's whole partial into the workspace, then
     one reduction of this rank's rows of every partial) at random shapes on both sides of its bound:
-    one row a rank up to thousands, N off 8 or not, a bias or a scale or neither. Each case three
+    one row a rank up to thousands, N off 8 or not (a large call then on whole output rows,
+    GemmReduceScatter.output_columns), a bias or a scale or neither. Each case three
     times on the same tensors with fresh data copied in and the output poisoned (eager on both data
     halves, then launched from the call's own graph), against float32."""
     import fluxlite
@@ -212,7 +213,7 @@ def _small_rs_calls(rank, world_size):
                 dist.broadcast(b, 0)
             a = torch.empty(world_size * m, K, dtype=BF16, device=_dev())
             out = torch.empty(m, N, dtype=BF16, device=_dev())
-            expected += 3 * RS.one_shot(world_size, world_size * m, N, 2)
+            expected += 3 * RS.one_shot(world_size, world_size * m, RS.output_columns(world_size * m, K, N, 2), 2)
             for call in range(3):
                 a.copy_(torch.randn(world_size * m, K, generator=gen, device=_dev()))
                 out.fill_(float("nan"))

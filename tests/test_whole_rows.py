@@ -3,8 +3,10 @@
 the operands to whole 16-byte rows where that pays (``pays_to_pad``) and copies the output's columns
 back. Checked: the rule (large GEMMs off 16 bytes only); the padded path against a float64
 reference with the output poisoned first, on CPU (the rule forced, since it pads on CUDA only) and on
-one GPU; and every op's ``sequential`` and ``decomposed`` at padded shapes on two GPU ranks against
-float32. Tolerances: fp32 1e-5, bf16/fp16 1e-2 relative error of the norm (products over ``K``)."""
+one GPU; every op's ``sequential`` and ``decomposed`` at padded shapes on two GPU ranks against
+float32; and GEMM-RS's fused call on whole output rows (the weight padded to them, the output's
+columns copied back), on gloo ranks and on the GPU. Tolerances: fp32 1e-5, bf16/fp16 1e-2 relative
+error of the norm (products over ``K``)."""
 
 from __future__ import annotations
 
@@ -68,10 +70,18 @@ def test_the_padded_gemm_on_one_gpu():
 
 
 def _reference_impls_pad(rank: int, W: int) -> None:
+    import importlib
+
+    from fluxlite.ops import RS
+
+    module = importlib.import_module("fluxlite.ops.gemm_rs")
+    padded, expected, zero_padded = [], [], module.zero_padded  # GEMM-RS's fused calls' padding, counted
+    module.zero_padded = lambda x, rows, cols: padded.append(rows) or zero_padded(x, rows, cols)
     dev = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(dev).manual_seed(11)  # every rank draws every rank's operands alike
-    for op, M, K, N in (("ag_gemm", 2048 * W, 3001, 2000), ("gemm_rs", 2048 * W, 4099, 2001),
-                        ("gemm_ar", 3001, 2049, 3003)):
+    for op, M, K, N in (("ag_gemm", 2048 * W, 3001, 2000), ("gemm_rs", 2560 * W, 4099, 2001),
+                        ("gemm_ar", 3001, 2049, 3003), ("gemm_rs", 1536 * W, 4096, 3501),
+                        ("ag_gemm", 2048 * W, 4096, 3501)):
         a_all = torch.randn(W, M // W if op == "ag_gemm" else M, K, device=dev, generator=gen).to(torch.bfloat16)
         w_all = (torch.randn(W, N, K, device=dev, generator=gen) / K**0.5).to(torch.bfloat16)
         if op == "ag_gemm":
@@ -80,13 +90,53 @@ def _reference_impls_pad(rank: int, W: int) -> None:
         else:
             partials = torch.stack([a_all[q].float() @ w_all[q].float().t() for q in range(W)]).sum(0)
             ref = partials.chunk(W)[rank] if op == "gemm_rs" else partials
-        for impl in ("sequential", "decomposed"):
+        if op == "gemm_rs" and not RS.one_shot(W, M, N, 2):  # its fused calls on whole output rows
+            expected += [-N % 8] * 3
+        for impl in ("sequential", "decomposed", "fused", "fused", "fused"):  # the fused repeats replayed
             out = torch.full(ref.shape, float("nan"), device=dev, dtype=torch.bfloat16)
             res = getattr(fluxlite, op)(a_all[rank], w_all[rank], impl=impl, out=out)
             assert res is out and rel_err(res, ref) < 1e-2, (op, impl, rel_err(res, ref))
+    assert padded == expected and len(expected) == 6, padded  # GEMM-RS's; AG-GEMM's are not padded
 
 
 @pytest.mark.gpu
 def test_the_reference_impls_pad_their_gemms_on_two_gpu_ranks():
     run_gpu_ranks(_reference_impls_pad, 2)
 
+
+def _rs_on_whole_output_rows(rank: int, W: int) -> None:
+    """GEMM-RS's fused call with output rows off whole units (fp32 on CPU: ``N`` off 4), padded as on
+    CUDA (``GemmReduceScatter.whole_output_rows``; the padding is counted, so a path that skips it
+    fails): against float64, into a poisoned ``out`` and into a fresh one, twice each (the second a
+    repeat), with a bias and a scale."""
+    import importlib
+
+    from fluxlite.ops import RS
+
+    module = importlib.import_module("fluxlite.ops.gemm_rs")  # fluxlite.ops.gemm_rs is the op's function
+    assert RS.output_columns(8, 8, 7, 4) == 7  # a small GEMM: the padding would cost more than it saves
+    module.pays_to_pad = lambda M, K, N, e: True  # this rank's process only: small shapes on CUDA's path
+    module.GemmReduceScatter.pads_output_rows = lambda self, state: True
+    assert RS.output_columns(8, 8, 7, 4) == 8 and RS.output_columns(8, 9, 7, 4) == 8  # K off too: both padded
+    padded, expected, zero_padded = [], 0, module.zero_padded
+    module.zero_padded = lambda x, rows, cols: padded.append(rows) or zero_padded(x, rows, cols)
+    gen = torch.Generator().manual_seed(5 + W)
+    for M, K, N in ((4 * W, 8, 7), (6 * W, 12, 13), (2 * W, 4, 1), (6 * W, 9, 5)):
+        a_all = torch.randn(W, M, K, generator=gen)
+        w_all = torch.randn(W, N, K, generator=gen)
+        bias = torch.randn(N, generator=gen)
+        ref = (0.5 * sum(a_all[q].double() @ w_all[q].double().t() for q in range(W))).chunk(W)[rank] + bias.double()
+        expected += 4 * (not RS.one_shot(W, M, N, 4))  # a one-shot call runs cuBLAS on the rows as given
+        for into in (True, False, True, False):
+            out = torch.full((M // W, N), float("nan")) if into else None
+            res = fluxlite.gemm_rs(a_all[rank], w_all[rank], bias, impl="fused", out=out, scale=0.5)
+            assert res.shape == (M // W, N) and res.is_contiguous() and (out is None or res is out)
+            assert rel_err(res, ref) < 1e-5, (M, K, N, into, rel_err(res, ref))
+    assert len(padded) == expected > 0 and all(padded), padded  # every call that is not one shot padded
+
+
+def test_gemm_rs_fused_on_whole_output_rows():
+    from .dist_utils import run_ranks
+
+    run_ranks(_rs_on_whole_output_rows, 2)
+    run_ranks(_rs_on_whole_output_rows, 3)

@@ -126,10 +126,10 @@ class GemmAllReduce(GemmReduceScatter):
     def out_shape(self, args: Args) -> tuple[int, int]:
         return args.a.shape[0], args.weight.shape[0]
 
-    def rule_flops(self, a: torch.Tensor, weight: torch.Tensor, rows: int) -> float:
-        """The GEMM's FLOPs at any ``N``: unlike GEMM-RS's, this op's fused calls with the output's rows
-        off 16 bytes took 0.89-0.91x sequential's time on two H200s (BENCHMARKS.md)."""
-        return self.dispatch_flops(a, weight, rows)
+    def pads_output_rows(self, state: FusedState) -> bool:
+        """Never: the second shot gathers every chunk into the whole ``[M, N]`` output, whose copy
+        back from padded rows would cost as much as the padding saves."""
+        return False
 
     # ---- the references ----------------------------------------------------------------------------
     def sequential(self, args: Args) -> torch.Tensor:

@@ -35,6 +35,7 @@ leave as early as possible and the tiles that wait come last.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -45,7 +46,7 @@ from .. import _cublaslt as cublaslt
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
-from .._sequential import ROW_UNIT_BYTES, linear_into, pays_to_pad, reduce_scatter_rows
+from .._sequential import ROW_UNIT_BYTES, linear_into, pays_to_pad, reduce_scatter_rows, zero_padded
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
 from ..host_flags import host_set_flag, host_store
@@ -104,17 +105,6 @@ class GemmReduceScatter(Op):
     def out_shape(self, args: Args) -> tuple[int, int]:
         return args.a.shape[0] // args.tp.world_size, args.weight.shape[0]
 
-    def rule_flops(self, a: torch.Tensor, weight: torch.Tensor, rows: int) -> float:
-        """0 (the rule runs sequential) where the output's rows are off 16 bytes (``N`` off a multiple
-        of 8 in bf16) and sequential pads its GEMM to whole rows (:func:`fluxlite._sequential.pays_to_pad`):
-        there the fused kernel stores and reduces those rows by pointer, and on two H200s took
-        1.20-1.37x sequential's time at seven shapes of 6144-16384 rows (BENCHMARKS.md). Else the
-        GEMM's FLOPs."""
-        N, e = weight.shape[0], a.element_size()
-        if (N * e) % ROW_UNIT_BYTES and pays_to_pad(a.shape[0], a.shape[1], N, e):
-            return 0.0
-        return super().rule_flops(a, weight, rows)
-
     def dispatch_rows(self, a: torch.Tensor, world_size: int, options: dict) -> int:
         return a.shape[0]
 
@@ -170,10 +160,51 @@ class GemmReduceScatter(Op):
         return tuple(c for c in super().kernel_configs(args) if c is None or c.num_stages <= kernel.MAX_STAGES)
 
     def kernel_operands(self, state: FusedState, args: Args) -> Args:
-        """One shot: as given (cuBLAS computes the partial, at any ``K``); else the Triton kernel's."""
+        """One shot: as given (cuBLAS computes the partial, at any ``K``); else with whole output rows
+        (:meth:`whole_output_rows`), then the Triton kernel's (:meth:`Op.kernel_operands`)."""
         if self.call_is_one_shot(state.ws.world_size, args):
             return args
-        return super().kernel_operands(state, args)
+        return super().kernel_operands(state, self.whole_output_rows(state, args))
+
+    def pads_output_rows(self, state: FusedState) -> bool:
+        """Whether :meth:`whole_output_rows` may pad a call on ``state``'s device: CUDA, where cuBLAS
+        and the kernel's TMA stores need whole rows."""
+        return state.ws.is_cuda
+
+    def output_columns(self, M: int, K: int, N: int, element_size: int) -> int:
+        """The columns a fused call of ``[M, K]`` by ``[N, K]`` computes where :meth:`pads_output_rows`
+        holds: ``N``, or where the output's rows are off 16 bytes (``N`` off a multiple of 8 in bf16)
+        and the GEMM is large enough to pay for the padding
+        (:func:`fluxlite._sequential.pays_to_pad`), ``N`` rounded up to whole rows."""
+        unit = ROW_UNIT_BYTES // element_size
+        if not N % unit or not pays_to_pad(M, K, N, element_size):
+            return N
+        return N + -N % unit
+
+    def whole_output_rows(self, state: FusedState, args: Args) -> Args:
+        """The call on :meth:`output_columns`: where those are more than ``N``, the weight (and the
+        bias) zero-padded to them, into a ``[M/W, Np]`` output whose first ``N`` columns
+        :meth:`result` returns. The partials and the reduction then run on whole rows, by TMA and
+        vector loads: on two H200s the fused call on rows off 16 bytes took 1.4-2.6x the GEMM's
+        limit, and 1.11-1.34x padded. The padding costs a copy of the weight and one of this rank's
+        output rows, which small calls do not recoup. (AG-GEMM's output is every rank's rows: there
+        the copy back cost more than the whole rows saved, BENCHMARKS.md.)"""
+        a, weight = args.a, args.weight
+        N = weight.shape[0]
+        pad = self.output_columns(a.shape[0], a.shape[1], N, a.element_size()) - N
+        if not pad or not self.pads_output_rows(state):
+            return args
+        bias = None if args.bias is None else torch.nn.functional.pad(args.bias, (0, pad))
+        out = a.new_empty((a.shape[0] // args.tp.world_size, N + pad))
+        return dataclasses.replace(args, weight=zero_padded(weight, pad, 0), bias=bias, out=out)
+
+    def result(self, value: torch.Tensor, args: Args) -> torch.Tensor:
+        """``value``, or where it has padded rows (:meth:`whole_output_rows`) its first ``N`` columns,
+        in ``args.out`` where given."""
+        N = args.weight.shape[0]
+        if value.shape[1] == N:
+            return value
+        return value[:, :N].contiguous() if args.out is None else args.out.copy_(value[:, :N])
 
     # ---- the one-shot path -------------------------------------------------------------------------
     def one_shot(self, world_size: int, M: int, N: int, element_size: int) -> bool:

@@ -320,7 +320,7 @@ class Op:
             return dispatch.EXPLICIT[impl], None
         rows = self.dispatch_rows(args.a, args.tp.world_size, args.options)
         key = dispatch.Key.of(self.dispatch_op(args.options), args.tp, args.a, args.weight, rows)
-        flops = self.rule_flops(args.a, args.weight, rows)
+        flops = self.dispatch_flops(args.a, args.weight, rows)
         floor = self.rule_min_flops_beyond_two
         if empty_gemm(args):  # nothing to measure: it runs as sequential whatever the choice (impl_of)
             return dispatch.rule(args.tp.world_size, flops, args.a.device, args.a.dtype, rows, floor), key
@@ -332,13 +332,6 @@ class Op:
         """The GEMM FLOPs per rank that dispatch's rule weighs: ``rows`` (:meth:`dispatch_rows`) by
         ``a``'s ``K`` by ``weight``'s rows."""
         return 2.0 * rows * a.shape[1] * weight.shape[0]
-
-    def rule_flops(self, a: torch.Tensor, weight: torch.Tensor, rows: int) -> float:
-        """The FLOPs dispatch's rule weighs for a call (:func:`fluxlite.dispatch.rule`, where ``auto``
-        measures nothing): the GEMM's (:meth:`dispatch_flops`), or 0 where an op's fused path is known
-        to lose to sequential at the call's shapes (GEMM-RS's at large calls with output rows off 16
-        bytes)."""
-        return self.dispatch_flops(a, weight, rows)
 
     def kernel_configs(self, args: Args) -> tuple[GemmConfig | None, ...]:
         """The kernel configs this call's fused path can run, each of which ``auto`` measures as a
@@ -439,7 +432,7 @@ class Op:
                                         self.dispatch_rows(a, W, options))
 
         def ruled(key: dispatch.Key | None) -> Choice | None:  # the rule's answer, as choose() gets it
-            flops = self.rule_flops(a, weight, self.dispatch_rows(a, group.size(), options))
+            flops = self.dispatch_flops(a, weight, self.dispatch_rows(a, group.size(), options))
             return dispatch.ruled_choice(key, a, flops, self.rule_min_flops_beyond_two)
         return dispatch.eager_choice_of(signature, key_of, a, ruled)
 

@@ -224,8 +224,7 @@ def profile_shape(timer: Timer, shape: Shape, *, dtype: torch.dtype, rounds: int
     finally:
         if transfer is not None:
             transfer.close()
-    op = fluxlite.ops.OPS[shape.op]
-    auto = dispatch.describe(key, op.rule_flops(x["a"], x["w"], key.rows), device, dtype, op.rule_min_flops_beyond_two)
+    auto = dispatch.describe(key, shape.flops, device, dtype, fluxlite.ops.OPS[shape.op].rule_min_flops_beyond_two)
     modes = dispatch.describe_modes(key) or {}
     return dict(op=shape.op, M=shape.M, K=shape.K, N=shape.N, names=list(shape.names), flops=shape.flops,
                 times_ms=times, **derive(times, rounds_ms), rel_err=dict(zip(checked, errs)), failed={**no_limit, **failed},
