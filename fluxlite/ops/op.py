@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from .. import dispatch, epilogue, fused
 from .. import schedule as sch
-from .._sequential import ROW_UNIT_BYTES
+from .._sequential import ROW_UNIT_BYTES, zero_padded
 from .._validate import check_disjoint, check_impl, check_operands, check_out, check_timeout, operands_as_used
 from ..dispatch import GPU_FUSED_DTYPES, Choice
 from ..host_flags import resolve_timeout
@@ -482,15 +482,16 @@ def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
     weight_ok = k_ok if weight.is_contiguous() else (N * size) % ROW_UNIT_BYTES == 0
     if (k_ok and weight_ok) or state.consumer != "triton":
         return args
-    if not weight_ok:
-        weight = weight.contiguous()
-    if not k_ok:
-        pad = -K % (ROW_ALIGN_BYTES // size)
-        a = torch.nn.functional.pad(a, (0, pad))
-        if weight.is_contiguous():
-            weight = torch.nn.functional.pad(weight, (0, pad))
-        else:
-            weight = torch.nn.functional.pad(weight.t(), (0, 0, 0, pad)).t()
+    if k_ok:
+        return dataclasses.replace(args, weight=weight.contiguous())
+    # One copy each, only the padding zeroed (zero_padded): a zero fill of the whole tensor first,
+    # as torch.nn.functional.pad does, writes each operand twice.
+    pad = -K % (ROW_ALIGN_BYTES // size)
+    a = zero_padded(a, 0, pad)
+    if weight_ok and not weight.is_contiguous():  # K-major with whole rows of N: it stays K-major
+        weight = zero_padded(weight.t(), pad, 0).t()
+    else:  # row-major, a K-major weight copied to it in the same pass
+        weight = zero_padded(weight, 0, pad)
     return dataclasses.replace(args, a=a, weight=weight)
 
 
