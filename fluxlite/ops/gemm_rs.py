@@ -187,10 +187,10 @@ class GemmReduceScatter(Op):
         :meth:`result` returns. The partials and the reduction then run on whole rows, by TMA and
         vector loads: on two H200s the fused call on rows off 16 bytes took 1.4-2.6x the GEMM's
         limit, and padded 1.11-1.34x with ``K`` whole (1.33-1.95x with ``K`` off too, where ``a`` is
-        copied to whole rows as well), 0.69-0.77x its earlier time. The padding costs a copy of the
-        weight and one of this rank's output rows, which small calls do not recoup. (AG-GEMM's
-        output is every rank's rows: there the copy back cost more than the whole rows saved,
-        BENCHMARKS.md.)"""
+        copied to whole rows as well), 0.69-0.77x the time of the call on rows as given. The
+        padding costs a copy of the weight and one of this rank's output rows, which small calls do
+        not recoup. (AG-GEMM's output is every rank's rows: there the copy back cost more than the
+        whole rows saved, BENCHMARKS.md.)"""
         a, weight = args.a, args.weight
         N = weight.shape[0]
         pad = self.output_columns(a.shape[0], a.shape[1], N, a.element_size()) - N
