@@ -140,3 +140,5 @@ def test_gemm_rs_fused_on_whole_output_rows():
 
     run_ranks(_rs_on_whole_output_rows, 2)
     run_ranks(_rs_on_whole_output_rows, 3)
+    # the Triton kernel as the consumer (interpreted): the output's padding and K's for TMA together
+    run_ranks(_rs_on_whole_output_rows, 2, env={"FLUXLITE_CPU_CONSUMER": "triton"})
