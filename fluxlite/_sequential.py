@@ -131,9 +131,13 @@ def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor,
     if not pad_n:
         return _gemm_into(out, xp, wp, bias, alpha)
     wide = _gemm_into(None, xp, wp, None if bias is None else torch.nn.functional.pad(bias, (0, pad_n)), alpha)
-    if out is None:
-        out = x.new_empty((x.shape[0], N))
-    return out.copy_(wide[:, :N])
+    return first_columns(wide, N, out)
+
+
+def first_columns(wide: torch.Tensor, N: int, out: torch.Tensor | None) -> torch.Tensor:
+    """``wide: [M, Np]``'s first ``N`` columns as a contiguous ``[M, N]``: copied into ``out`` where
+    given, else into a new tensor (an output computed on rows padded to whole units)."""
+    return wide[:, :N].contiguous() if out is None else out.copy_(wide[:, :N])
 
 
 def _gemm_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

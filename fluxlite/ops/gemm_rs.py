@@ -46,7 +46,8 @@ from .. import _cublaslt as cublaslt
 from .. import epilogue
 from .. import schedule as sch
 from .._decomposed import exchange, wait_all
-from .._sequential import ROW_UNIT_BYTES, linear_into, pays_to_pad, reduce_scatter_rows, zero_padded
+from .._sequential import (ROW_UNIT_BYTES, first_columns, linear_into, pays_to_pad, reduce_scatter_rows,
+                           zero_padded)
 from .._validate import check_rows_divisible
 from ..epilogue import apply as apply_epilogue
 from ..host_flags import host_set_flag, host_store
@@ -204,9 +205,7 @@ class GemmReduceScatter(Op):
         """``value``, or where it has padded rows (:meth:`whole_output_rows`) its first ``N`` columns,
         in ``args.out`` where given."""
         N = args.weight.shape[0]
-        if value.shape[1] == N:
-            return value
-        return value[:, :N].contiguous() if args.out is None else args.out.copy_(value[:, :N])
+        return value if value.shape[1] == N else first_columns(value, N, args.out)
 
     # ---- the one-shot path -------------------------------------------------------------------------
     def one_shot(self, world_size: int, M: int, N: int, element_size: int) -> bool:
