@@ -11,6 +11,8 @@ import torch.distributed as dist
 from .epilogue import PLAIN, Epilogue, activate_into
 from .epilogue import apply as apply_epilogue
 from .group import TPGroup
+from .kernels import repitch
+from .process import PROCESS
 
 
 # torch 2.13 renamed the tensor collectives (*_into_tensor / *_tensor -> *_single); 2.11 has only the old names.
@@ -73,11 +75,15 @@ def whole_row_operands(a: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Ten
 
 def zero_padded(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """``x: [R, C]`` as a contiguous ``[R + rows, C + cols]`` with zeros after: one copy, and only the
-    padding zeroed (a whole zero fill first cost an H200 up to 1.6x the time at large weights)."""
+    padding zeroed (a whole zero fill first cost an H200 up to 1.6x the time at large weights). On
+    CUDA, rows that gain columns are copied by :mod:`fluxlite.kernels.repitch` (torch's copy moves
+    such rows, off 16 bytes, element by element)."""
     if not cols and not rows:
         return x
     R, C = x.shape
     y = x.new_empty((R + rows, C + cols))
+    if cols and x.is_cuda and repitch.launch(x, y, _repitch_cache(x.device)):
+        return y
     y[:R, :C].copy_(x)
     if cols:
         y[:R, C:].zero_()
@@ -136,8 +142,19 @@ def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor,
 
 def first_columns(wide: torch.Tensor, N: int, out: torch.Tensor | None) -> torch.Tensor:
     """``wide: [M, Np]``'s first ``N`` columns as a contiguous ``[M, N]``: copied into ``out`` where
-    given, else into a new tensor (an output computed on rows padded to whole units)."""
-    return wide[:, :N].contiguous() if out is None else out.copy_(wide[:, :N])
+    given, else into a new tensor (an output computed on rows padded to whole units). On CUDA by
+    :mod:`fluxlite.kernels.repitch` (16-byte loads; torch's copy moves rows off 16 bytes element by
+    element)."""
+    src = wide[:, :N]
+    dst = wide.new_empty((wide.shape[0], N)) if out is None else out
+    if wide.is_cuda and repitch.launch(src, dst, _repitch_cache(wide.device)):
+        return dst
+    return dst.copy_(src)
+
+
+def _repitch_cache(device: torch.device) -> dict:
+    """The compiled copies of :mod:`fluxlite.kernels.repitch` on ``device``."""
+    return PROCESS.repitch.setdefault(device.index, {})
 
 
 def _gemm_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

@@ -24,6 +24,7 @@ class Process:
     dispatch: Any = None  # fluxlite.dispatch's caches (its _State), made when it is imported
     dispatch_timers: dict = field(default_factory=dict)  # (group, device) -> Timer for auto's measurements
     plain_gemm: dict = field(default_factory=dict)  # fluxlite.kernels.ag_gemm.gemm: tables and kernels
+    repitch: dict = field(default_factory=dict)  # device index -> compiled copies (fluxlite.kernels.repitch)
     repeats: dict[str, dict] = field(default_factory=dict)  # op name -> its remembered fused calls (fluxlite.ops.op)
     warned: set = field(default_factory=set)  # keys of the warnings given once (fluxlite.parallel.utils.warn_once)
     kernel_specialization: dict = field(default_factory=dict)  # Triton kernel -> which args it specialises on (kernels.launch)
@@ -57,6 +58,7 @@ class Process:
             self.dispatch.clear()
         self.dispatch_timers.clear()
         self.plain_gemm.clear()
+        self.repitch.clear()
         self.warned.clear()
         self.kernel_specialization.clear()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import re
 import struct
 import sys
 
@@ -22,7 +23,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fluxlite.kernels import ag_gemm, align, gather_end, gemm_core, gemm_rs, launch, one_shot, push_rows, split_wait  # noqa: E402
+from fluxlite.kernels import (ag_gemm, align, gather_end, gemm_core, gemm_rs, launch, one_shot, push_rows,  # noqa: E402
+                              repitch, split_wait)
 
 SHARED_LIMIT = 232448  # bytes per block on H100/H200
 EIATTR_REGCOUNT = 0x2F  # a cubin's .nv.info attributes: (function's symbol, registers per thread)
@@ -181,9 +183,19 @@ def main() -> None:
     cases.append(("int32", "split_wait (the matmul consumer's bounded wait)", split_wait.split_wait_kernel,
                   dict(sync=["*i32"] * 4, first="i32", peer_stride="i32", peer_lo="i32", peer_hi="i32", rank="i32",
                        chunk="i32", sig_base="i32", timeout_ns="i64", code="i32"), {}, 0))
+    for dtype, bits in (("bf16", 16), ("fp16", 16), ("fp32", 32)):  # the copies between row pitches
+        for words, unit in ((True, 1), (False, 128 // bits)):
+            block_r, block_c = repitch.WORD_TILE if words else repitch.ELEMENT_TILE
+            cases.append((dtype, f"repitch ({'a pad: by words' if words else 'a crop: by elements'})",
+                          repitch.repitch_kernel,
+                          dict(src=(f"*{dtype}", 16), dst=(f"*{dtype}", 16), rows="i32", cols="i32", src_pitch="i32",
+                               dst_rows="i32", dst_cols="i32", col_tiles="i32"),
+                          dict(BITS=bits, WORDS=words, SRC_UNIT=unit, BLOCK_R=block_r, BLOCK_C=block_c), 0))
     # launched as one program of one warp
     one_warp = (align.align_kernel, split_wait.split_wait_kernel)
-    gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS, push_rows.push_rows_kernel: push_rows.NUM_WARPS}
+    # launched with warps of their own and one stage
+    gather = {gather_end.gather_end_kernel: gather_end.NUM_WARPS, push_rows.push_rows_kernel: push_rows.NUM_WARPS,
+              repitch.repitch_kernel: repitch.NUM_WARPS}
     # the two launched PROGRAMS_PER_SM to an SM, round robin (fluxlite.kernels.launch.max_registers)
     programs_per_sm = {one_shot.one_shot_kernel: one_shot.PROGRAMS_PER_SM,
                        gather_end.gather_end_kernel: gather_end.PROGRAMS_PER_SM}
@@ -208,6 +220,10 @@ def main() -> None:
             vector = ("ld.global.cg.v4" in ptx if fn is one_shot.one_shot_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is push_rows.push_rows_kernel
+                      # the copies between pitches: on the word path no access narrower than a word; on
+                      # the element path (an aligned source) 16-byte loads
+                      else not re.search(r"(ld|st)\.global\.b(8|16)\b", ptx) if "by words" in name
+                      else "ld.global.v4" in ptx if fn is repitch.repitch_kernel
                       else None)
             vector_ok = vector is None or vector
             # A kernel that shares out its work round robin over several programs per SM needs them all
