@@ -56,7 +56,7 @@ from ..fused.producer import COPY, SIGNAL, WAIT
 from ..kernels import gemm_rs as kernel
 from ..kernels import one_shot
 from ..kernels.gemm_core import GemmConfig
-from .op import Args, Op, check_common, finish_args
+from .op import Args, Op, check_common, finish_args, tma_k_padding
 
 
 ONE_SHOT_MAX_BYTES = 8 << 20
@@ -187,11 +187,13 @@ class GemmReduceScatter(Op):
         bias) zero-padded to them, into a ``[M/W, Np]`` output whose first ``N`` columns
         :meth:`result` returns. The partials and the reduction then run on whole rows, by TMA and
         vector loads: on two H200s the fused call on rows off 16 bytes took 1.4-2.6x the GEMM's
-        limit, and padded 1.11-1.34x with ``K`` whole (1.33-1.95x with ``K`` off too, where ``a`` is
-        copied to whole rows as well), 0.69-0.77x the time of the call on rows as given. The
-        padding costs a copy of the weight and one of this rank's output rows, which small calls do
-        not recoup. (AG-GEMM's output is every rank's rows: there the copy back cost more than the
-        whole rows saved, BENCHMARKS.md.)"""
+        limit, and padded 1.09-1.15x with ``K`` whole, 0.69-0.77x the time of the call on rows as
+        given. Where ``K``'s rows are off too (:func:`~fluxlite.ops.op.tma_k_padding`), ``a`` is
+        padded here and the weight's one copy pads ``N`` and ``K`` at once (1.14-1.51x the limit).
+        The padding costs a copy of the weight and one of this rank's output rows
+        (:mod:`fluxlite.kernels.repitch`), which small calls do not recoup. (AG-GEMM's output is
+        every rank's rows: there the copy back cost more than the whole rows saved,
+        BENCHMARKS.md.)"""
         a, weight = args.a, args.weight
         N = weight.shape[0]
         pad = self.output_columns(a.shape[0], a.shape[1], N, a.element_size()) - N
@@ -199,7 +201,10 @@ class GemmReduceScatter(Op):
             return args
         bias = None if args.bias is None else torch.nn.functional.pad(args.bias, (0, pad))
         out = a.new_empty((a.shape[0] // args.tp.world_size, N + pad))
-        return dataclasses.replace(args, weight=zero_padded(weight, pad, 0), bias=bias, out=out)
+        pad_k = tma_k_padding(state, a)  # K's padding for the kernels too, in the same copy of the weight
+        if pad_k:
+            a = zero_padded(a, 0, pad_k)
+        return dataclasses.replace(args, a=a, weight=zero_padded(weight, pad, pad_k), bias=bias, out=out)
 
     def result(self, value: torch.Tensor, args: Args) -> torch.Tensor:
         """``value``, or where it has padded rows (:meth:`whole_output_rows`) its first ``N`` columns,

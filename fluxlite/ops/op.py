@@ -478,21 +478,30 @@ def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
     pads alike (``Kp`` is in the call's signature)."""
     a, weight = args.a, args.weight
     (N, K), size = weight.shape, a.element_size()
-    k_ok = (K * size) % ROW_UNIT_BYTES == 0
-    weight_ok = k_ok if weight.is_contiguous() else (N * size) % ROW_UNIT_BYTES == 0
-    if (k_ok and weight_ok) or state.consumer != "triton":
+    pad = tma_k_padding(state, a)
+    weight_ok = not pad if weight.is_contiguous() else (N * size) % ROW_UNIT_BYTES == 0
+    if (not pad and weight_ok) or state.consumer != "triton":
         return args
-    if k_ok:
+    if not pad:
         return dataclasses.replace(args, weight=weight.contiguous())
     # One copy each, only the padding zeroed (zero_padded): a zero fill of the whole tensor first,
     # as torch.nn.functional.pad does, writes each operand twice.
-    pad = -K % (ROW_ALIGN_BYTES // size)
     a = zero_padded(a, 0, pad)
     if weight_ok and not weight.is_contiguous():  # K-major with whole rows of N: it stays K-major
         weight = zero_padded(weight.t(), pad, 0).t()
     else:  # row-major, a K-major weight copied to it in the same pass
         weight = zero_padded(weight, 0, pad)
     return dataclasses.replace(args, a=a, weight=weight)
+
+
+def tma_k_padding(state: fused.FusedState, a: torch.Tensor) -> int:
+    """The columns :func:`pad_for_tma` adds to ``K`` (``a: [M, K]``) on ``state``: up to the next
+    multiple of :data:`ROW_ALIGN_BYTES` where the Triton consumer's TMA cannot load rows of ``K``,
+    else 0."""
+    size, K = a.element_size(), a.shape[1]
+    if state.consumer != "triton" or (K * size) % ROW_UNIT_BYTES == 0:
+        return 0
+    return -K % (ROW_ALIGN_BYTES // size)
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
