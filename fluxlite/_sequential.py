@@ -51,9 +51,13 @@ EVEN_ROW_FLOPS = 2.2e14
 """The same where such rows are 4- or 8-byte aligned: 196-264 TFLOP/s measured."""
 ALIGNED_FLOPS = 6.5e14
 """FLOP/s of the same GEMMs on operands padded to whole rows: 660-780 TFLOP/s from 2048 rows."""
-PAD_BYTES_PER_S = 0.8e12
-"""Bytes per second of a copy whose source rows are off 16 bytes (``a`` and the weight where ``K``
-is off, the output's columns where ``N`` is): a source read element by element."""
+PAD_BYTES_PER_S = 2.0e12
+"""Bytes (of the source) per second of the copy that pads rows off 16 bytes to whole ones (``a`` and
+the weight where ``K`` is off; :mod:`fluxlite.kernels.repitch`'s word path: 2.0-2.1e12 measured, where
+torch's element-wise copy moved 0.8e12)."""
+CROP_BYTES_PER_S = 1.4e12
+"""Bytes per second of the copy of a padded output's first ``N`` columns back (``N`` off;
+:mod:`fluxlite.kernels.repitch`: 1.4-1.6e12 measured at outputs of 25-105 MB)."""
 ROW_PAD_BYTES_PER_S = 1.6e12
 """Bytes per second of the weight's copy where only ``N`` is off: whole rows, a zeroed tail."""
 OP_SECONDS = 15e-6
@@ -111,7 +115,7 @@ def pays_to_pad(M: int, K: int, N: int, element_size: int) -> bool:
     if pad_k:
         cost += e * M * K / PAD_BYTES_PER_S + OP_SECONDS
     if pad_n:
-        cost += e * M * N / PAD_BYTES_PER_S + OP_SECONDS
+        cost += e * M * N / CROP_BYTES_PER_S + OP_SECONDS
     return saved > cost
 
 
