@@ -144,14 +144,21 @@ def linear_into(out: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor,
     return first_columns(wide, N, out)
 
 
+REPITCH_CROP_MIN_BYTES = 16 << 20
+"""Outputs from which :func:`first_columns` crops by :mod:`fluxlite.kernels.repitch`: on an H200 host
+its launch took 25 us of host time against torch's copy's 12, and its device time is half of
+torch's (at 1.4-1.6e12 bytes/s against 0.7-0.9e12) from some 20 MB."""
+
+
 def first_columns(wide: torch.Tensor, N: int, out: torch.Tensor | None) -> torch.Tensor:
     """``wide: [M, Np]``'s first ``N`` columns as a contiguous ``[M, N]``: copied into ``out`` where
-    given, else into a new tensor (an output computed on rows padded to whole units). On CUDA by
-    :mod:`fluxlite.kernels.repitch` (16-byte loads; torch's copy moves rows off 16 bytes element by
-    element)."""
+    given, else into a new tensor (an output computed on rows padded to whole units). On CUDA, from
+    :data:`REPITCH_CROP_MIN_BYTES`, by :mod:`fluxlite.kernels.repitch` (16-byte loads; torch's copy
+    moves rows off 16 bytes element by element)."""
     src = wide[:, :N]
     dst = wide.new_empty((wide.shape[0], N)) if out is None else out
-    if wide.is_cuda and repitch.launch(src, dst, _repitch_cache(wide.device)):
+    large = wide.numel() * wide.element_size() >= REPITCH_CROP_MIN_BYTES
+    if wide.is_cuda and large and repitch.launch(src, dst, _repitch_cache(wide.device)):
         return dst
     return dst.copy_(src)
 
