@@ -12,10 +12,11 @@ contiguous ``dst: [Rd, Cd]``, both with unit column stride::
 so ``Rd, Cd >= R, C`` zero-pads (``a: [M, K] -> [M, Kp]``, ``weight: [N, K] -> [Np, Kp]``) and
 ``Rd, Cd == R, C`` with ``s > C`` crops (``wide[:, :N] -> out: [M, N]``).
 
-Why a kernel of its own: where one side's rows are off 4 bytes (``K`` or ``N`` odd in bf16) torch's
-strided copy moves every element alone, with a division per element for its offset. On an H200 it
-moved 1.5-1.9 TB/s (reads and writes together) at such shapes, against about 4 TB/s for a
-contiguous copy; a fused GEMM-RS call with ``K`` and ``N`` off spent a third of its time in them.
+Why a kernel of its own: where one side's rows are off 16 bytes (``K`` or ``N`` off a multiple of 8
+in bf16, odd or not), torch's strided copy moves every element alone, with a division per element
+for its offset. On an H200 it moved 1.5-1.9 TB/s (reads and writes together) at such shapes, against
+about 4 TB/s for a contiguous copy; a fused GEMM-RS call with ``K`` and ``N`` off spent a third of
+its time in them.
 
 Two ways, by which side is aligned (one program a tile of ``BLOCK_R`` rows):
 
