@@ -114,3 +114,48 @@ def test_zero_padded_and_first_columns_on_cuda_at_operand_sizes(M, K, N):
     out = _poisoned((M, N), torch.bfloat16)
     assert _sequential.first_columns(wide, N, out) is out and torch.equal(out, wide[:, :N])
     assert torch.equal(_sequential.first_columns(wide, N, None), wide[:, :N])
+
+
+_CAPTURE_FIRST = """
+import torch
+from fluxlite import _sequential
+from fluxlite.kernels import repitch
+gen = torch.Generator(device="cuda").manual_seed(7)
+x = torch.randn(4096, 3001, device="cuda", generator=gen).to(torch.bfloat16)
+w = (torch.randn(2001, 3001, device="cuda", generator=gen) / 3001 ** 0.5).to(torch.bfloat16)
+assert _sequential.pads_rows(x, w)
+out = torch.full((4096, 2001), float("nan"), device="cuda", dtype=torch.bfloat16)
+ones = torch.ones(8, 8, device="cuda", dtype=torch.bfloat16)
+torch.matmul(ones, ones)  # cuBLAS's handle made outside the capture, as torch needs (nothing padded)
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):  # no eager call first: the copy has never been launched in this process
+    _sequential.linear_into(out, x, w, None)
+for _ in range(2):
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    err = ((out.float() - x.float() @ w.float().t()).norm() / (x.float() @ w.float().t()).norm()).item()
+    assert err < 1e-2, err
+_sequential.linear_into(out, x, w, None)  # eager, then a capture of the copies already launched
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    _sequential.linear_into(out, x, w, None)
+out.fill_(float("nan"))
+graph.replay()
+torch.cuda.synchronize()
+assert ((out.float() - x.float() @ w.float().t()).norm() / (x.float() @ w.float().t()).norm()).item() < 1e-2
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_a_padded_gemm_captured_before_any_eager_call():
+    """A fresh process captures sequential's padded GEMM in a CUDA graph before anything has launched
+    the copy (its first launch, a compile and a module load, inside the capture), and the replays
+    compute the product into a poisoned ``out``; so does a capture after an eager call."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _CAPTURE_FIRST], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-2000:] + run.stderr[-3000:]
