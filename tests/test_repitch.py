@@ -119,7 +119,6 @@ def test_zero_padded_and_first_columns_on_cuda_at_operand_sizes(M, K, N):
 _CAPTURE_FIRST = """
 import torch
 from fluxlite import _sequential
-from fluxlite.kernels import repitch
 gen = torch.Generator(device="cuda").manual_seed(7)
 x = torch.randn(4096, 3001, device="cuda", generator=gen).to(torch.bfloat16)
 w = (torch.randn(2001, 3001, device="cuda", generator=gen) / 3001 ** 0.5).to(torch.bfloat16)

@@ -477,7 +477,7 @@ def pad_for_tma(state: fused.FusedState, args: Args) -> Args:
     faster, only the copy's cost slower (BENCHMARKS.md). Every rank has the same ``K``, so every rank
     pads alike (``Kp`` is in the call's signature)."""
     a, weight = args.a, args.weight
-    (N, K), size = weight.shape, a.element_size()
+    N, size = weight.shape[0], a.element_size()
     pad = tma_k_padding(state, a)
     weight_ok = not pad if weight.is_contiguous() else (N * size) % ROW_UNIT_BYTES == 0
     if (not pad and weight_ok) or state.consumer != "triton":
