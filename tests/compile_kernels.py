@@ -167,11 +167,15 @@ def main() -> None:
                        parity="i32", rank="i32", world_size="i32", region="i32", num_counters="i32", sig_at="i32",
                        ready_at="i32", timeout_ns="i64"),
                   dict(REGION_BLOCK=512, COUNTERS_BLOCK=256), 0))
-    cases.append(("bf16", "gather_end (the peers' chunks in, split by split)", gather_end.gather_end_kernel,
-                  dict(out=("*bf16", 16), data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16),
-                       bounds_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
-                       splits="i32", gathered=("i32", 16), chunk=("i32", 16), N=("i32", 16), total="i32",
-                       region="i32", reduced_at="i32", timeout_ns="i64"), dict(BLOCK=gather_end.BLOCK), 0))
+    for crop in (False, True):  # the crop: gathered's rows padded, out's (N) off 16 bytes
+        aligned = ("i32", 16) if not crop else "i32"
+        cases.append(("bf16", "gather_end (the peers' chunks in, split by split"
+                      + (", every chunk's first N columns)" if crop else ")"), gather_end.gather_end_kernel,
+                      dict(out=("*bf16", 16), data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16),
+                           bounds_ptr=("*i32", 16), error_ptr="*i32", call_ptr="*i32", rank="i32", world_size="i32",
+                           splits="i32", gathered=("i32", 16), chunk=aligned, N=aligned, total="i32",
+                           pitch="i32", region="i32", reduced_at="i32", timeout_ns="i64"),
+                      dict(BLOCK=gather_end.BLOCK, CROP=crop), 0))
     cases.append(("int32", "push_rows (AG-GEMM's small chunk gathered by the SMs, the call's alignment too, W=8)",
                   push_rows.push_rows_kernel,
                   dict(src="i64", data_bases_ptr=("*i64", 16), flag_bases_ptr=("*i64", 16), count_ptr="*i32",
@@ -218,6 +222,7 @@ def main() -> None:
             # rows in 16-byte vectors where its runs start on a multiple of 16 elements
             ptx = kernel.asm["ptx"]
             vector = ("ld.global.cg.v4" in ptx if fn is one_shot.one_shot_kernel
+                      else "ld.global.cg.v4" in ptx if "first N columns" in name
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is gather_end.gather_end_kernel
                       else "ld.global.cg.v4" in ptx and "st.global.v4" in ptx if fn is push_rows.push_rows_kernel
                       # the copies between pitches: on the word path no access narrower than a word; on

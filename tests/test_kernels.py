@@ -283,14 +283,16 @@ def _halves(W, rows, N, gathered_at, seed):
 class _EndCase:
     """Rank ``r`` of ``W`` at the end of a two-shot GEMM-AllReduce of ``M x N`` (chunks of ``mc`` rows
     cut into splits at rows ``cuts``): every rank's data half (random, ``gathered`` from element
-    ``at``), flag array and address tables, ``out`` with our reduced rows (random) and NaN elsewhere,
-    and an error record with a mirror."""
+    ``at``, its rows ``pitch`` wide: ``N``, or wider for a call on whole rows), flag array and address
+    tables, ``out`` with our reduced rows (random) and NaN elsewhere, and an error record with a
+    mirror."""
 
-    def __init__(self, W, r, M, N, cuts, epoch, at=64, seed=0):
+    def __init__(self, W, r, M, N, cuts, epoch, at=64, seed=0, pitch=None):
         self.W, self.r, self.M, self.N, self.epoch, self.at = W, r, M, N, epoch, at
+        self.pitch = pitch or N
         self.mc = -(-M // W)
         self.bounds = [0, *cuts, self.mc]
-        self.halves, self.bases = _halves(W, self.mc, N, at, seed)
+        self.halves, self.bases = _halves(W, self.mc, self.pitch, at, seed)
         self.flags = [torch.zeros(sch.num_flag_slots(W), dtype=torch.int32) for _ in range(W)]
         self.flag_bases = torch.tensor([f.data_ptr() for f in self.flags], dtype=torch.int64)
         self.out = torch.full((M, N), float("nan"))
@@ -315,10 +317,10 @@ class _EndCase:
                                call=torch.tensor([self.epoch], dtype=torch.int32), rank=self.r, world_size=self.W,
                                gathered=self.at, chunk_rows=self.mc, region=sch.region_start(self.W, self.epoch % 2),
                                reduced_at=sch.reduced_slot(self.W, 0, 0), timeout_s=timeout_s, sms=sms,
-                               cache={})
+                               cache={}, pitch=self.pitch)
 
     def gathered(self):
-        return self.halves[self.r][self.at:].view(self.W, self.mc, self.N)
+        return self.halves[self.r][self.at:].view(self.W, self.mc, self.pitch)[:, :, : self.N]
 
 
 @pytest.mark.parametrize("M,N,cuts", [(3 * 700, 37, (500,)), (3 * 700 - 5, 37, (350, 650)), (2, 37, ()),
@@ -347,6 +349,31 @@ def test_gather_end_copies_every_peers_chunk_and_nothing_else(M, N, cuts):
             assert torch.equal(case.out[case.ours], ours_before), "our own rows were written"
         else:
             assert torch.equal(case.out[p * mc : p * mc + rows], gathered[p, :rows]), p
+    assert case.error.tolist()[:6] == [0] * 6
+
+
+@pytest.mark.parametrize("M,N,pitch,cuts", [(3 * 70, 37, 40, (30,)), (3 * 70 - 5, 5, 8, (20, 50)), (2, 3, 4, ()),
+                                            (3 * 50 - 60, 130, 132, (7,)), (3 * 33, 64, 68, ())])
+def test_gather_end_crops_every_chunk_from_wider_rows(M, N, pitch, cuts):
+    """A call on whole rows: ``gathered``'s rows are ``pitch`` elements wide (whole 16-byte units),
+    ``out``'s ``N``. Rank 2 of 3, every peer's split sent; every chunk's first ``N`` columns, ours
+    (in ``gathered`` too) among them, land in ``out`` (poisoned with NaN, ours too), nothing of the
+    padding columns does, and no data half changes. Cases: a last chunk cut short, chunks past
+    ``M``, tiles across and within rows, ``N`` a multiple of 4 with a wider pitch."""
+    W, r, epoch = 3, 2, 4
+    case = _EndCase(W, r, M, N, cuts, epoch, seed=M + N, pitch=pitch)
+    case.out.fill_(float("nan"))
+    for p in (0, 1):
+        for s in range(case.splits):
+            case.peer_sends(p, s)
+    halves_before = [h.clone() for h in case.halves]
+    case.launch()
+    assert all(torch.equal(h, b) for h, b in zip(case.halves, halves_before))
+    gathered, mc = case.gathered(), case.mc
+    for p in range(W):
+        rows = case.rows_of(p)
+        assert torch.equal(case.out[p * mc : p * mc + rows], gathered[p, :rows]), p
+    assert not case.out.isnan().any()
     assert case.error.tolist()[:6] == [0] * 6
 
 

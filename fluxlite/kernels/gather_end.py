@@ -17,6 +17,19 @@ of this kernel takes a share of the tiles of every split::
         tiles of every peer's  [p * mc * N + bounds[s] * N, min(p * mc + bounds[s + 1], M) * N),
         round robin:  out[i] = gathered[i]
 
+A call on whole output rows (``CROP``: ``N`` off 16 bytes, the call's buffers padded to ``Np``
+columns, a whole number of 16-byte units, ``pitch`` of them) keeps every chunk in ``gathered:
+[W, mc, Np]``, ours too (the consumer writes it there), and crops each into ``out``'s rows of ``N``
+elements; ours needs no wait, so it goes first::
+
+    for s in splits:
+        tiles of our rows  [r * mc + bounds[s], min(r * mc + bounds[s + 1], M)), round robin:
+            out[i, :N] = gathered[i, :N]
+        every peer p:  wait reduced[p][s] >= 1; its rows likewise
+
+Its loads are 16-byte vectors (:func:`fluxlite.kernels.repitch.element_tile`, the same tile as the
+crop after a GEMM-RS call), its stores element-wise.
+
 The launch does not wait for this rank's producer, whose last copies may still be on their way
 (except where ranks share a GPU: :meth:`fluxlite.fused.Call._enqueue`): the copies of the peers'
 earlier splits (within this GPU) run beside the copy engine's push of the last ones (over NVLink),
@@ -37,8 +50,9 @@ and the call (first failure wins) and copies nothing more, so the stream drains 
 is set and every wait here returns at once.
 
 It is launched once when the fused state is made, with nothing to move
-(:meth:`fluxlite.fused.state.FusedState._warm_up`): with lazy module loading its first launch must
-not come while a consumer spins (docs/safety.md).
+(:meth:`fluxlite.fused.state.FusedState._warm_up`), so that its module is loaded before any call.
+Its other variants (``CROP``, ``N`` off 16) load at their first call, behind the consumer: nothing
+the consumer waits for waits for them (docs/safety.md).
 """
 
 import torch
@@ -48,6 +62,7 @@ import triton.language as tl
 from .. import schedule as sch
 from . import launch as direct
 from .device_flags import TIMEOUT_FINISHED, wait_set
+from .repitch import element_tile
 
 BLOCK = 4096
 """Elements of a tile: 32 bytes of bf16 per thread of 8 warps."""
@@ -60,6 +75,9 @@ others left would copy its share of every split last. Two, not the one-shot redu
 move the call's last splits, and on two H200s a call whose transfers outlast its GEMMs
 (12001x1000->7880) took 630 us with two resident programs per SM, 662 us with three and 777 us with
 four, each copying the peers' earlier splits harder beside the copy engines (BENCHMARKS.md)."""
+CROP_TILE = (32, 128)
+"""Rows by elements of a tile of the cropping copy (gathered rows wider than ``out``'s)."""
+CROP_R, CROP_C = tl.constexpr(CROP_TILE[0]), tl.constexpr(CROP_TILE[1])
 PEER_STRIDE = tl.constexpr(sch.MAX_SPLITS)  # schedule.reduced_slot: peer p's flags are p * MAX_SPLITS further
 
 
@@ -79,7 +97,21 @@ def copy_run(dst, src, lo, stop, first, step, BLOCK: tl.constexpr):
             tl.store(d + lanes, tl.load(s_ + lanes, mask=mask, cache_modifier=".cg"), mask=mask)
 
 
-@triton.jit(do_not_specialize=["rank", "world_size", "splits", "total", "region", "reduced_at", "timeout_ns"])
+@triton.jit
+def crop_rows(out, src, rows, N, pitch, first, step):
+    """``out[i, :N] = src[i, :N]`` for ``i < rows``, ``out``'s rows ``N`` elements apart and ``src``'s
+    ``pitch`` 16-byte units; tiles of :data:`CROP_TILE` ``first, first + step, ...``; ``src`` read at
+    L2."""
+    UNIT: tl.constexpr = 128 // src.dtype.element_ty.primitive_bitwidth
+    col_tiles = tl.cdiv(N, CROP_C)
+    i = tl.arange(0, CROP_R)[:, None]  # 32-bit offsets within a tile, from its first row's (64-bit) start
+    for tile in range(first, tl.cdiv(tl.maximum(rows, 0), CROP_R) * col_tiles, step):
+        r0 = ((tile // col_tiles) * CROP_R).to(tl.int64)
+        j = ((tile % col_tiles) * CROP_C + tl.arange(0, CROP_C))[None, :]
+        element_tile(src + r0 * (pitch * UNIT), out + r0 * N, i, j, rows - r0, N, pitch, rows - r0, N, UNIT, ".cg")
+
+
+@triton.jit(do_not_specialize=["rank", "world_size", "splits", "total", "pitch", "region", "reduced_at", "timeout_ns"])
 def gather_end_kernel(
     out,             # [M, N] contiguous
     data_bases_ptr,  # int64 [W]: every rank's data half of the call's parity, as mapped here
@@ -88,22 +120,31 @@ def gather_end_kernel(
     error_ptr,       # int32 error record
     call_ptr,        # int32 the device's call count: this call's number, for the error record
     rank, world_size, splits,
-    gathered,        # elements from a data half's start to its gathered [W, mc, N]
+    gathered,        # elements from a data half's start to its gathered [W, mc, N] ([W, mc, Np] where cropped)
     chunk,           # elements of a chunk, mc * N (specialized: a multiple of 16 keeps the copies vectors)
     N,               # elements of a row (specialized likewise)
     total,           # elements of out, M * N
+    pitch,           # where CROP: gathered's row pitch in 16-byte units
     region,          # the call's region: its first slot in every flag array
     reduced_at,      # region offset of peer 0's reduced flag of split 0 (schedule.reduced_slot(W, 0, 0))
     timeout_ns,
     BLOCK: tl.constexpr,
+    CROP: tl.constexpr,  # gathered's rows wider than out's: every chunk's first N columns, ours too
 ):
     dtype = out.dtype.element_ty
     first, step = tl.program_id(0), tl.num_programs(0)
     flags = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32)) + region
     src = tl.multiple_of(tl.load(data_bases_ptr + rank).to(tl.pointer_type(dtype)), 16) + gathered
+    UNIT: tl.constexpr = 128 // dtype.primitive_bitwidth
+    M = total // N
+    mc = chunk // N
     for s in range(0, splits):
         lo_row = tl.load(bounds_ptr + s).to(tl.int64)
         hi_row = tl.load(bounds_ptr + s + 1).to(tl.int64)
+        if CROP:  # our own split first, which needs no wait (the consumer wrote it before this launch)
+            lo = rank * mc + lo_row
+            crop_rows(out + lo * N, src + lo * (pitch * UNIT), tl.minimum(rank * mc + hi_row, M) - lo, N, pitch,
+                      first, step)
         err = tl.full((), 0, tl.int32)
         for p in range(0, world_size):
             if p != rank:
@@ -112,22 +153,30 @@ def gather_end_kernel(
         if err == 0:
             for p in range(0, world_size):
                 if p != rank:
-                    base = p * chunk.to(tl.int64)  # a start past total copies nothing; unclamped it stays 16-aligned
-                    copy_run(out, src, base + lo_row * N, tl.minimum(base + hi_row * N, total), first, step, BLOCK)
+                    if CROP:
+                        lo = p * mc + lo_row
+                        crop_rows(out + lo * N, src + lo * (pitch * UNIT), tl.minimum(p * mc + hi_row, M) - lo, N,
+                                  pitch, first, step)
+                    else:
+                        base = p * chunk.to(tl.int64)  # past total: copies nothing; unclamped: stays 16-aligned
+                        copy_run(out, src, base + lo_row * N, tl.minimum(base + hi_row * N, total), first, step, BLOCK)
 
 
 def launch(*, out: torch.Tensor, data_bases: torch.Tensor, flag_bases: torch.Tensor, bounds: torch.Tensor,
            error: torch.Tensor, call: torch.Tensor, rank: int, world_size: int, gathered: int, chunk_rows: int,
-           region: int, reduced_at: int, timeout_s: float, sms: int, cache: dict) -> None:
+           region: int, reduced_at: int, timeout_s: float, sms: int, cache: dict, pitch: int | None = None) -> None:
     """Launch :func:`gather_end_kernel` on the current stream. ``out: [M, N]`` contiguous; ``bounds``:
     int32 ``[splits + 1]`` on the device, a chunk's split boundaries in rows (``splits`` may be 0:
     nothing moves); ``gathered``: elements from a data half's start to ``gathered``; ``chunk_rows``:
     ``mc``; ``data_bases``, ``flag_bases``: int64 ``[W]``, every rank's data half of the call's parity
     and flag array; ``region``: the call's region's first slot; ``reduced_at``: the region offset of
     peer 0's split-0 flag; ``error``, ``call``: the fused state's error record and call count.
-    ``sms``: the SMs to spread over, :data:`PROGRAMS_PER_SM` programs on each."""
+    ``sms``: the SMs to spread over, :data:`PROGRAMS_PER_SM` programs on each. ``pitch``: elements of
+    a row of ``gathered``, ``N`` (or ``None``) where its rows are ``out``'s; more (a whole number of
+    16-byte units): every chunk's first ``N`` columns cropped into ``out``, ours too."""
     N = out.shape[1]
+    units = 0 if pitch is None or pitch == N else pitch * out.element_size() // 16
     direct.launch(gather_end_kernel, cache, PROGRAMS_PER_SM * max(1, sms),
                   (out, data_bases, flag_bases, bounds, error, call, rank, world_size, bounds.numel() - 1, gathered,
-                   chunk_rows * N, N, out.numel(), region, reduced_at, int(timeout_s * 1e9)),
-                  dict(BLOCK=BLOCK), num_warps=NUM_WARPS, num_stages=1, programs_per_sm=PROGRAMS_PER_SM)
+                   chunk_rows * N, N, out.numel(), units, region, reduced_at, int(timeout_s * 1e9)),
+                  dict(BLOCK=BLOCK, CROP=units > 0), num_warps=NUM_WARPS, num_stages=1, programs_per_sm=PROGRAMS_PER_SM)

@@ -68,8 +68,8 @@ def repitch_kernel(
     pid = tl.program_id(0)
     i = ((pid // col_tiles) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]
     j = ((pid % col_tiles) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]
-    start = i * (src_pitch * SRC_UNIT)  # src's row start, elements
     if WORDS:
+        start = i * (src_pitch * SRC_UNIT)  # src's row start, elements
         E: tl.constexpr = 32 // BITS
         c = j * E  # the word's first column
         n = tl.minimum(cols - c, E)  # its elements that lie in src
@@ -88,11 +88,21 @@ def repitch_kernel(
         dst_words = dst.to(tl.pointer_type(tl.uint32), bitcast=True)
         tl.store(dst_words + i * (dst_cols // E) + j, word, mask=(i < dst_rows) & (c < dst_cols))
     else:
-        # loads of whole units (a mask that is constant across each), up to the unit that holds C:
-        # that unit lies inside the row's pitch, past C only where the pitch is
-        whole = (j < tl.cdiv(cols, SRC_UNIT) * SRC_UNIT) & (i < rows)
-        x = tl.where(j < cols, tl.load(src + start + j, mask=whole, other=0), 0)
-        tl.store(dst + i * dst_cols + j, x, mask=(i < dst_rows) & (j < dst_cols))
+        element_tile(src, dst, i, j, rows, cols, src_pitch, dst_rows, dst_cols, SRC_UNIT, "")
+
+
+@triton.jit
+def element_tile(src, dst, i, j, rows, cols, src_pitch, dst_rows, dst_cols, SRC_UNIT: tl.constexpr,
+                 CACHE: tl.constexpr):
+    """The element path's tile (rows ``i: [BR, 1]``, columns ``j: [1, BC]``): ``dst[i, j] = src[i, j]``
+    inside ``src``'s ``rows x cols``, 0 elsewhere inside ``dst``'s; ``src``'s pitch is ``src_pitch``
+    units of ``SRC_UNIT`` elements, loaded with the cache modifier ``CACHE``. Also the crop of
+    GEMM-AllReduce's gathered rows (:mod:`fluxlite.kernels.gather_end`)."""
+    # loads of whole units (a mask that is constant across each), up to the unit that holds C:
+    # that unit lies inside the row's pitch, past C only where the pitch is
+    whole = (j < tl.cdiv(cols, SRC_UNIT) * SRC_UNIT) & (i < rows)
+    x = tl.where(j < cols, tl.load(src + i * (src_pitch * SRC_UNIT) + j, mask=whole, other=0, cache_modifier=CACHE), 0)
+    tl.store(dst + i * dst_cols + j, x, mask=(i < dst_rows) & (j < dst_cols))
 
 
 def launch(src: torch.Tensor, dst: torch.Tensor, cache: dict) -> bool:
