@@ -187,12 +187,12 @@ call, or the host's where that is longer. The ``both`` choice reads it in place 
 (module docstring)."""
 CALL_MODES = (*MEASURED_MODES, "both")
 """The modes a call can be in (module docstring): each has its choice in :class:`Choices`."""
-CACHE_SCHEMA = "fluxlite-dispatch/10"  # 10: the padding's copies 2-2.5x faster, and padding from smaller
-# GEMMs (9: rows off 16 bytes padded to whole ones in sequential's GEMMs
-# and GEMM-RS's fused call; 8: AG-GEMM's small calls gather in one kernel; 7: short chunks of
-# wide layers take one GEMM; 6: a final verdict reads what is still open at its median; 5: ``both`` reads
-# eager throughput; 4: a latency tie by host time): choices made by an earlier rule, or against an earlier
-# path of a candidate, are made again
+CACHE_SCHEMA = "fluxlite-dispatch/11"  # 11: GEMM-AllReduce's fused call on whole output rows (10: the
+# padding's copies 2-2.5x faster, and padding from smaller GEMMs; 9: rows off 16 bytes padded to whole
+# ones in sequential's GEMMs and GEMM-RS's fused call; 8: AG-GEMM's small calls gather in one kernel;
+# 7: short chunks of wide layers take one GEMM; 6: a final verdict reads what is still open at its
+# median; 5: ``both`` reads eager throughput; 4: a latency tie by host time): choices made by an
+# earlier rule, or against an earlier path of a candidate, are made again
 MEASURED_IMPLS = ("sequential", "decomposed", "fused")
 MAX_KEYS = 4096  # call signatures whose Key is remembered; past this it starts again
 

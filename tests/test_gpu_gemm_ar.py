@@ -1,7 +1,8 @@
 """GEMM-AllReduce on GPU ranks: fused against a float32 reference at random shapes (M = 1 and M not a
 multiple of the ranks among them; unaligned K and N; bf16 and fp16; bias and scale), eagerly, as
 an eager call repeated (the eager replay path), and replayed from a captured CUDA graph; the
-one-shot path (decode sizes) at random small M, and its output the same to the bit on every rank.
+one-shot path (decode sizes) at random small M, and its output the same to the bit on every rank;
+two shots on whole output rows at random shapes with ``N`` off a multiple of 8.
 Outputs are poisoned (NaN) before every call. Tolerance: bf16/fp16 output of an fp32-accumulated
 product with each rank's partial rounded to the input dtype before the reduction, against float32:
 2e-2 norm-relative."""
@@ -39,12 +40,26 @@ def _one_shot_shapes(seed: int, n: int) -> list[tuple[int, int, int, torch.dtype
     return fixed + rand
 
 
-def _eager(rank: int, W: int, seed: int, one_shot: bool = False) -> None:
+def _whole_rows_shapes(seed: int, n: int) -> list[tuple[int, int, int, torch.dtype]]:
+    """Two shots on whole output rows (``GemmReduceScatter.whole_output_rows``): ``N`` off a multiple
+    of 8, ``K`` (per rank) any, GEMMs large enough to pad, ``M`` odd or even."""
+    from fluxlite.ops import AR
+
+    rng, shapes = random.Random(seed), []
+    while len(shapes) < n:
+        M, K, N = rng.randint(1200, 9000), rng.randint(300, 5000), rng.randint(1000, 9000)
+        if N % 8 and not AR.one_shot(2, M, N, 2) and AR.output_columns(M, K, N, 2) > N:
+            shapes.append((M, K, N, rng.choice([torch.bfloat16, torch.float16])))
+    return shapes
+
+
+def _eager(rank: int, W: int, seed: int, one_shot: bool = False, whole_rows: bool = False) -> None:
     import fluxlite
     from fluxlite.ops import AR
 
     failures = []
-    for M, K, N, dtype in (_one_shot_shapes if one_shot else _shapes)(seed, 8):
+    shapes = _one_shot_shapes if one_shot else _whole_rows_shapes if whole_rows else _shapes
+    for M, K, N, dtype in shapes(seed, 8 if not whole_rows else 6):
         if one_shot and not AR.one_shot(W, M, N, dtype.itemsize):
             failures.append(f"M={M} N={N} {dtype}: not a one-shot call")
             continue
@@ -76,6 +91,11 @@ def test_gemm_ar_fused_at_random_shapes():
 
 def test_gemm_ar_one_shot_at_random_small_m():
     run_gpu_ranks(_eager, 2, 29, True)
+
+
+def test_gemm_ar_fused_on_whole_output_rows_at_random_shapes():
+    """Rows off 16 bytes: the weight padded, the buffers on whole rows, the end cropping every chunk."""
+    run_gpu_ranks(_eager, 2, 41, False, True)
 
 
 def _graph(rank: int, W: int, M: int, N: int) -> None:

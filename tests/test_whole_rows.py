@@ -4,9 +4,9 @@ the operands to whole 16-byte rows where that pays (``pays_to_pad``) and copies 
 back. Checked: the rule (large GEMMs off 16 bytes only); the padded path against a float64
 reference with the output poisoned first, on CPU (the rule forced, since it pads on CUDA only) and on
 one GPU; every op's ``sequential`` and ``decomposed`` at padded shapes on two GPU ranks against
-float32; and GEMM-RS's fused call on whole output rows (the weight padded to them, the output's
-columns copied back), on gloo ranks and on the GPU. Tolerances: fp32 1e-5, bf16/fp16 1e-2 relative
-error of the norm (products over ``K``)."""
+float32; and GEMM-RS's and GEMM-AllReduce's fused calls on whole output rows (the weight padded to
+them, the output's columns copied back), on gloo ranks and on the GPU. Tolerances: fp32 1e-5,
+bf16/fp16 1e-2 relative error of the norm (products over ``K``)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_the_padded_gemm_on_one_gpu():
 def _reference_impls_pad(rank: int, W: int) -> None:
     import importlib
 
-    from fluxlite.ops import RS
+    from fluxlite.ops import AR, RS
 
     module = importlib.import_module("fluxlite.ops.gemm_rs")
     padded, expected, zero_padded = [], [], module.zero_padded  # GEMM-RS's fused calls' weight padding, counted
@@ -92,13 +92,14 @@ def _reference_impls_pad(rank: int, W: int) -> None:
         else:
             partials = torch.stack([a_all[q].float() @ w_all[q].float().t() for q in range(W)]).sum(0)
             ref = partials.chunk(W)[rank] if op == "gemm_rs" else partials
-        if op == "gemm_rs" and not RS.one_shot(W, M, N, 2):  # its fused calls on whole output rows
+        reducing = {"gemm_rs": RS, "gemm_ar": AR}.get(op)
+        if reducing is not None and not reducing.one_shot(W, M, N, 2):  # its fused calls on whole output rows
             expected += [-N % 8] * 3
         for impl in ("sequential", "decomposed", "fused", "fused", "fused"):  # the fused repeats replayed
             out = torch.full(ref.shape, float("nan"), device=dev, dtype=torch.bfloat16)
             res = getattr(fluxlite, op)(a_all[rank], w_all[rank], impl=impl, out=out)
             assert res is out and rel_err(res, ref) < 1e-2, (op, impl, rel_err(res, ref))
-    assert padded == expected and len(expected) == 6, padded  # GEMM-RS's; AG-GEMM's are not padded
+    assert padded == expected and len(expected) == 9, padded  # GEMM-RS's and GEMM-AllReduce's; not AG-GEMM's
 
 
 @pytest.mark.gpu
@@ -106,16 +107,19 @@ def test_the_reference_impls_pad_their_gemms_on_two_gpu_ranks():
     run_gpu_ranks(_reference_impls_pad, 2)
 
 
-def _rs_on_whole_output_rows(rank: int, W: int) -> None:
-    """GEMM-RS's fused call with output rows off whole units (fp32 on CPU: ``N`` off 4), padded as on
-    CUDA (``GemmReduceScatter.whole_output_rows``; the padding is counted, so a path that skips it
-    fails): against float64, into a poisoned ``out`` and into a fresh one, twice each (the second a
-    repeat), with a bias and a scale."""
+def _on_whole_output_rows(rank: int, W: int, op: str) -> None:
+    """GEMM-RS's or GEMM-AllReduce's (two shots) fused call with output rows off whole units (fp32 on
+    CPU: ``N`` off 4), padded as on CUDA (``GemmReduceScatter.whole_output_rows``; the padding is
+    counted, so a path that skips it fails): against float64, into a poisoned ``out`` and into a fresh
+    one, twice each (the second a repeat), with a bias and a scale."""
     import importlib
 
-    from fluxlite.ops import RS
+    from fluxlite.ops import AR, RS
 
     module = importlib.import_module("fluxlite.ops.gemm_rs")  # fluxlite.ops.gemm_rs is the op's function
+    ar = op == "gemm_ar"
+    if ar:
+        importlib.import_module("fluxlite.ops.gemm_ar").ONE_SHOT_MAX_BYTES = 0  # two shots, the second a gather
     assert RS.output_columns(8, 8, 7, 4) == 7  # a small GEMM: the padding would cost more than it saves
     module.pays_to_pad = lambda M, K, N, e: True  # this rank's process only: small shapes on CUDA's path
     module.GemmReduceScatter.pads_output_rows = lambda self, state: True
@@ -124,27 +128,31 @@ def _rs_on_whole_output_rows(rank: int, W: int) -> None:
     module.zero_padded = lambda x, rows, cols: padded.append((rows, cols)) or zero_padded(x, rows, cols)
     triton_k = os.environ.get("FLUXLITE_CPU_CONSUMER") == "triton"  # K off: padded for the kernel's TMA too
     gen = torch.Generator().manual_seed(5 + W)
-    for M, K, N in ((4 * W, 8, 7), (6 * W, 12, 13), (2 * W, 4, 1), (6 * W, 9, 5)):
+    shapes = ((4 * W, 8, 7), (6 * W, 12, 13), (2 * W, 4, 1), (6 * W, 9, 5))
+    for M, K, N in shapes + (((3 * W + 1, 9, 6), (1, 4, 7)) if ar else ()):  # rows off the ranks; one row
         a_all = torch.randn(W, M, K, generator=gen)
         w_all = torch.randn(W, N, K, generator=gen)
         bias = torch.randn(N, generator=gen)
-        ref = (0.5 * sum(a_all[q].double() @ w_all[q].double().t() for q in range(W))).chunk(W)[rank] + bias.double()
-        padded_call = not RS.one_shot(W, M, N, 4)  # a one-shot call runs cuBLAS on the rows as given
+        ref = 0.5 * sum(a_all[q].double() @ w_all[q].double().t() for q in range(W))
+        ref = (ref if ar else ref.chunk(W)[rank]) + bias.double()
+        padded_call = ar or not RS.one_shot(W, M, N, 4)  # a one-shot call runs cuBLAS on the rows as given
         k_pad = -K % 32 if triton_k and K % 4 else 0  # fp32: rows of K off 16 bytes, padded to 128
         # a padded call: the weight's copy pads N and K at once, and a's copy (K off) pads K alike
         expected += 4 * padded_call * ([(-N % 4, k_pad)] + ([(0, k_pad)] if k_pad else []))
         for into in (True, False, True, False):
-            out = torch.full((M // W, N), float("nan")) if into else None
-            res = fluxlite.gemm_rs(a_all[rank], w_all[rank], bias, impl="fused", out=out, scale=0.5)
-            assert res.shape == (M // W, N) and res.is_contiguous() and (out is None or res is out)
-            assert rel_err(res, ref) < 1e-5, (M, K, N, into, rel_err(res, ref))
+            out = torch.full(ref.shape, float("nan")) if into else None
+            res = getattr(fluxlite, op)(a_all[rank], w_all[rank], bias, impl="fused", out=out, scale=0.5)
+            assert res.shape == ref.shape and res.is_contiguous() and (out is None or res is out)
+            assert rel_err(res, ref) < 1e-5, (op, M, K, N, into, rel_err(res, ref))
+    assert AR.output_columns(8, 8, 7, 4) == 8  # the op's own rule: GEMM-AllReduce's is GEMM-RS's
     assert sorted(padded) == sorted(expected) and expected, padded  # every call that is not one shot padded
 
 
-def test_gemm_rs_fused_on_whole_output_rows():
+@pytest.mark.parametrize("op", ["gemm_rs", "gemm_ar"])
+def test_fused_on_whole_output_rows(op):
     from .dist_utils import run_ranks
 
-    run_ranks(_rs_on_whole_output_rows, 2)
-    run_ranks(_rs_on_whole_output_rows, 3)
+    run_ranks(_on_whole_output_rows, 2, op)
+    run_ranks(_on_whole_output_rows, 3, op)
     # the Triton kernel as the consumer (interpreted): the output's padding and K's for TMA together
-    run_ranks(_rs_on_whole_output_rows, 2, env={"FLUXLITE_CPU_CONSUMER": "triton"})
+    run_ranks(_on_whole_output_rows, 2, op, env={"FLUXLITE_CPU_CONSUMER": "triton"})

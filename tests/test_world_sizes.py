@@ -239,7 +239,8 @@ def _program(op: str, W: int, r: int, rows: int, K: int, N: int, *, push: bool =
         return ws, plan, call, steps, dict(a=a, gathered=gathered, scales=scales, scales_gathered=scales_gathered)
     if op == "ar":
         out = torch.empty(rows, N)
-        return ws, plan, call, AR.second_shot(call, out), dict(out=out)
+        reduced = AR.reduced_rows(out, None, r, plan.sched.chunk_rows)
+        return ws, plan, call, AR.second_shot(call, out, reduced), dict(out=out)
     partial = torch.empty(W, rows // W, N)
     return ws, plan, call, RS.steps(call, partial), dict(partial=partial)
 

@@ -50,6 +50,14 @@ kernel on the consumer's stream (:meth:`GemmAllReduce.second_shot_end`), which s
 its last GEMM and copies each of the peers' splits out as soon as it lands.
 ``gathered`` is written by the peers in this call and written again two calls later, after every
 peer has arrived at the call between (:mod:`fluxlite.kernels.align`), so no barrier is needed.
+
+Where the output's rows are off 16 bytes and the GEMM is large enough, the two shots run on whole
+rows, as GEMM-RS's do (:meth:`~fluxlite.ops.gemm_rs.GemmReduceScatter.whole_output_rows`): the
+weight padded to ``Np`` columns and every buffer above ``Np`` wide. The consumer then writes our
+reduced chunk into our own rows of ``gathered``, the pushes leave from there, and the end crops every
+chunk's first ``N`` columns into ``out``, ours first (:meth:`GemmAllReduce.reduced_rows`,
+:mod:`fluxlite.kernels.gather_end`). On two H200s that took 0.89-0.97x the time of a crop after
+the call, and 0.57-0.68x that of the call on rows as given (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -125,11 +133,6 @@ class GemmAllReduce(GemmReduceScatter):
 
     def out_shape(self, args: Args) -> tuple[int, int]:
         return args.a.shape[0], args.weight.shape[0]
-
-    def pads_output_rows(self, state: FusedState) -> bool:
-        """Never: the second shot gathers every chunk into the whole ``[M, N]`` output, whose copy
-        back from padded rows would cost as much as the padding saves."""
-        return False
 
     # ---- the references ----------------------------------------------------------------------------
     def sequential(self, args: Args) -> torch.Tensor:
@@ -223,19 +226,38 @@ class GemmAllReduce(GemmReduceScatter):
         mc = self.chunk_rows(M, world_size)
         return _gathered_offset(world_size, mc, N, element_size) + world_size * mc * N * element_size
 
-    def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
-        """This rank's chunk of ``out``'s rows (fewer than ``chunk_rows`` for a last chunk cut short)."""
+    def wide_output(self, args: Args, columns: int) -> torch.Tensor:
+        """A call on whole output rows (:meth:`whole_output_rows`) still writes the caller's ``[M, N]``:
+        its buffers are ``columns`` wide, and the end crops every chunk into ``out``
+        (:meth:`second_shot_end`)."""
+        return args.out if args.out is not None else args.a.new_empty((args.a.shape[0], args.weight.shape[0]))
+
+    def data_views(self, ws, parity: int, plan, args: Args) -> tuple[torch.Tensor, torch.Tensor]:
+        """``recv``, and our own chunk's rows of ``gathered`` (``[<= mc, N]``), where the consumer
+        writes our reduced chunk when ``out``'s rows are narrower than the call's (:meth:`reduced_rows`)."""
+        W, r, mc = ws.world_size, ws.rank, plan.sched.chunk_rows
+        N, dtype = args.weight.shape[0], args.a.dtype
+        recv, _ = super().data_views(ws, parity, plan, args)
+        gathered = ws.data(r, parity, (W, mc, N), dtype, _gathered_offset(W, mc, N, dtype.itemsize))
+        return recv, gathered[r, : max(0, min(mc, args.a.shape[0] - r * mc))]
+
+    def reduced_rows(self, out: torch.Tensor, own: torch.Tensor | None, rank: int, chunk_rows: int) -> torch.Tensor:
+        """This rank's chunk of ``out``'s rows (fewer than ``chunk_rows`` for a last chunk cut short);
+        ``own`` (our rows of ``gathered``) where ``out``'s rows are narrower than it (a call on whole
+        output rows)."""
+        if own is not None and own.shape[1] != out.shape[1]:
+            return own
         start = min(rank * chunk_rows, out.shape[0])
         return out.narrow(0, start, min(chunk_rows, out.shape[0] - start))
 
-    def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """The gather's producer part (module docstring): each reduced split pushed from ``out`` to
+    def second_shot(self, call: Call, out: torch.Tensor, reduced: torch.Tensor) -> list:
+        """The gather's producer part (module docstring): each reduced split pushed from ``reduced`` to
         every peer once the consumer has counted it (the copy engine's copies, beside the GEMM but
         for the last), each followed by our ``reduced`` flag of that split on every peer. The copy
         out of the peers' rows: :meth:`second_shot_end`."""
         ws, plan, parity = call.ws, call.plan, call.parity
         W = ws.world_size
-        g = _Gather.of(call, out)
+        g = _Gather.of(call, out, reduced)
         counters = call.state.counters.data_ptr()
         steps = []
         for s, (lo, hi) in enumerate(plan.split_rows):
@@ -248,9 +270,11 @@ class GemmAllReduce(GemmReduceScatter):
             steps += [(SIGNAL, call.flag_addr(p, sch.reduced_slot(W, g.rank, s)), sch.SET) for p in g.peers]
         return steps
 
-    def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
+    def second_shot_end(self, call: Call, out: torch.Tensor, reduced: torch.Tensor) -> None:
         """The gather's end, behind the consumer: every peer's reduced splits copied from our
-        ``gathered`` into their rows of ``out``, each once its ``reduced`` flag is set (bounded waits).
+        ``gathered`` into their rows of ``out``, each once its ``reduced`` flag is set (bounded waits);
+        where ``gathered``'s rows are wider than ``out``'s (a call on whole output rows), the first
+        ``N`` columns of every chunk, ours too (from ``reduced``, in ``gathered``, first).
 
         On CUDA (and with the CPU's kernel consumer, interpreted) one kernel on the consumer's stream
         (:mod:`fluxlite.kernels.gather_end`), :data:`~fluxlite.kernels.gather_end.PROGRAMS_PER_SM`
@@ -259,7 +283,7 @@ class GemmAllReduce(GemmReduceScatter):
         (:meth:`fluxlite.fused.Call.run`): it copies the peers' earlier splits while the copy engines
         still push the last ones. On CPU otherwise,
         after the producer thread, the same waits and copies on this thread, one after another."""
-        g = _Gather.of(call, out)
+        g = _Gather.of(call, out, reduced)
         state, plan, ws = call.state, call.plan, call.ws
         W, r, parity = ws.world_size, g.rank, call.parity
         if ws.is_cuda or plan.consumer == "triton":
@@ -273,9 +297,12 @@ class GemmAllReduce(GemmReduceScatter):
                               region=sch.region_start(W, parity), reduced_at=sch.reduced_slot(W, 0, 0),
                               timeout_s=call.timeout_s,
                               sms=gemm_core.persistent_programs(plan.config, out.device),
-                              cache=plan.kernels)
+                              cache=plan.kernels, pitch=reduced.shape[1])
             return
+        cropped = reduced.shape[1] != out.shape[1]
         for s, (lo, hi) in enumerate(plan.split_rows):
+            if cropped:
+                g.copy_out(out, ws, parity, r, lo, hi)
             for p in g.peers:
                 host_wait(call.flag_addr(r, sch.reduced_slot(W, p, s)), sch.SET, what=REDUCED_ROWS, peer=p, chunk=p,
                           split=s, **call.wait_info())
@@ -287,8 +314,8 @@ _BOUNDS = "gather_bounds"  # the plan's cache entry (Plan.kernels) of the end's 
 
 class _Gather(NamedTuple):
     """Where the second shot's rows lie, for rank ``rank`` of a call: chunks of ``mc`` rows of
-    ``row`` bytes, ``M`` rows in all; ``red``: the address of our reduced chunk in ``out``;
-    ``gathered``: bytes from a data half's start to its ``gathered``."""
+    ``row`` bytes in ``gathered`` (the call's columns), ``M`` rows in all; ``red``: the address of our
+    reduced chunk; ``gathered``: bytes from a data half's start to its ``gathered``."""
 
     rank: int
     peers: tuple[int, ...]
@@ -299,13 +326,12 @@ class _Gather(NamedTuple):
     gathered: int
 
     @classmethod
-    def of(cls, call: Call, out: torch.Tensor) -> "_Gather":
+    def of(cls, call: Call, out: torch.Tensor, reduced: torch.Tensor) -> "_Gather":
         W, r = call.ws.world_size, call.ws.rank
         mc = call.plan.sched.chunk_rows
-        M, N = out.shape
-        row = N * out.element_size()
-        return cls(r, call.plan.sched.peers(), M, mc, row, out.data_ptr() + r * mc * row,
-                   _gathered_offset(W, mc, N, out.element_size()))
+        N, e = reduced.shape[1], out.element_size()
+        return cls(r, call.plan.sched.peers(), out.shape[0], mc, N * e, reduced.data_ptr(),
+                   _gathered_offset(W, mc, N, e))
 
     def rows_of(self, chunk: int) -> int:
         """Rows of ``chunk`` (fewer for a last chunk cut short, none past ``M``)."""
@@ -317,11 +343,19 @@ class _Gather(NamedTuple):
         return ws.data_addr(owner, parity) + self.gathered + (chunk * self.mc + row) * self.row
 
     def copy_out(self, out: torch.Tensor, ws, parity: int, chunk: int, lo: int, hi: int) -> None:
-        """Rows ``[lo, hi)`` of ``chunk`` (those it has) from our ``gathered`` into ``out`` (on CPU)."""
+        """Rows ``[lo, hi)`` of ``chunk`` (those it has) from our ``gathered`` into ``out``, their first
+        ``N`` columns where ``gathered``'s rows are wider (on CPU)."""
         hi = min(hi, self.rows_of(chunk))
-        if hi > lo:
-            ctypes.memmove(out.data_ptr() + (chunk * self.mc + lo) * self.row,
-                           self.in_gathered(ws, ws.rank, parity, chunk, lo), (hi - lo) * self.row)
+        if hi <= lo:
+            return
+        first = chunk * self.mc
+        N, e = out.shape[1], out.element_size()
+        if self.row == N * e:
+            ctypes.memmove(out.data_ptr() + (first + lo) * self.row, self.in_gathered(ws, ws.rank, parity, chunk, lo),
+                           (hi - lo) * self.row)
+            return
+        wide = ws.data(ws.rank, parity, (ws.world_size * self.mc, self.row // e), out.dtype, self.gathered)
+        out[first + lo : first + hi].copy_(wide[first + lo : first + hi, :N])
 
 
 AR = GemmAllReduce.define()

@@ -184,15 +184,20 @@ class GemmReduceScatter(Op):
 
     def whole_output_rows(self, state: FusedState, args: Args) -> Args:
         """The call on :meth:`output_columns`: where those are more than ``N``, the weight (and the
-        bias) zero-padded to them, into a ``[M/W, Np]`` output whose first ``N`` columns
-        :meth:`result` returns. The partials and the reduction then run on whole rows, by TMA and
-        vector loads: on two H200s the fused call on rows off 16 bytes took 1.4-2.6x the GEMM's
-        limit, and padded 1.09-1.15x with ``K`` whole, 0.69-0.77x the time of the call on rows as
-        given. Where ``K``'s rows are off too (:func:`~fluxlite.ops.op.tma_k_padding`), ``a`` is
-        padded here and the weight's one copy pads ``N`` and ``K`` at once (1.14-1.51x the limit).
-        The padding costs a copy of the weight and one of this rank's output rows
-        (:mod:`fluxlite.kernels.repitch`), which small calls do not recoup. (AG-GEMM's output is
-        every rank's rows: there the copy back cost more than the whole rows saved,
+        bias) zero-padded to them, into :meth:`wide_output` (GEMM-RS's ``[M/W, Np]``, whose first
+        ``N`` columns :meth:`result` copies out; GEMM-AllReduce's the caller's ``[M, N]``, into
+        which its end crops). The partials and the reduction then run on whole rows, by TMA and
+        vector loads: on two H200s
+        GEMM-RS's fused call on rows off 16 bytes took 1.4-2.6x the GEMM's limit, and padded
+        1.09-1.15x with ``K`` whole, 0.69-0.77x the time of the call on rows as given;
+        GEMM-AllReduce's padded took 0.57-0.68x its time on rows as given at seven shapes of
+        2009-14174 rows (1.01x at a GEMM of 0.09 ms), where that had been slower than sequential.
+        Where ``K``'s rows are off too (:func:`~fluxlite.ops.op.tma_k_padding`), ``a`` is padded
+        here and the weight's one copy pads ``N`` and ``K`` at once (GEMM-RS 1.14-1.51x the limit).
+        The padding costs a copy of the weight and one of the output (GEMM-RS's by
+        :mod:`fluxlite.kernels.repitch` after the call, GEMM-AllReduce's within its last kernel),
+        which small calls do not recoup. (AG-GEMM's output is every rank's rows, which its GEMM
+        writes without a reduction: there the copy back cost more than the whole rows saved,
         BENCHMARKS.md.)"""
         a, weight = args.a, args.weight
         N = weight.shape[0]
@@ -200,11 +205,16 @@ class GemmReduceScatter(Op):
         if not pad or not self.pads_output_rows(state):
             return args
         bias = None if args.bias is None else torch.nn.functional.pad(args.bias, (0, pad))
-        out = a.new_empty((a.shape[0] // args.tp.world_size, N + pad))
+        out = self.wide_output(args, N + pad)
         pad_k = tma_k_padding(state, a)  # K's padding for the kernels too, in the same copy of the weight
         if pad_k:
             a = zero_padded(a, 0, pad_k)
         return dataclasses.replace(args, a=a, weight=zero_padded(weight, pad, pad_k), bias=bias, out=out)
+
+    def wide_output(self, args: Args, columns: int) -> torch.Tensor:
+        """The output of a call on whole output rows (:meth:`whole_output_rows`): ``[M/W, columns]``,
+        whose first ``N`` columns :meth:`result` copies out."""
+        return args.a.new_empty((self.out_shape(args)[0], columns))
 
     def result(self, value: torch.Tensor, args: Args) -> torch.Tensor:
         """``value``, or where it has padded rows (:meth:`whole_output_rows`) its first ``N`` columns,
@@ -323,8 +333,9 @@ class GemmReduceScatter(Op):
 
     def fused(self, state: FusedState, plan: Plan, args: Args) -> torch.Tensor:
         """The output by ``plan``: the producer program beside the consumer (one GEMM per split,
-        :meth:`_consume_by_matmul`, or the Triton kernel: :meth:`consumer_of`). The consumer writes this rank's reduced chunk into ``out``
-        (GEMM-RS), or into its rows of ``out`` (:meth:`reduced_rows`), where a second shot takes it.
+        :meth:`_consume_by_matmul`, or the Triton kernel: :meth:`consumer_of`). The consumer writes
+        this rank's reduced chunk into ``out`` (GEMM-RS), or where :meth:`reduced_rows` says, from
+        where a second shot takes it.
         A call small enough (:meth:`one_shot`) reduces in one shot instead (:meth:`_one_shot`): its
         plan says so (a repeated call keeps its first call's plan, and so its path)."""
         if plan.variant == ONE_SHOT:
@@ -336,10 +347,10 @@ class GemmReduceScatter(Op):
         mc = sched.chunk_rows
         state.check()
         call = Call(state, self.name, plan, args.timeout_s)
-        recv = call.views(lambda: ws.data(r, call.parity, (W, mc, N), a.dtype))  # recv[p]: rank p's partial of our rows
+        recv, own = call.views(lambda: self.data_views(ws, call.parity, plan, args))  # recv[p]: p's partial of our rows
         partial = state.scratch((W, mc, N), a.dtype)  # our partials of the peers' rows, before they leave
         out = args.out if args.out is not None else a.new_empty(self.out_shape(args))
-        reduced = self.reduced_rows(out, r, mc)  # where the consumer writes our reduced chunk
+        reduced = self.reduced_rows(out, own, r, mc)  # where the consumer writes our reduced chunk
         second = reduced is not out  # a second shot sends it on from there
 
         def consume_matmul() -> None:
@@ -351,14 +362,15 @@ class GemmReduceScatter(Op):
                           rank=r, ep=ep, reduced_counters=sch.counter_slot(r, 0) if second else -1,
                           **call.kernel_args())
 
-        copied = (partial.data_ptr(), out.data_ptr()) if second else (partial.data_ptr(),)
+        copied = (partial.data_ptr(), reduced.data_ptr()) if second else (partial.data_ptr(),)
 
         def program() -> producer.Program:
-            return call.program(copied, lambda: self.steps(call, partial) + (self.second_shot(call, out) if second else []))
+            return call.program(copied, lambda: self.steps(call, partial) + (self.second_shot(call, out, reduced)
+                                                                            if second else []))
 
         call.run(program, consume_triton if plan.consumer == "triton" else consume_matmul,
                  call.replay_key(a, partial, weight, out, bias, scale=ep.scale), copied,
-                 (lambda: self.second_shot_end(call, out)) if second else None)
+                 (lambda: self.second_shot_end(call, out, reduced)) if second else None)
         return out
 
     def _consume_by_matmul(self, call: Call, args: Args, partial: torch.Tensor, recv: torch.Tensor,
@@ -432,16 +444,24 @@ class GemmReduceScatter(Op):
                 if second:  # the second shot sends each reduced split on once it is complete
                     count(rank, split)
 
-    def reduced_rows(self, out: torch.Tensor, rank: int, chunk_rows: int) -> torch.Tensor:
+    def data_views(self, ws, parity: int, plan: Plan, args: Args) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The views of our data half ``parity`` that a call by ``plan`` uses (made once per plan and
+        data half, :meth:`fluxlite.fused.Call.views`): ``recv: [W, mc, N]``, and where an op with a
+        second shot may write its reduced chunk, or ``None``."""
+        W, mc = ws.world_size, plan.sched.chunk_rows
+        return ws.data(ws.rank, parity, (W, mc, args.weight.shape[0]), args.a.dtype), None
+
+    def reduced_rows(self, out: torch.Tensor, own: torch.Tensor | None, rank: int, chunk_rows: int) -> torch.Tensor:
         """Where the consumer writes this rank's reduced chunk: ``out`` itself, or (an op with a second
-        shot) the rows of ``out`` that the chunk fills, ``[<= chunk_rows, N]``."""
+        shot) the rows of ``out`` that the chunk fills, ``[<= chunk_rows, N]``, or ``own`` (from
+        :meth:`data_views`)."""
         return out
 
-    def second_shot(self, call: Call, out: torch.Tensor) -> list:
-        """Producer steps after the reduce-scatter (:meth:`reduced_rows` gave a part of ``out``)."""
+    def second_shot(self, call: Call, out: torch.Tensor, reduced: torch.Tensor) -> list:
+        """Producer steps after the reduce-scatter (:meth:`reduced_rows` gave ``reduced``, not ``out``)."""
         raise NotImplementedError
 
-    def second_shot_end(self, call: Call, out: torch.Tensor) -> None:
+    def second_shot_end(self, call: Call, out: torch.Tensor, reduced: torch.Tensor) -> None:
         """End a call with a second shot, behind the consumer and the producer (``Call.run``'s ``end``)."""
         raise NotImplementedError
 
