@@ -127,9 +127,11 @@ def _graph(rank: int, W: int, M: int, N: int) -> None:
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("M, N", [(37, 3000), (8000, 3000), (8192, 8192)], ids=["one-shot", "two-shot", "tapered"])
+@pytest.mark.parametrize("M, N", [(37, 3000), (8000, 3000), (8192, 8192), (8001, 3003)],
+                         ids=["one-shot", "two-shot", "tapered", "whole-rows"])
 def test_gemm_ar_fused_replays_from_a_captured_graph(M, N):
     from fluxlite.ops import AR
 
     assert AR.tapers(2, M, N) == (M == 8192)
+    assert (AR.output_columns(M, 2048, N, 2) > N) == (N % 8 != 0)  # the weight padded inside the capture
     run_gpu_ranks(_graph, 2, M, N)

@@ -56,7 +56,7 @@ rows, as GEMM-RS's do (:meth:`~fluxlite.ops.gemm_rs.GemmReduceScatter.whole_outp
 weight padded to ``Np`` columns and every buffer above ``Np`` wide. The consumer then writes our
 reduced chunk into our own rows of ``gathered``, the pushes leave from there, and the end crops every
 chunk's first ``N`` columns into ``out``, ours first (:meth:`GemmAllReduce.reduced_rows`,
-:mod:`fluxlite.kernels.gather_end`). On two H200s that took 0.89-0.97x the time of a crop after
+:mod:`fluxlite.kernels.gather_end`). On two H200s that took 0.89-1.01x the time of a crop after
 the call, and 0.57-0.68x that of the call on rows as given (BENCHMARKS.md).
 """
 
