@@ -154,5 +154,6 @@ def test_fused_on_whole_output_rows(op):
 
     run_ranks(_on_whole_output_rows, 2, op)
     run_ranks(_on_whole_output_rows, 3, op)
+    run_ranks(_on_whole_output_rows, 4, op)
     # the Triton kernel as the consumer (interpreted): the output's padding and K's for TMA together
     run_ranks(_on_whole_output_rows, 2, op, env={"FLUXLITE_CPU_CONSUMER": "triton"})
