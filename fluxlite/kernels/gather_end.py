@@ -98,11 +98,13 @@ def copy_run(dst, src, lo, stop, first, step, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def crop_rows(out, src, rows, N, pitch, first, step):
-    """``out[i, :N] = src[i, :N]`` for ``i < rows``, ``out``'s rows ``N`` elements apart and ``src``'s
-    ``pitch`` 16-byte units; tiles of :data:`CROP_TILE` ``first, first + step, ...``; ``src`` read at
-    L2."""
+def crop_rows(out, src, lo, hi, N, pitch, first, step):
+    """``out[i, :N] = src[i, :N]`` for rows ``i`` in ``[lo, hi)`` (``lo`` 64-bit), ``out``'s rows ``N``
+    elements apart and ``src``'s ``pitch`` 16-byte units; tiles of :data:`CROP_TILE` ``first,
+    first + step, ...``; ``src`` read at L2."""
     UNIT: tl.constexpr = 128 // src.dtype.element_ty.primitive_bitwidth
+    rows = hi - lo
+    src, out = src + lo * (pitch * UNIT), out + lo * N
     col_tiles = tl.cdiv(N, CROP_C)
     i = tl.arange(0, CROP_R)[:, None]  # 32-bit offsets within a tile, from its first row's (64-bit) start
     for tile in range(first, tl.cdiv(tl.maximum(rows, 0), CROP_R) * col_tiles, step):
@@ -135,16 +137,13 @@ def gather_end_kernel(
     first, step = tl.program_id(0), tl.num_programs(0)
     flags = tl.load(flag_bases_ptr + rank).to(tl.pointer_type(tl.int32)) + region
     src = tl.multiple_of(tl.load(data_bases_ptr + rank).to(tl.pointer_type(dtype)), 16) + gathered
-    UNIT: tl.constexpr = 128 // dtype.primitive_bitwidth
     M = total // N
     mc = chunk // N
     for s in range(0, splits):
         lo_row = tl.load(bounds_ptr + s).to(tl.int64)
         hi_row = tl.load(bounds_ptr + s + 1).to(tl.int64)
         if CROP:  # our own split first, which needs no wait (the consumer wrote it before this launch)
-            lo = rank * mc + lo_row
-            crop_rows(out + lo * N, src + lo * (pitch * UNIT), tl.minimum(rank * mc + hi_row, M) - lo, N, pitch,
-                      first, step)
+            crop_rows(out, src, rank * mc + lo_row, tl.minimum(rank * mc + hi_row, M), N, pitch, first, step)
         err = tl.full((), 0, tl.int32)
         for p in range(0, world_size):
             if p != rank:
@@ -154,9 +153,7 @@ def gather_end_kernel(
             for p in range(0, world_size):
                 if p != rank:
                     if CROP:
-                        lo = p * mc + lo_row
-                        crop_rows(out + lo * N, src + lo * (pitch * UNIT), tl.minimum(p * mc + hi_row, M) - lo, N,
-                                  pitch, first, step)
+                        crop_rows(out, src, p * mc + lo_row, tl.minimum(p * mc + hi_row, M), N, pitch, first, step)
                     else:
                         base = p * chunk.to(tl.int64)  # past total: copies nothing; unclamped: stays 16-aligned
                         copy_run(out, src, base + lo_row * N, tl.minimum(base + hi_row * N, total), first, step, BLOCK)

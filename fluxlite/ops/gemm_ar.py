@@ -230,7 +230,7 @@ class GemmAllReduce(GemmReduceScatter):
         """A call on whole output rows (:meth:`whole_output_rows`) still writes the caller's ``[M, N]``:
         its buffers are ``columns`` wide, and the end crops every chunk into ``out``
         (:meth:`second_shot_end`)."""
-        return args.out if args.out is not None else args.a.new_empty((args.a.shape[0], args.weight.shape[0]))
+        return args.out if args.out is not None else args.a.new_empty(self.out_shape(args))
 
     def data_views(self, ws, parity: int, plan, args: Args) -> tuple[torch.Tensor, torch.Tensor]:
         """``recv``, and our own chunk's rows of ``gathered`` (``[<= mc, N]``), where the consumer
